@@ -1,0 +1,3 @@
+from nodehealth.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,143 @@
+"""What every check shares: its settings base class and the context it is judged in.
+
+A check is a module with a ``Settings`` dataclass (subclass of ``CheckSettings``) and a pure
+``evaluate(obs, settings, ctx) -> CheckResult``. Config validation reads the fields of
+``Settings`` (with their ``metadata``: unit, min, max, choices, doc), so a check's keys are
+declared exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Union
+
+from nodehealth.model import Action, CheckResult, Finding, Status, fold
+from nodehealth.observations import (
+    GpuObservation,
+    NvmlSnapshot,
+    Observations,
+    PciGpus,
+    ProbeError,
+    SlurmNode,
+)
+
+
+def setting(default: Any, doc: str, unit: str = "", min: Optional[float] = None,
+            max: Optional[float] = None, choices: Optional[tuple[Any, ...]] = None) -> Any:
+    """A config field with its documentation and bounds (read by the config validator)."""
+    meta = {"doc": doc, "unit": unit, "min": min, "max": max, "choices": choices}
+    if isinstance(default, (list, dict)):
+        raise TypeError("use tuples for sequence defaults")
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """Keys every ``[checks.<name>]`` table accepts."""
+
+    enabled: Optional[bool] = setting(
+        None, "run this check; unset = the registry's default for the check")
+    timeout_s: float = setting(
+        10.0, "deadline for gathering this check's observations", unit="s", min=0.1, max=600)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a check may know besides its observations and its own settings."""
+
+    name: str
+    phase: str
+    node: str
+    expected_gpus: Union[int, str]  # [gpu] expected_count: a number or "auto"
+
+
+def result(ctx: Context, status: Status, summary: str, action: Action = Action.NONE,
+           gpu: Optional[int] = None, **details: Any) -> CheckResult:
+    return CheckResult(ctx.name, status, summary, action=action, gpu=gpu, details=details)
+
+
+def nvml_gate(obs_nvml: Union[NvmlSnapshot, ProbeError, None], ctx: Context,
+              gpus_expected: bool) -> Optional[CheckResult]:
+    """The common answer of a per-GPU check when there is no NVML data to judge.
+
+    Returns None when the snapshot is usable. When NVML is unavailable on a node where no
+    GPU is expected the check does not apply (SKIPPED); when GPUs are expected it is
+    UNKNOWN here, and the ``nvml`` check carries the FAIL.
+    """
+    if isinstance(obs_nvml, NvmlSnapshot):
+        return None
+    reason = obs_nvml.message if isinstance(obs_nvml, ProbeError) else "NVML was not probed"
+    if not gpus_expected and isinstance(obs_nvml, ProbeError) and obs_nvml.kind == "unavailable":
+        return result(ctx, Status.SKIPPED, f"no GPU expected and NVML not available ({reason})")
+    return result(ctx, Status.UNKNOWN, f"no NVML data: {reason}")
+
+
+def expected_gpu_count(obs: Observations, ctx: Context) -> tuple[Optional[int], str]:
+    """How many GPUs this node should have, and where that number came from.
+
+    A configured number wins. ``auto``: this node's ``Gres=gpu:N`` in Slurm when slurmctld
+    answered, else the NVIDIA GPUs on the PCI bus (a GPU that vanished from NVML usually
+    still shows on PCI), else unknown (None).
+    """
+    if isinstance(ctx.expected_gpus, int):
+        return ctx.expected_gpus, "config"
+    if isinstance(obs.slurm_node, SlurmNode) and obs.slurm_node.gres_gpus is not None:
+        return obs.slurm_node.gres_gpus, "slurm gres"
+    if isinstance(obs.pci_gpus, PciGpus):
+        return len(obs.pci_gpus.bus_ids), f"pci ({obs.pci_gpus.source})"
+    return None, "unknown"
+
+
+def gpus_expected(obs: Observations, ctx: Context) -> bool:
+    count, _ = expected_gpu_count(obs, ctx)
+    return count is None or count > 0
+
+
+Judge = Callable[[GpuObservation], Optional[Sequence[Finding]]]
+
+
+def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -> CheckResult:
+    """Run a per-GPU judgement over the NVML snapshot and fold it into one result.
+
+    ``judge`` returns None when the check does not apply to that GPU (not supported), else
+    its findings (an empty list means fine). If it applies to no GPU the result is SKIPPED.
+    ``ok_summary`` may use ``{n}``, the number of GPUs judged.
+    """
+    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
+    if gate is not None:
+        return gate
+    snap = obs.nvml
+    assert isinstance(snap, NvmlSnapshot)
+    findings: list[Finding] = []
+    judged: list[int] = []
+    not_applicable: list[int] = []
+    for gpu in snap.gpus:
+        if gpu.lost:
+            continue  # the nvml check reports a lost GPU
+        verdict = judge(gpu)
+        if verdict is None:
+            not_applicable.append(gpu.index)
+            continue
+        judged.append(gpu.index)
+        findings.extend(verdict)
+    details: dict[str, Any] = {"gpus_judged": judged}
+    if not_applicable:
+        details["not_supported_on"] = not_applicable
+    if not judged:
+        why = "no GPU" if not snap.gpus else "not supported on this GPU/driver"
+        return result(ctx, Status.SKIPPED, f"does not apply: {why}", **details)
+    bad = [f for f in findings if f.status > Status.OK]
+    if bad:
+        details["gpus"] = {str(f.gpu): f.message for f in bad if f.gpu is not None}
+    return fold(ctx.name, findings, ok_summary.format(n=len(judged)), details)
+
+
+def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:
+    """An UNKNOWN finding when NVML failed (other than "not supported") on one of ``fields``."""
+    for err in gpu.errors:
+        if err.field in fields:
+            action = Action.REBOOT if err.kind == "gpu_lost" else (
+                Action.RESET_GPU if err.kind == "reset_required" else Action.NONE)
+            status = Status.FAIL if err.kind in ("gpu_lost", "reset_required") else Status.UNKNOWN
+            return Finding(status, f"GPU {gpu.index}: {err.field}: {err.message}", action, gpu.index)
+    return None

@@ -1,0 +1,43 @@
+"""The node has the GPUs it should: NVML's count against config, Slurm's Gres or the PCI bus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodehealth.checks.base import CheckSettings, Context, expected_gpu_count, nvml_gate, gpus_expected, result
+from nodehealth.model import Action, CheckResult, Status
+from nodehealth.observations import NvmlSnapshot, Observations, PciGpus
+
+
+@dataclass(frozen=True)
+class Settings(CheckSettings):
+    pass
+
+
+def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
+    if gate is not None:
+        return gate
+    snap = obs.nvml
+    assert isinstance(snap, NvmlSnapshot)
+    expected, source = expected_gpu_count(obs, ctx)
+    seen = snap.device_count if snap.device_count is not None else len(snap.gpus)
+    details = {"expected": expected, "expected_from": source, "nvml_count": seen}
+    if expected is None:
+        return result(ctx, Status.WARN, f"{seen} GPU(s) visible; expected count unknown "
+                      "(set [gpu] expected_count, or run under Slurm with Gres=gpu:N)", **details)
+    if seen < expected:
+        missing = _missing_bus_ids(obs, snap)
+        where = f" (not visible: {', '.join(missing)})" if missing else ""
+        return result(ctx, Status.FAIL, f"{seen} of {expected} GPUs visible to NVML{where}; expected from {source}",
+                      Action.REBOOT, missing_pci=missing, **details)
+    if seen > expected:
+        return result(ctx, Status.WARN, f"{seen} GPUs visible, {expected} expected from {source}", **details)
+    return result(ctx, Status.OK, f"{seen} GPU(s), as expected from {source}", **details)
+
+
+def _missing_bus_ids(obs: Observations, snap: NvmlSnapshot) -> list[str]:
+    if not isinstance(obs.pci_gpus, PciGpus):
+        return []
+    seen = {(g.pci_bus_id or "").lower() for g in snap.gpus}
+    return [b for b in obs.pci_gpus.bus_ids if b.lower() not in seen]

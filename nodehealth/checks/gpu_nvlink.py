@@ -1,0 +1,60 @@
+"""NVLink: every link active, error counters under thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
+from nodehealth.model import Action, CheckResult, Finding, Status
+from nodehealth.observations import GpuObservation, Observations
+
+
+@dataclass(frozen=True)
+class Settings(CheckSettings):
+    expected_links: int = setting(
+        0, "links each NVLink GPU should have active (H100 SXM: 18); 0 = every link NVML reports "
+        "must be active", unit="links", min=0, max=64)
+    max_replay: int = setting(
+        1000, "WARN above this many data-link replays on one link since the driver loaded", unit="errors", min=0)
+    max_recovery: int = setting(
+        100, "WARN above this many link recoveries on one link since the driver loaded", unit="errors", min=0)
+    max_crc: int = setting(
+        1000, "WARN above this many CRC (flit + data) errors on one link", unit="errors", min=0)
+
+
+def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
+        err = field_error(gpu, "nvlink")
+        if err is not None:
+            return [err]
+        if not gpu.nvlinks:
+            return None
+        out: list[Finding] = []
+        down = [link.link for link in gpu.nvlinks if not link.active]
+        active = len(gpu.nvlinks) - len(down)
+        if settings.expected_links and active < settings.expected_links:
+            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {active} of {settings.expected_links} NVLinks "
+                               f"active (down: {_links(down)})", Action.RESET_GPU, gpu.index))
+        elif not settings.expected_links and down:
+            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: NVLink {_links(down)} inactive",
+                               Action.RESET_GPU, gpu.index))
+        for link in gpu.nvlinks:
+            crc = (link.crc_flit or 0) + (link.crc_data or 0)
+            over = []
+            if (link.replay or 0) > settings.max_replay:
+                over.append(f"{link.replay} replays")
+            if (link.recovery or 0) > settings.max_recovery:
+                over.append(f"{link.recovery} recoveries")
+            if crc > settings.max_crc:
+                over.append(f"{crc} CRC errors")
+            if over:
+                out.append(Finding(Status.WARN, f"GPU {gpu.index}: NVLink {link.link}: {', '.join(over)}",
+                                   Action.INSPECT, gpu.index))
+        return out
+
+    return judge_gpus(obs, ctx, judge, "{n} GPU(s): all NVLinks active, error counters low")
+
+
+def _links(links: list[int]) -> str:
+    return ",".join(str(n) for n in links)

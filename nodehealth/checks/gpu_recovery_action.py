@@ -1,0 +1,43 @@
+"""The driver's own verdict on each GPU (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus
+from nodehealth.model import Action, CheckResult, Finding, Status
+from nodehealth.observations import GpuObservation, Observations
+
+# NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks for, our action)
+RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
+    0: ("none", Action.NONE),
+    1: ("GPU reset", Action.RESET_GPU),
+    2: ("node reboot", Action.REBOOT),
+    3: ("drain peer-to-peer traffic", Action.RESET_GPU),
+    4: ("drain and reset", Action.RESET_GPU),
+    5: ("recover the IMEX domain", Action.INSPECT),
+    6: ("PCI bus reset", Action.RESET_GPU),
+    7: ("system reboot", Action.REBOOT),
+}
+
+
+@dataclass(frozen=True)
+class Settings(CheckSettings):
+    pass
+
+
+def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
+        err = field_error(gpu, "recovery_action")
+        if err is not None:
+            return [err]
+        if gpu.recovery_action is None:
+            return None
+        if gpu.recovery_action == 0:
+            return []
+        what, action = RECOVERY_ACTIONS.get(gpu.recovery_action, (f"unknown action {gpu.recovery_action}",
+                                                                  Action.INSPECT))
+        return [Finding(Status.FAIL, f"GPU {gpu.index}: driver requests {what}", action, gpu.index)]
+
+    return judge_gpus(obs, ctx, judge, "{n} GPU(s): driver requests no recovery action")

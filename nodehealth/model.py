@@ -1,0 +1,161 @@
+"""The one result type every face speaks: Status, Action, CheckResult, Report.
+
+Pure data, no I/O: checks build these, faces (CLI, prolog, daemon) render or act on them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+
+class Status(enum.IntEnum):
+    """Ordered severity: the worst result decides a node's verdict.
+
+    SKIPPED means "not applicable here" (no such hardware, not supported by this GPU or
+    driver), never "fine". UNKNOWN means nodehealth could not tell (its own failure, a probe
+    error); it is worse than WARN but is not evidence of a node fault.
+    """
+
+    OK = 0
+    SKIPPED = 1
+    WARN = 2
+    UNKNOWN = 3
+    FAIL = 4
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+class Action(str, enum.Enum):
+    """What an administrator (or automation) should do about a result.
+
+    Ordered by how invasive the remedy is; ``worst`` picks the most invasive one.
+    """
+
+    NONE = "none"
+    RESTART_APP = "restart_app"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    INSPECT = "inspect"  # hardware inspection / RMA
+
+    @property
+    def rank(self) -> int:
+        return _ACTION_RANK[self]
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        try:
+            return cls(text)
+        except ValueError:
+            allowed = ", ".join(a.value for a in cls)
+            raise ValueError(f"unknown action {text!r} (expected one of: {allowed})") from None
+
+
+_ACTION_RANK = {
+    Action.NONE: 0,
+    Action.RESTART_APP: 1,
+    Action.RESET_GPU: 2,
+    Action.REBOOT: 3,
+    Action.INSPECT: 4,
+}
+
+
+def worst_action(actions: Sequence[Action]) -> Action:
+    return max(actions, key=lambda a: a.rank, default=Action.NONE)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of one check on this node.
+
+    ``gpu`` is the NVML index of the (first) GPU the worst finding concerns, or None when
+    the result is about the node as a whole. ``details`` is JSON-serialisable structured
+    data (per-GPU findings live under ``details["gpus"]``). ``duration_s`` is wall time
+    spent gathering and judging, filled in by the runner.
+    """
+
+    name: str
+    status: Status
+    summary: str
+    action: Action = Action.NONE
+    gpu: Optional[int] = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status.name,
+            "summary": self.summary,
+            "action": self.action.value,
+            "gpu": self.gpu,
+            "details": dict(self.details),
+            "duration_s": round(self.duration_s, 6),
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or fact) a check found, before it is folded into a CheckResult."""
+
+    status: Status
+    message: str
+    action: Action = Action.NONE
+    gpu: Optional[int] = None
+
+
+def fold(name: str, findings: Sequence[Finding], ok_summary: str,
+         details: Optional[Mapping[str, Any]] = None) -> CheckResult:
+    """Fold per-GPU findings into one result: worst status, its first GPU, all messages.
+
+    With no findings worse than OK the result is OK with ``ok_summary``.
+    """
+    bad = [f for f in findings if f.status > Status.OK]
+    if not bad:
+        return CheckResult(name, Status.OK, ok_summary, details=dict(details or {}))
+    worst = max(f.status for f in bad)
+    top = [f for f in bad if f.status == worst]
+    ordered = top + [f for f in bad if f.status != worst]
+    summary = "; ".join(f.message for f in ordered)
+    return CheckResult(
+        name,
+        worst,
+        summary,
+        action=worst_action([f.action for f in top]),
+        gpu=top[0].gpu,
+        details=dict(details or {}),
+    )
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of one run of the checks on one node, in registry order."""
+
+    node: str
+    phase: str
+    results: tuple[CheckResult, ...]
+    duration_s: float
+    version: str
+    started_at: float  # Unix time the run started
+
+    @property
+    def status(self) -> Status:
+        return max((r.status for r in self.results), default=Status.OK)
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(r for r in self.results if r.status == Status.FAIL)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "phase": self.phase,
+            "status": self.status.name,
+            "duration_s": round(self.duration_s, 6),
+            "version": self.version,
+            "started_at": self.started_at,
+            "checks": [r.to_json() for r in self.results],
+        }

@@ -1,0 +1,230 @@
+"""What probes return and checks judge: plain frozen dataclasses, no behaviour, no I/O.
+
+Conventions: a field that is ``None`` means "not supported / not reported by this GPU,
+driver or kernel" (checks turn that into SKIPPED, never OK). Errors other than "not
+supported" are kept per field in ``errors`` so a check can say UNKNOWN with the reason.
+Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, ``_pct``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ProbeError:
+    """A probe could not produce its observation.
+
+    kind: ``timeout`` (missed its deadline), ``unavailable`` (the thing is not on this node,
+    e.g. NVML not loadable, no scontrol), ``permission``, ``invalid`` (data we could not
+    parse), ``error`` (anything else).
+    """
+
+    probe: str
+    kind: str
+    message: str
+
+
+# --------------------------------------------------------------------------- NVML
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """An NVML call on one GPU failed with something other than "not supported".
+
+    kind is one of the probe-boundary error kinds: ``gpu_lost``, ``reset_required``,
+    ``no_permission``, ``timeout``, ``error``.
+    """
+
+    field: str
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EccCounts:
+    """Total ECC error counts (NVML ``nvmlDeviceGetTotalEccErrors``); None = not supported."""
+
+    volatile_corrected: Optional[int] = None
+    volatile_uncorrected: Optional[int] = None
+    aggregate_corrected: Optional[int] = None
+    aggregate_uncorrected: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Row remapping state (Ampere and later, ``nvmlDeviceGetRemappedRows``)."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool  # a remap is recorded and takes effect at the next GPU reset
+    failure: bool  # a remap failed: the GPU needs hardware inspection
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One NVLink: state and its data-link error counters (None = counter not supported)."""
+
+    link: int
+    active: bool
+    replay: Optional[int] = None
+    recovery: Optional[int] = None
+    crc_flit: Optional[int] = None
+    crc_data: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GpuObservation:
+    """Everything the NVML probe read from one GPU."""
+
+    index: int
+    name: Optional[str] = None
+    uuid: Optional[str] = None
+    pci_bus_id: Optional[str] = None  # "0000:3b:00.0", lower case
+    temperature_c: Optional[int] = None
+    slowdown_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+    shutdown_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+    power_w: Optional[float] = None
+    power_limit_w: Optional[float] = None
+    utilization_gpu_pct: Optional[int] = None
+    utilization_memory_pct: Optional[int] = None
+    memory_used_bytes: Optional[int] = None
+    memory_total_bytes: Optional[int] = None
+    ecc_enabled: Optional[bool] = None  # current ECC mode
+    ecc_pending_enabled: Optional[bool] = None  # mode after the next reset
+    ecc: EccCounts = field(default_factory=EccCounts)
+    retired_pages_sbe: Optional[int] = None
+    retired_pages_dbe: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    remapped_rows: Optional[RemappedRows] = None
+    pcie_gen: Optional[int] = None
+    pcie_max_gen: Optional[int] = None
+    pcie_width: Optional[int] = None
+    pcie_max_width: Optional[int] = None
+    nvlinks: Optional[tuple[NvLink, ...]] = None  # None: GPU has no NVLink / not supported
+    fabric_state: Optional[int] = None  # NVML_GPU_FABRIC_STATE_*; None: not an NVSwitch system
+    fabric_status: Optional[str] = None  # None when the fabric registration succeeded
+    processes: Optional[tuple[GpuProcess, ...]] = None
+    throttle_reasons: Optional[int] = None  # nvmlClocksEventReason* bitmask
+    persistence_mode: Optional[bool] = None
+    recovery_action: Optional[int] = None  # NVML_GPU_RECOVERY_ACTION_*; None: not reported
+    lost: bool = False  # NVML answered "GPU is lost" (fallen off the bus)
+    errors: tuple[FieldError, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}"
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot:
+    """The NVML probe's view of the node.
+
+    ``complete`` is False when the probe was cut off at its deadline; then ``stalled_gpu``
+    and ``stalled_call`` say where NVML stopped answering (``stalled_gpu`` None: before any
+    GPU, e.g. in nvmlInit) and ``gpus`` holds the GPUs read before that.
+    """
+
+    driver_version: Optional[str]
+    cuda_driver_version: Optional[int]
+    device_count: Optional[int]
+    gpus: tuple[GpuObservation, ...]
+    elapsed_s: float
+    complete: bool = True
+    timeout_s: Optional[float] = None
+    stalled_gpu: Optional[int] = None
+    stalled_call: Optional[str] = None
+    simulated: bool = False
+
+
+# --------------------------------------------------------------------------- PCI and Slurm
+
+
+@dataclass(frozen=True)
+class PciGpus:
+    """NVIDIA GPUs present on the PCI bus (sysfs vendor 0x10de, display/3D class)."""
+
+    bus_ids: tuple[str, ...]
+    source: str  # "sysfs" or "scenario"
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """This node as slurmctld describes it (``scontrol show node -o``)."""
+
+    name: str
+    gres_gpus: Optional[int]  # from Gres=gpu[:type]:N; None when no gpu gres
+    state: str
+    reason: Optional[str] = None
+
+
+# --------------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True)
+class MemoryObservation:
+    total_bytes: int
+    available_bytes: int
+    swap_total_bytes: int = 0
+    swap_used_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class MountObservation:
+    """One configured mount point as found on the node."""
+
+    path: str
+    present: bool  # a file system is mounted exactly at path
+    fstype: Optional[str] = None
+    source: Optional[str] = None
+    read_only: Optional[bool] = None
+    total_bytes: Optional[int] = None
+    free_bytes: Optional[int] = None
+    error: Optional[str] = None  # statvfs failed or did not answer in time
+
+
+@dataclass(frozen=True)
+class SharedDirObservation:
+    """A write/fsync/read/delete round trip in one shared directory."""
+
+    path: str
+    ok: bool
+    elapsed_s: float
+    timed_out: bool = False
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class IbPort:
+    """One InfiniBand (or RoCE) port from /sys/class/infiniband/<dev>/ports/<n>/."""
+
+    device: str
+    port: int
+    state: Optional[str]  # "ACTIVE", "DOWN", "INIT", "ARMED" (number prefix stripped)
+    phys_state: Optional[str]  # "LinkUp", "Disabled", "Polling", ...
+    rate_gbps: Optional[float]  # from "400 Gb/sec (4X NDR)"
+    link_layer: Optional[str] = None  # "InfiniBand" or "Ethernet"
+    error: Optional[str] = None  # a sysfs value was missing or malformed
+
+
+# --------------------------------------------------------------------------- the bundle
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything the probes gathered for one run. ``None``: that probe was not needed."""
+
+    nvml: "NvmlSnapshot | ProbeError | None" = None
+    pci_gpus: "PciGpus | ProbeError | None" = None
+    slurm_node: "SlurmNode | ProbeError | None" = None
+    memory: "MemoryObservation | ProbeError | None" = None
+    mounts: "tuple[MountObservation, ...] | ProbeError | None" = None
+    shared_dirs: "tuple[SharedDirObservation, ...] | ProbeError | None" = None
+    infiniband: "tuple[IbPort, ...] | ProbeError | None" = None

@@ -1,0 +1,94 @@
+"""The one explicit, ordered list of checks.
+
+A check is a module (``Settings`` + ``evaluate``) and one line here. Order is the order of
+the report. ``needs`` names the probes (``nodehealth.probes.PROBES``) whose observations the
+check judges; the runner gathers only what the enabled checks need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+from nodehealth.checks import (
+    gpu_count,
+    gpu_driver,
+    gpu_ecc,
+    gpu_fabric,
+    gpu_nvlink,
+    gpu_pcie,
+    gpu_persistence,
+    gpu_processes,
+    gpu_recovery_action,
+    gpu_remapped_rows,
+    gpu_retired_pages,
+    gpu_temperature,
+    nvml,
+)
+from nodehealth.checks.base import CheckSettings
+
+PHASES = ("prolog", "epilog", "healthcheck", "manual", "daemon")
+ALL = frozenset(PHASES)
+NOT_PROLOG = ALL - {"prolog"}
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One registered check.
+
+    cost: ``cheap`` (milliseconds, fine before every job) or ``slow`` (seconds: health-check
+    interval or daemon only unless configured otherwise).
+    """
+
+    name: str
+    module: ModuleType
+    needs: tuple[str, ...]
+    phases: frozenset[str]
+    default_enabled: bool
+    cost: str
+    description: str = ""
+
+    @property
+    def settings_class(self) -> type[CheckSettings]:
+        cls: type[CheckSettings] = self.module.Settings
+        return cls
+
+    @property
+    def evaluate(self) -> Callable[..., object]:
+        fn: Callable[..., object] = self.module.evaluate
+        return fn
+
+    @property
+    def summary(self) -> str:
+        return self.description or (self.module.__doc__ or "").strip().splitlines()[0]
+
+
+_GPU = ("nvml", "pci_gpus", "slurm_node")
+
+CHECKS: tuple[CheckSpec, ...] = (
+    #         name                   module               needs          phases  default cost
+    CheckSpec("nvml",                nvml,                _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_count",           gpu_count,           _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_driver",          gpu_driver,          _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_temperature",     gpu_temperature,     _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_ecc",             gpu_ecc,             _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_retired_pages",   gpu_retired_pages,   _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_remapped_rows",   gpu_remapped_rows,   _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_pcie",            gpu_pcie,            _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_nvlink",          gpu_nvlink,          _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_fabric",          gpu_fabric,          _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_processes",       gpu_processes,       _GPU,          ALL,    True,   "cheap"),
+)
+
+BY_NAME: dict[str, CheckSpec] = {spec.name: spec for spec in CHECKS}
+
+
+def select(phase: str, enabled: dict[str, bool], only: tuple[str, ...] = ()) -> tuple[CheckSpec, ...]:
+    """The checks to run in ``phase``: ``only`` if given (any phase), else the enabled ones."""
+    if only:
+        return tuple(spec for spec in CHECKS if spec.name in only)
+    return tuple(spec for spec in CHECKS
+                 if phase in spec.phases and enabled.get(spec.name, spec.default_enabled))

@@ -1,0 +1,55 @@
+"""Reports for people (text, colour on a terminal unless NO_COLOR) and programs (JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nodehealth.model import Action, Report, Status
+
+_COLORS = {Status.OK: "32", Status.SKIPPED: "2", Status.WARN: "33", Status.UNKNOWN: "35", Status.FAIL: "1;31"}
+
+
+def text(report: Report, color: bool = False) -> str:
+    width = max((len(r.name) for r in report.results), default=10)
+    lines = []
+    for r in report.results:
+        label = _paint(f"{r.status.name:<7}", r.status, color)
+        gpu = f"GPU {r.gpu}: " if r.gpu is not None and f"GPU {r.gpu}" not in r.summary else ""
+        action = f"  [action: {r.action.value}]" if r.action is not Action.NONE and r.status >= Status.WARN else ""
+        lines.append(f"{label} {r.name:<{width}}  {gpu}{r.summary}{action}")
+    lines.append(verdict_line(report, color))
+    return "\n".join(lines) + "\n"
+
+
+def verdict_line(report: Report, color: bool = False) -> str:
+    status = report.status
+    counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
+    tail = f"{len(report.results)} checks in {report.duration_s:.2f} s"
+    if status == Status.FAIL:
+        first = report.failures[0]
+        head = _paint("FAIL", status, color)
+        more = f" (+{counts[Status.FAIL] - 1} more)" if counts[Status.FAIL] > 1 else ""
+        return (f"{report.node}: {head}: {first.name}: {first.summary} -> action {first.action.value}"
+                f"{more}; {tail}")
+    word = {Status.UNKNOWN: "UNKNOWN", Status.WARN: "HEALTHY with warnings"}.get(status, "HEALTHY")
+    extra = []
+    for s in (Status.UNKNOWN, Status.WARN, Status.SKIPPED):
+        if counts[s]:
+            extra.append(f"{counts[s]} {s.name.lower()}")
+    detail = f" ({', '.join(extra)})" if extra else ""
+    return f"{report.node}: {_paint(word, status, color)}{detail}; {tail}"
+
+
+def as_json(report: Report) -> str:
+    return json.dumps(report.to_json(), indent=2, sort_keys=False, default=_default) + "\n"
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _paint(word: str, status: Status, color: bool) -> str:
+    return f"\033[{_COLORS[status]}m{word}\033[0m" if color else word

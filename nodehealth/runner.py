@@ -1,0 +1,126 @@
+"""The runner owns time: it gathers what the selected checks need, under deadlines, then judges.
+
+Probes run in parallel: forking probes (NVML) first, from this thread, then each of the
+others in a daemon thread. Each probe gets the largest deadline among the checks that need
+it, capped by what is left of the phase's budget; the runner waits for it no longer than
+that (plus a small grace), so a probe that does not come back becomes a ``timeout``
+ProbeError and the run still ends on time. Checks are pure; an exception in one becomes an
+UNKNOWN result with the error text.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from nodehealth import __version__
+from nodehealth.checks.base import Context
+from nodehealth.config import Config, node_name, phase_budget
+from nodehealth.model import CheckResult, Report, Status
+from nodehealth.observations import Observations, ProbeError
+from nodehealth.probes import PROBES, Probe, ProbeContext
+from nodehealth.registry import CheckSpec, select
+
+GRACE_S = 0.25
+
+
+@dataclass
+class _Slot:
+    probe: str
+    deadline: float
+    value: Any = None
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    elapsed: float = 0.0
+
+    def settle(self, value: Any, elapsed: float) -> None:
+        """Record the probe's outcome once; a late answer after the deadline is dropped."""
+        with self.lock:
+            if not self.done.is_set():
+                self.value, self.elapsed = value, elapsed
+                self.done.set()
+
+
+def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
+        probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
+        clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time) -> Report:
+    """Run the checks of ``phase`` (or just ``only``) and return the Report."""
+    table = probes or PROBES
+    started, started_wall = clock(), wallclock()
+    budget = phase_budget(config, phase)
+    name = node or node_name(config.node_name)
+    specs = select(phase, config.enabled(), only)
+    needed: dict[str, float] = {}
+    for spec in specs:
+        timeout = config.checks[spec.name].timeout_s
+        for probe in spec.needs:
+            needed[probe] = max(needed.get(probe, 0.0), timeout)
+    pctx = ProbeContext(config=config, node=name)
+    slots = _gather(table, needed, pctx, started, budget, clock)
+    obs = Observations(**{n: s.value for n, s in slots.items()})
+    ctx_args = {"phase": phase, "node": name, "expected_gpus": config.gpu.expected_count}
+    results = []
+    for spec in specs:
+        results.append(_judge(spec, obs, config, Context(name=spec.name, **ctx_args), slots, clock))
+    return Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
+                  version=__version__, started_at=started_wall)
+
+
+def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContext, started: float,
+            budget: float, clock: Callable[[], float]) -> dict[str, _Slot]:
+    slots: dict[str, _Slot] = {}
+    ordered = sorted(needed, key=lambda n: not table[n].forks)  # forking probes first
+    for name in ordered:
+        probe = table[name]
+        left = max(0.0, budget - (clock() - started))
+        timeout = min(needed[name], left)
+        slot = _Slot(name, deadline=clock() + timeout + GRACE_S)
+        slots[name] = slot
+        if probe.forks:
+            t0 = clock()
+            try:
+                pending = probe.gather(pctx, timeout)
+            except Exception as exc:  # noqa: BLE001 - a probe bug must not stop the run
+                slot.settle(ProbeError(name, "error", f"{type(exc).__name__}: {exc}"), clock() - t0)
+                continue
+            if isinstance(pending, ProbeError):
+                slot.settle(pending, clock() - t0)
+                continue
+            _thread(slot, lambda p=pending: p.collect(), clock)
+        else:
+            _thread(slot, lambda p=probe, t=timeout: p.gather(pctx, t), clock)
+    for slot in slots.values():
+        left = slot.deadline - clock()
+        if not slot.done.wait(max(0.0, left)):
+            slot.settle(ProbeError(slot.probe, "timeout",
+                                   f"{slot.probe} probe did not finish within {slot.deadline - started:.1f} s"),
+                        clock() - started)
+    return slots
+
+
+def _thread(slot: _Slot, fn: Callable[[], Any], clock: Callable[[], float]) -> None:
+    def body() -> None:
+        t0 = clock()
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - becomes the probe's error
+            value = ProbeError(slot.probe, "error", f"{type(exc).__name__}: {exc}")
+        slot.settle(value, clock() - t0)
+
+    threading.Thread(target=body, name=f"probe-{slot.probe}", daemon=True).start()
+
+
+def _judge(spec: CheckSpec, obs: Observations, config: Config, ctx: Context, slots: dict[str, _Slot],
+           clock: Callable[[], float]) -> CheckResult:
+    t0 = clock()
+    gathered = max((slots[n].elapsed for n in spec.needs if n in slots), default=0.0)
+    try:
+        res = spec.evaluate(obs, config.checks[spec.name], ctx)
+        if not isinstance(res, CheckResult):
+            raise TypeError(f"evaluate returned {type(res).__name__}, not CheckResult")
+    except Exception as exc:  # noqa: BLE001 - a check bug is UNKNOWN, never a crash
+        res = CheckResult(spec.name, Status.UNKNOWN, f"check failed: {type(exc).__name__}: {exc}")
+    return CheckResult(res.name, res.status, res.summary, res.action, res.gpu, res.details,
+                       duration_s=gathered + (clock() - t0))
