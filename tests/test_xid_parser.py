@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from collections.abc import Generator
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from nodehealth.probes.kernel_log import (
     scan,
     split_lines,
 )
-from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID
+from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world"
 
@@ -248,7 +249,7 @@ def test_parse_line_ignores_over_long_lines() -> None:
 
 def test_stats_are_counted_when_the_consumer_stops_early() -> None:
     stats = ScanStats()
-    events = scan(["NVRM: Xid (PCI:0000:3b:00): 79, a"] * 5, stats)
+    events = cast("Generator[XidEvent, None, None]", scan(["NVRM: Xid (PCI:0000:3b:00): 79, a"] * 5, stats))
     next(events)
     events.close()
     assert stats.events == 1
