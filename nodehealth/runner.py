@@ -10,6 +10,7 @@ UNKNOWN result with the error text.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,10 +61,10 @@ def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     pctx = ProbeContext(config=config, node=name)
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
-    ctx_args = {"phase": phase, "node": name, "expected_gpus": config.gpu.expected_count}
     results = []
     for spec in specs:
-        results.append(_judge(spec, obs, config, Context(name=spec.name, **ctx_args), slots, clock))
+        ctx = Context(name=spec.name, phase=phase, node=name, expected_gpus=config.gpu.expected_count)
+        results.append(_judge(spec, obs, config, ctx, slots, clock))
     return Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
                   version=__version__, started_at=started_wall)
 
@@ -88,9 +89,9 @@ def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContex
             if isinstance(pending, ProbeError):
                 slot.settle(pending, clock() - t0)
                 continue
-            _thread(slot, lambda p=pending: p.collect(), clock)
+            _thread(slot, pending.collect, clock)
         else:
-            _thread(slot, lambda p=probe, t=timeout: p.gather(pctx, t), clock)
+            _thread(slot, functools.partial(probe.gather, pctx, timeout), clock)
     for slot in slots.values():
         left = slot.deadline - clock()
         if not slot.done.wait(max(0.0, left)):

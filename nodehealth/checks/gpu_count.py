@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from nodehealth.checks.base import CheckSettings, Context, expected_gpu_count, nvml_gate, gpus_expected, result
+from nodehealth.checks.base import (
+    CheckSettings,
+    Context,
+    expected_gpu_count,
+    gpus_expected,
+    nvml_gate,
+    result,
+)
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, PciGpus
 
@@ -22,7 +30,7 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
     assert isinstance(snap, NvmlSnapshot)
     expected, source = expected_gpu_count(obs, ctx)
     seen = snap.device_count if snap.device_count is not None else len(snap.gpus)
-    details = {"expected": expected, "expected_from": source, "nvml_count": seen}
+    details: dict[str, Any] = {"expected": expected, "expected_from": source, "nvml_count": seen}
     if expected is None:
         return result(ctx, Status.WARN, f"{seen} GPU(s) visible; expected count unknown "
                       "(set [gpu] expected_count, or run under Slurm with Gres=gpu:N)", **details)

@@ -11,7 +11,7 @@ from nodehealth.model import Status
 from nodehealth.registry import BY_NAME
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run the health checks and print the verdict",
                        description="Run the health checks. Exit 0 healthy (warnings allowed), 1 a check "
                                    "failed, 2 usage or config error, 3 internal error.")

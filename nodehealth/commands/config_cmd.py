@@ -6,10 +6,10 @@ import argparse
 import json
 
 from nodehealth.commands.common import UsageError, fail_usage
-from nodehealth.config import ConfigError, load, node_name, to_toml_dict
+from nodehealth.config import ConfigError, document, load, node_name, to_toml_dict
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="validate configuration")
     inner = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     c = inner.add_parser("check", help="validate a config file and print the effective config for a host")
@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.add_argument("--host", help="node name to resolve overrides for (default: this node)")
     c.add_argument("--format", choices=("toml", "json"), default="toml")
     c.set_defaults(func=run)
+    d = inner.add_parser("defaults", help="print a sample config: every key at its default, documented")
+    d.set_defaults(func=lambda args: print(document(), end="") or 0)
     p.set_defaults(func=lambda args: fail_usage(UsageError("config: missing subcommand (try: config check)")))
 
 
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _toml(data: dict, prefix: str = "") -> str:  # type: ignore[type-arg]
+def _toml(data: dict, prefix: str = "") -> str:
     scalars = []
     tables = []
     for key, value in data.items():

@@ -7,7 +7,7 @@ import argparse
 from nodehealth.registry import CHECKS, PHASES
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list-checks", help="list the checks nodehealth knows")
     p.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ problem in the file is a ``ScenarioError`` naming the file and the key.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import types
@@ -89,6 +90,7 @@ RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3,
                     "recover_imex_domain": 5, "bus_reset": 6, "system_reboot": 7}
 FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
 HANG_SECONDS = 10 ** 6
+_PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 class ScenarioError(Exception):
@@ -213,10 +215,9 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     driver = _typed(node.get("driver_version", "550.127.05"), str, "node.driver_version", err)
     cuda = _typed(node.get("cuda_driver_version", 12040), int, "node.cuda_driver_version", err)
     delay_ms = _typed(node.get("call_delay_ms", 0), float, "node.call_delay_ms", err)
-    defaults = dict(_H100)
     user_defaults = raw.get("defaults", {})
     _check_gpu(user_defaults, "defaults.", err)
-    defaults.update(user_defaults)
+    defaults: dict[str, Any] = _overlay(_H100, user_defaults)
     gpu_tables = raw.get("gpu", [])
     if not isinstance(gpu_tables, list):
         raise err("gpu", "expected an array of tables ([[gpu]])")
@@ -227,11 +228,12 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         if not isinstance(table, dict):
             raise err(f"gpu[{i}]", "expected a table")
         _check_gpu(table, where, err)
-        values = dict(defaults)
-        values.update(table)
+        values: dict[str, Any] = _overlay(defaults, table)
         values.setdefault("uuid", f"GPU-{i:08x}-5151-4e4f-8d48-{i:012x}")
         values.setdefault("pci_bus_id", f"0000:{0x18 + 0x11 * i:02x}:00.0")
         bus = str(values["pci_bus_id"]).lower()
+        if not _PCI_BUS_ID.match(bus):
+            raise err(f"gpu[{i}].pci_bus_id", f"{bus!r} is not a PCI address like \"0000:18:00.0\"")
         if bus in seen_bus:
             raise err(f"gpu[{i}].pci_bus_id", f"{bus} is used by another GPU")
         seen_bus.add(bus)
@@ -245,8 +247,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         if values["fabric"].get("state", "completed") not in FABRIC_STATES:
             raise err(f"{where}fabric.state", f"unknown state (known: {', '.join(FABRIC_STATES)})")
         for call in values.get("unsupported", []):
-            if not call.startswith("nvml"):
-                raise err(f"{where}unsupported", f"{call!r} is not an NVML function name")
+            _call_name({"call": call}, f"{where}unsupported", err)
         gpus.append(SimGpu(i, values, bool(values.get("missing", False)), frozenset(values.get("unsupported", []))))
 
     faults = raw.get("faults", {})
@@ -255,7 +256,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     if state not in NVML_STATES:
         raise err("faults.nvml", f"{state!r} is not one of {', '.join(NVML_STATES)}")
     errors = []
-    for i, e in enumerate(_tables(faults.get("errors", []), f"faults.errors", err)):
+    for i, e in enumerate(_tables(faults.get("errors", []), "faults.errors", err)):
         _known(e, {"call", "gpu", "error"}, f"faults.errors[{i}].", err)
         call = _call_name(e, f"faults.errors[{i}].call", err)
         code_name = e.get("error")
@@ -268,6 +269,14 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         _known(h, {"call", "gpu"}, f"faults.hangs[{i}].", err)
         hangs.append((_call_name(h, f"faults.hangs[{i}].call", err), _gpu_ref(h, f"faults.hangs[{i}].gpu", err)))
     return Scenario(path, driver, cuda, state, tuple(gpus), tuple(errors), tuple(hangs), delay_ms / 1000.0)
+
+
+def _overlay(base: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` over ``base``; a nested table (ecc, pcie, nvlink, ...) is merged key by key."""
+    out = dict(base)
+    for key, value in table.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _known(table: Any, keys: set[str], where: str, err: Any) -> None:
@@ -319,6 +328,10 @@ def _call_name(table: dict[str, Any], key: str, err: Any) -> str:
     call = table.get("call")
     if not isinstance(call, str) or not call.startswith("nvml"):
         raise err(key, f"expected an NVML function name such as \"nvmlDeviceGetTemperature\", got {call!r}")
+    from nodehealth.probes.nvml import NVML_FUNCTIONS
+
+    if call not in NVML_FUNCTIONS:
+        raise err(key, f"{call!r} is not a call the NVML probe makes, so it would never fire")
     return call
 
 
@@ -538,7 +551,8 @@ def module_for(scenario: Scenario) -> types.ModuleType:
         out = []
         for fid in fieldIds:
             if fid == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-                out.append(_FieldValue(fid, NVML_SUCCESS, _FieldValueUnion(RECOVERY_ACTIONS[v(handle, "recovery_action")])))
+                action = RECOVERY_ACTIONS[v(handle, "recovery_action")]
+                out.append(_FieldValue(fid, NVML_SUCCESS, _FieldValueUnion(action)))
             else:
                 out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED))
         return out

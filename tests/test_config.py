@@ -1,0 +1,159 @@
+"""Config: defaults, validation errors that name file and key, host overrides, node name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodehealth import config as C
+from nodehealth.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "nodehealth.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_when_default_file_is_absent(monkeypatch):
+    monkeypatch.setattr(C, "DEFAULT_PATH", "/nonexistent/nodehealth.toml")
+    cfg = C.load(environ={})
+    assert cfg.source == "<defaults>"
+    assert cfg.phases.prolog.budget_s == 20.0
+    assert cfg.gpu.expected_count == "auto"
+    assert set(cfg.checks) >= {"nvml", "gpu_count", "gpu_ecc"}
+
+
+def test_explicit_missing_file_is_an_error():
+    with pytest.raises(C.ConfigError, match="/nonexistent.toml: no such file"):
+        C.load("/nonexistent.toml")
+
+
+def test_env_var_selects_the_file(tmp_path):
+    path = write(tmp_path, "[gpu]\nexpected_count = 4\n")
+    cfg = C.load(environ={"NODEHEALTH_CONFIG": path})
+    assert cfg.gpu.expected_count == 4
+    assert cfg.source == path
+
+
+BAD = [
+    ("invalid-toml", "[gpu\n", "invalid TOML"),
+    ("unknown-top-key", "colour = 1\n", "colour: unknown key"),
+    ("unknown-section-key", "[gpu]\nexpectedcount = 8\n", "gpu.expectedcount: unknown key"),
+    ("wrong-type", "[phases.prolog]\nbudget_s = \"fast\"\n", "phases.prolog.budget_s: expected a number"),
+    ("bool-is-not-a-number", "[phases.prolog]\nbudget_s = true\n", "phases.prolog.budget_s: expected a number"),
+    ("out-of-range", "[phases.prolog]\nbudget_s = 0\n", "phases.prolog.budget_s: 0.0 is below the minimum 1"),
+    ("bad-choice", "[policy]\nunknown = \"maybe\"\n", "policy.unknown: 'maybe' is not one of pass, fail"),
+    ("unknown-check", "[checks.gpu_tempreature]\nenabled = false\n", "checks.gpu_tempreature: unknown check"),
+    ("unknown-check-key", "[checks.gpu_ecc]\nmax_dbe = 1\n", "checks.gpu_ecc.max_dbe: unknown key"),
+    ("check-deadline-over-budget", "[checks.gpu_ecc]\ntimeout_s = 25\n",
+     "checks.gpu_ecc.timeout_s: 25 s is larger than the prolog budget"),
+    ("expected-count-word", "[gpu]\nexpected_count = \"eight\"\n", "gpu.expected_count: expected an integer or \"auto\""),
+    ("expected-count-negative", "[gpu]\nexpected_count = -1\n", "gpu.expected_count: -1 is below the minimum 0"),
+    ("array-item-type", "[checks.gpu_driver]\nallowed = [550]\n", "checks.gpu_driver.allowed[0]: expected a string"),
+    ("table-expected", "gpu = 3\n", "gpu: expected a table"),
+    ("bad-hostlist", "[[override]]\nhosts = \"gpu[001-\"\n", "override[0].hosts: bad hostlist"),
+    ("override-without-hosts", "[[override]]\n[override.gpu]\nexpected_count = 4\n", "override[0].hosts"),
+    ("override-typo-for-other-host",
+     "[[override]]\nhosts = \"other[1-2]\"\n[override.gpu]\nexpected_cnt = 4\n", "override[0].gpu.expected_cnt: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [(t, m) for _, t, m in BAD], ids=[i for i, _, _ in BAD])
+def test_bad_config_names_file_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(C.ConfigError) as info:
+        C.load(path, host="gpu001")
+    assert str(info.value).startswith(path + ": ")
+    assert message in str(info.value)
+
+
+OVERRIDES = """
+[gpu]
+expected_count = 8
+
+[[override]]
+hosts = "gpu[001-064]"
+[override.gpu]
+expected_count = 4
+[override.checks.gpu_nvlink]
+expected_links = 12
+
+[[override]]
+hosts = "gpu[010-012]"
+[override.checks.gpu_driver]
+allowed = ["550."]
+"""
+
+
+@pytest.mark.parametrize(("host", "count", "links", "allowed"), [
+    ("gpu001", 4, 12, ()),
+    ("gpu011", 4, 12, ("550.",)),
+    ("gpu065", 8, 0, ()),
+    ("login1", 8, 0, ()),
+], ids=["first-rule", "both-rules-later-wins", "outside-range", "other-name"])
+def test_host_overrides(tmp_path, host, count, links, allowed):
+    cfg = C.load(write(tmp_path, OVERRIDES), host=host)
+    assert cfg.gpu.expected_count == count
+    assert cfg.checks["gpu_nvlink"].expected_links == links  # type: ignore[attr-defined]
+    assert cfg.checks["gpu_driver"].allowed == allowed  # type: ignore[attr-defined]
+
+
+def test_nested_table_keeps_parent_default_for_other_keys(tmp_path):
+    cfg = C.load(write(tmp_path, "[phases.manual]\nbudget_s = 40\n"))
+    assert cfg.phases.manual.budget_s == 40
+    assert cfg.phases.prolog.budget_s == 20.0
+
+
+def test_node_name_precedence():
+    assert C.node_name("cfgname", {"SLURMD_NODENAME": "gpu007"}) == "gpu007"
+    assert C.node_name("cfgname", {}) == "cfgname"
+    assert C.node_name("", {}) and "." not in C.node_name("", {})
+
+
+def test_override_selected_by_slurmd_nodename(tmp_path):
+    cfg = C.load(write(tmp_path, OVERRIDES), environ={"SLURMD_NODENAME": "gpu002"})
+    assert cfg.gpu.expected_count == 4
+
+
+def test_simulate_path_is_relative_to_config_file(tmp_path):
+    cfg = C.load(write(tmp_path, "[nvml]\nsimulate = \"node.toml\"\n"))
+    assert cfg.nvml.simulate == str(tmp_path / "node.toml")
+
+
+def test_sample_config_is_current_and_valid():
+    sample = ROOT / "etc" / "nodehealth.toml"
+    assert sample.read_text() == C.document(), "regenerate: nodehealth config defaults > etc/nodehealth.toml"
+    cfg = C.load(str(sample))
+    assert cfg == C.resolve({}, str(sample))
+
+
+def test_sample_config_documents_every_key():
+    text = C.document()
+    for spec_name, settings in C.Config().checks.items():
+        assert f"[checks.{spec_name}]" in text
+        for field in settings.__dataclass_fields__:
+            assert f"# {field} = " in text, (spec_name, field)
+
+
+def test_config_check_cli_prints_effective_config(tmp_path, capsys):
+    path = write(tmp_path, OVERRIDES)
+    assert main(["config", "check", path, "--host", "gpu003"]) == 0
+    out = capsys.readouterr().out
+    assert "valid; effective configuration for host gpu003" in out
+    assert "expected_count = 4" in out
+
+
+def test_config_check_cli_bad_file_is_one_line_exit_2(tmp_path):
+    path = write(tmp_path, "[gpu]\nexpected_count = \"x\"\n")
+    proc = subprocess.run([sys.executable, "-m", "nodehealth", "config", "check", path],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert path in proc.stderr and "gpu.expected_count" in proc.stderr
+    assert "Traceback" not in proc.stderr
