@@ -190,10 +190,23 @@ def test_kmsg_record_with_continuation_lines() -> None:
         b"GPU has fallen off the bus.\n"
         b" SUBSYSTEM=pci\n"
         b" DEVICE=+pci:0000:3b:00.0\n"
-        b"6,1835,94571300,-;NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
+        b"6,1835,94571300,-;NVRM: GPU 0000:5e:00.0: GPU has fallen off the bus.\n"
     )
     events = list(scan(record.splitlines()))
-    assert [(e.seq, e.xid, e.kind) for e in events] == [(1834, 79, KIND_XID), (1835, 79, KIND_FALLEN_OFF_BUS)]
+    assert [(e.seq, e.xid, e.pci, e.kind) for e in events] == [
+        (1834, 79, "0000:3b:00", KIND_XID), (1835, 79, "0000:5e:00", KIND_FALLEN_OFF_BUS)]
+
+
+def test_fallen_off_bus_after_its_xid79_is_not_reported_twice() -> None:
+    lines = [
+        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+        "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+        "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)",
+        "NVRM: GPU 0000:02:00.0: GPU has fallen off the bus.",
+    ]
+    assert [(e.xid, e.pci, e.kind) for e in scan(lines)] == [
+        (79, "0000:01:00", KIND_XID), (154, "0000:01:00", KIND_XID), (79, "0000:02:00", KIND_FALLEN_OFF_BUS)]
+    assert parse_line(lines[1]) is not None, "a single line has no context: it is still reported"
 
 
 def test_three_line_fallen_off_bus_is_attributed_to_its_gpu() -> None:
@@ -213,7 +226,10 @@ def test_fallen_off_bus_without_gpu_far_from_its_first_line_has_no_pci() -> None
 
 
 def test_mixed_formats_in_one_stream() -> None:
-    lines: list[Any] = [case[1] for case in HAND_MADE] + [text for _, text in NOT_XID]
+    filler = ["[    1.000000] usb 1-1: new high-speed USB device number 2 using xhci_hcd"] * 10
+    # Filler keeps each hand-made line out of its neighbours' context (see the XID 79 test).
+    lines: list[Any] = [text for case in HAND_MADE for text in [case[1], *filler]]
+    lines += [text for _, text in NOT_XID]
     lines += [line.encode() for line in lines]
     stats = ScanStats()
     events = list(scan(lines, stats))

@@ -229,17 +229,26 @@ Line = Union[str, bytes, bytearray]
 # How many lines after "NVRM: The NVIDIA GPU <pci>" a bare "fallen off the bus" line may
 # come and still be attributed to that GPU (the driver prints the message as three lines).
 _FALLEN_LOOKBACK = 3
+# The driver logs a lost GPU twice: "Xid (...): 79, GPU has fallen off the bus." and then
+# "GPU <pci>: GPU has fallen off the bus.". Within this many lines after an XID 79 on the same
+# GPU, the second line is the same fault and ``scan`` does not report it again.
+_FALLEN_AFTER_XID79 = 10
 
 
 def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[XidEvent]:
     """XID events from a stream of kernel-log lines (str or bytes, mixed formats).
 
-    Lines longer than ``MAX_LINE_BYTES``, invalid UTF-8 and binary junk are skipped and
-    counted in ``stats`` (pass a ``ScanStats`` to read the counts afterwards).
+    Unlike ``parse_line``, ``scan`` sees neighbouring lines: a bare "fallen off the bus"
+    line that follows an XID 79 of the same GPU is not reported twice, and the three-line
+    form of that message is attributed to the GPU named on its first line. Lines longer
+    than ``MAX_LINE_BYTES``, invalid UTF-8 and binary junk are skipped and counted in
+    ``stats`` (pass a ``ScanStats`` to read the counts afterwards).
     """
     st = stats if stats is not None else ScanStats()
     nvidia_gpu_pci: Optional[str] = None
     nvidia_gpu_line = 0
+    xid79_pci: Optional[str] = None
+    xid79_line = -_FALLEN_AFTER_XID79
     n = 0
     try:
         for item in lines:
@@ -289,6 +298,11 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
                 and n - nvidia_gpu_line <= _FALLEN_LOOKBACK
             ):
                 event = _with_pci(event, nvidia_gpu_pci)
+            if event.xid == FALLEN_OFF_BUS_XID:
+                if event.kind == KIND_XID:
+                    xid79_pci, xid79_line = event.pci, n
+                elif n - xid79_line <= _FALLEN_AFTER_XID79 and event.pci in (xid79_pci, None):
+                    continue
             st.events += 1
             yield event
     finally:
