@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from typing import IO, Any, Optional
@@ -115,6 +116,11 @@ def run_scan(args: argparse.Namespace) -> int:
                 _emit(scan(split_lines(_file_chunks(fh)), stats), catalog, args.format, out)
     except KernelLogUnavailable as exc:
         return _error("scan", str(exc))
+    except BrokenPipeError:
+        # The reader went away (``| head``): not an error; keep Python's exit flush quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except OSError as exc:
         where = args.source if args.source not in (None, "-") else "standard input"
         return _error("scan", f"cannot read {where}: {exc.strerror or exc}")
