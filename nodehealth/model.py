@@ -143,7 +143,9 @@ class Report:
 
     @property
     def status(self) -> Status:
-        return max((r.status for r in self.results), default=Status.OK)
+        """The node's verdict: the worst result, where "all fine or not applicable" is OK."""
+        worst = max((r.status for r in self.results), default=Status.OK)
+        return Status.OK if worst == Status.SKIPPED else worst
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:

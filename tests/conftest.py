@@ -37,3 +37,7 @@ def scenario():
         assert path.exists(), path
         return str(path)
     return _get
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")

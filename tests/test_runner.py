@@ -23,7 +23,8 @@ def _snapshot(n: int = 2) -> NvmlSnapshot:
 
 
 def _table(**overrides: Probe) -> dict[str, Probe]:
-    table = {
+    table = dict(PROBES)
+    table |= {
         "nvml": Probe("nvml", lambda ctx, t: _snapshot()),
         "pci_gpus": Probe("pci_gpus", lambda ctx, t: PciGpus(("0000:01:00.0", "0000:02:00.0"), "sysfs")),
         "slurm_node": Probe("slurm_node", lambda ctx, t: ProbeError("slurm_node", "unavailable", "no slurm")),

@@ -8,6 +8,7 @@ declared exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -62,9 +63,12 @@ def nvml_gate(obs_nvml: Union[NvmlSnapshot, ProbeError, None], ctx: Context,
 
     Returns None when the snapshot is usable. When NVML is unavailable on a node where no
     GPU is expected the check does not apply (SKIPPED); when GPUs are expected it is
-    UNKNOWN here, and the ``nvml`` check carries the FAIL.
+    UNKNOWN here, and the ``nvml`` check carries the FAIL. A snapshot cut off at its deadline
+    before any GPU was read is no data either (UNKNOWN), not "no GPU".
     """
     if isinstance(obs_nvml, NvmlSnapshot):
+        if not obs_nvml.complete and not obs_nvml.gpus:  # cut off before any GPU was read
+            return result(ctx, Status.UNKNOWN, f"no NVML data: NVML did not answer within {obs_nvml.timeout_s:g} s")
         return None
     reason = obs_nvml.message if isinstance(obs_nvml, ProbeError) else "NVML was not probed"
     if not gpus_expected and isinstance(obs_nvml, ProbeError) and obs_nvml.kind == "unavailable":
@@ -129,7 +133,14 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
     bad = [f for f in findings if f.status > Status.OK]
     if bad:
         details["gpus"] = {str(f.gpu): f.message for f in bad if f.gpu is not None}
-    return fold(ctx.name, findings, ok_summary.format(n=len(judged)), details)
+    folded = fold(ctx.name, findings, ok_summary.format(n=len(judged)), details)
+    if not snap.complete and snap.device_count is not None:
+        unread = snap.device_count - len(snap.gpus)
+        details["gpus_not_read"] = unread
+        folded = dataclasses.replace(
+            folded, summary=f"{folded.summary} ({unread} GPU(s) not read: NVML stopped answering)",
+            details=details)
+    return folded
 
 
 def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:

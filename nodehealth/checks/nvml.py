@@ -23,8 +23,10 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if snap.kind == "unavailable" and not gpus_expected(obs, ctx):
             return result(ctx, Status.SKIPPED, f"NVML not available and no GPU expected ({snap.message})")
         if snap.kind == "unavailable":
+            # The driver's library is not installed or its kernel module is not loaded: a
+            # reboot does not install a driver, so a person has to look.
             return result(ctx, Status.FAIL, f"NVML not available but GPUs are expected: {snap.message}",
-                          Action.REBOOT, error=snap.message)
+                          Action.INSPECT, error=snap.message)
         return result(ctx, Status.FAIL, f"NVML failed: {snap.message}", Action.REBOOT, error=snap.message)
     if not isinstance(snap, NvmlSnapshot):
         return result(ctx, Status.UNKNOWN, "NVML was not probed")
