@@ -44,10 +44,25 @@ class _Slot:
                 self.done.set()
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A run's Report and the observations it judged (the daemon publishes both as metrics)."""
+
+    report: Report
+    observations: Observations
+
+
 def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
         probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
         clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time) -> Report:
     """Run the checks of ``phase`` (or just ``only``) and return the Report."""
+    return execute(config, phase, only, probes, node, clock, wallclock).report
+
+
+def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
+            probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
+            clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time) -> Outcome:
+    """Like ``run``, also returning the observations."""
     table = probes or PROBES
     started, started_wall = clock(), wallclock()
     budget = phase_budget(config, phase)
@@ -65,8 +80,9 @@ def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     for spec in specs:
         ctx = Context(name=spec.name, phase=phase, node=name, expected_gpus=config.gpu.expected_count)
         results.append(_judge(spec, obs, config, ctx, slots, clock))
-    return Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
-                  version=__version__, started_at=started_wall)
+    report = Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
+                    version=__version__, started_at=started_wall)
+    return Outcome(report, obs)
 
 
 def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContext, started: float,
