@@ -30,6 +30,7 @@ else:  # pragma: no cover - exercised on RHEL 9's Python 3.9
 
 DEFAULT_PATH = "/etc/nodehealth/nodehealth.toml"
 ENV_VAR = "NODEHEALTH_CONFIG"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 class ConfigError(Exception):
@@ -91,6 +92,45 @@ class Paths:
 class SlurmSettings:
     scontrol: str = setting("/usr/bin/scontrol", "absolute path of scontrol (Slurm faces run with no PATH)")
     timeout_s: float = setting(3.0, "deadline for one scontrol call", unit="s", min=0.1, max=60)
+    conf: str = setting(
+        "", "slurm.conf to use (exported as SLURM_CONF to scontrol when the environment has none: "
+        "HealthCheckProgram runs with an empty environment); empty = Slurm's default")
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """[drain]: when the Slurm faces take a node out of service."""
+
+    enabled: bool = setting(True, "drain the node (scontrol update state=drain) on a fault; false = only "
+                            "exit codes and logs")
+    max_share: float = setting(
+        0.25, "drain-storm breaker: when more than this share of the cluster's nodes is already drained "
+        "by nodehealth, drain no more (log and report instead)", min=0, max=1)
+    breaker_min_drained: int = setting(
+        3, "the breaker never trips while fewer nodes than this are drained by nodehealth (small clusters)",
+        min=1, max=100000)
+    reason_max_len: int = setting(200, "longest drain reason written to Slurm", unit="chars", min=40, max=1000)
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    """[resume]: when a node nodehealth drained goes back into service (health check face)."""
+
+    enabled: bool = setting(True, "resume nodes drained by nodehealth once they are clean again")
+    clean_runs: int = setting(3, "consecutive clean health-check runs needed before resuming", min=1, max=1000)
+    reboot_actions: tuple[str, ...] = setting(
+        ("reboot",), "fault actions that clear only after a reboot (the boot id must change before resume)",
+        choices=("restart_app", "reset_gpu", "reboot", "inspect"))
+    boot_id_path: str = setting(BOOT_ID_PATH, "file holding this boot's id")
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """[ledger]: the job ledger the prolog and epilog append to (docs/operations.md)."""
+
+    enabled: bool = setting(True, "append job start/end records to <state_dir>/jobs.jsonl")
+    max_bytes: int = setting(1 << 20, "size at which the ledger is compacted to its newest half",
+                             unit="bytes", min=4096, max=1 << 30)
 
 
 def _checks_default() -> dict[str, CheckSettings]:
@@ -109,6 +149,9 @@ class Config:
     nvml: NvmlSettings = field(default_factory=NvmlSettings)
     paths: Paths = field(default_factory=Paths)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    drain: DrainSettings = field(default_factory=DrainSettings)
+    resume: ResumeSettings = field(default_factory=ResumeSettings)
+    ledger: LedgerSettings = field(default_factory=LedgerSettings)
     checks: Mapping[str, CheckSettings] = field(default_factory=_checks_default)
     source: str = field(default="<defaults>", compare=False)
 
@@ -430,7 +473,7 @@ def _doc_fields(obj: Any, table: str, out: list[str], header: bool = True) -> No
         if header and table:
             out.append(f"\n[{table}]")
         for f, value in scalars:
-            meta = f.metadata or {}
+            meta: Mapping[str, Any] = f.metadata or {}
             bits = [meta.get("doc", "")]
             if meta.get("unit"):
                 bits.append(f"unit: {meta['unit']}")

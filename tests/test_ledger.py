@@ -1,0 +1,96 @@
+"""Job ledger: records from a job's environment, reading back, GPU attribution, bounded size."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nodehealth import ledger
+from nodehealth.probes import statefile
+
+ENV = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "0,1",
+       "SLURMD_NODENAME": "gpu017"}
+
+
+def test_record_from_environment() -> None:
+    rec = ledger.from_environ("start", ENV, 100.0, boot_id="b1")
+    assert rec is not None
+    obj = json.loads(rec.line())
+    assert obj == {"v": 1, "event": "start", "job_id": "12", "user": "alice", "uid": 1000, "gpus": [0, 1],
+                   "node": "gpu017", "time": 100.0, "boot_id": "b1"}
+    assert rec.line().endswith("\n") and rec.line().count("\n") == 1
+    assert ledger.parse_line(rec.line()) == rec
+
+
+def test_no_job_no_record() -> None:
+    assert ledger.from_environ("start", {}, 1.0) is None
+
+
+def test_environment_is_data() -> None:
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": 'ev"il\n{"v":1,"event":"end"}', "SLURM_JOB_UID": "x",
+           "CUDA_VISIBLE_DEVICES": "0;reboot"}
+    rec = ledger.from_environ("start", env, 1.0)
+    assert rec is not None
+    line = rec.line()
+    assert line.count("\n") == 1
+    obj = json.loads(line)
+    assert obj["uid"] is None and obj["gpus"] is None
+    assert '"' not in obj["user"] and "\n" not in obj["user"]
+
+
+def test_jobs_on_gpu() -> None:
+    recs = [
+        ledger.JobRecord("start", "1", 10.0, gpus=(0, 1)),
+        ledger.JobRecord("end", "1", 20.0),
+        ledger.JobRecord("start", "2", 15.0, gpus=(2,)),
+        ledger.JobRecord("start", "3", 25.0, gpus=(0,)),
+        ledger.JobRecord("start", "4", 26.0, gpus=None),
+    ]
+    assert ledger.jobs_on_gpu(recs, 0, 12.0) == ["1"]
+    assert ledger.jobs_on_gpu(recs, 0, 21.0) == []
+    assert ledger.jobs_on_gpu(recs, 2, 30.0) == ["4", "2"]
+    assert ledger.jobs_on_gpu(recs, 0, 30.0) == ["4", "3"]
+    assert ledger.jobs_on_gpu(recs, None, 16.0) == ["2", "1"]
+
+
+def test_parse_skips_junk() -> None:
+    text = 'not json\n{"event":"start"}\n[1]\n{"v":1,"event":"end","job_id":"7","time":"x"}\n' \
+           '{"v":1,"event":"start","job_id":"8","time":5,"gpus":[1]}\n\x00\xff\n'
+    recs = ledger.parse(text)
+    assert [r.job_id for r in recs] == ["8"]
+
+
+def test_append_is_bounded_and_atomic(tmp_path: Path) -> None:
+    path = str(tmp_path / "state" / ledger.FILE_NAME)
+    max_bytes = 4096
+    for i in range(500):
+        rec = ledger.from_environ("start" if i % 2 == 0 else "end", dict(ENV, SLURM_JOB_ID=str(i)), float(i))
+        assert rec is not None
+        statefile.ledger_append(path, rec.line(), max_bytes)
+        assert os.path.getsize(path) <= max_bytes + len(rec.line())
+    recs = ledger.parse(Path(path).read_text())
+    assert recs and recs[-1].job_id == "499"
+    ids = [int(r.job_id) for r in recs]
+    assert ids == sorted(ids) and ids == list(range(ids[0], 500))
+    assert not [p for p in os.listdir(tmp_path / "state") if p.startswith(".")]  # no temp files left
+
+
+def test_state_file_atomic_and_locked(tmp_path: Path) -> None:
+    path = str(tmp_path / "s" / "slurm-state.json")
+    assert statefile.read_json(path) is None
+    with statefile.locked(path) as got:
+        assert got
+        with statefile.locked(path, timeout_s=0.05) as again:
+            assert not again  # flock is per open file description: a second holder waits
+        statefile.write_json(path, {"a": 1})
+    assert statefile.read_json(path) == {"a": 1}
+    Path(path).write_text("{broken")
+    assert statefile.read_json(path) is None
+
+
+def test_boot_id(tmp_path: Path) -> None:
+    p = tmp_path / "boot_id"
+    p.write_text("6f1c2a1e-aaaa-bbbb-cccc-0123456789ab\n")
+    assert statefile.read_boot_id(str(p)) == "6f1c2a1e-aaaa-bbbb-cccc-0123456789ab"
+    assert statefile.read_boot_id(str(tmp_path / "missing")) is None

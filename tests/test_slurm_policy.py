@@ -1,0 +1,306 @@
+"""Slurm policy: node states, ownership, reasons, hysteresis, breaker, state file content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodehealth import slurm_policy as sp
+from nodehealth.model import Action, CheckResult, Report, Status
+
+FIX = Path(__file__).parent / "fixtures" / "real-world" / "scontrol"
+
+
+def report(*results: CheckResult) -> Report:
+    return Report(node="n1", phase="healthcheck", results=tuple(results), duration_s=0.1, version="t",
+                  started_at=0.0)
+
+
+def res(name: str, status: Status, summary: str = "x", action: Action = Action.NONE, **details: object) -> CheckResult:
+    return CheckResult(name, status, summary, action=action, details=details)
+
+
+# ----------------------------------------------------------------------------- real recorded output
+
+
+def _cases() -> list[str]:
+    expected = json.loads((FIX / "expected.json").read_text())
+    return [k for k in expected if not k.startswith("_")]
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_real_scontrol_output(name: str) -> None:
+    expected = json.loads((FIX / "expected.json").read_text())[name]
+    nodes = sp.parse_nodes((FIX / name).read_text())
+    assert [n.name for n in nodes] == [e["name"] for e in expected["nodes"]]
+    for node, exp in zip(nodes, expected["nodes"]):
+        assert node.state.text == exp["state"]
+        assert node.state.base == exp["base_state"]
+        assert node.drained is exp["drained"]
+        if exp["reason"] is None:
+            assert node.reason is None
+        else:
+            assert node.reason is not None
+            assert node.reason.full == exp["reason"]
+            assert node.reason.text == exp["reason_text"]
+            assert node.reason.user == exp["reason_user"]
+            assert node.reason.time == exp["reason_time"]
+            assert not node.reason.ours
+        for flag in exp["flags"]:
+            assert flag.split(" ")[0] in node.state.flags
+
+
+def test_real_gres_counts() -> None:
+    nodes = {n.name: n for n in sp.parse_nodes((FIX / "irush_slurm1711_four_nodes_one_drained.txt").read_text())}
+    assert nodes["cortex-01"].gres_gpus == 8
+    assert nodes["dumfries-002"].gres_gpus == 4
+    assert nodes["oxygen-04"].gres_gpus is None
+    assert nodes["cricket"].gres_gpus == 1
+
+
+# 22.05 one-line output as captured on the private cluster (shared/notes/slurm-sandbox.md, section 4).
+LINE_2205 = (
+    "NodeName=vm Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.15 AvailableFeatures=(null) "
+    "ActiveFeatures=(null) Gres=gpu:8 NodeAddr=127.0.0.1 NodeHostName=vm Version=22.05.8 OS=Linux 6.1.0 #1 SMP "
+    "RealMemory=1000 AllocMem=0 FreeMem=23131 Sockets=2 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 "
+    "Weight=1 Owner=N/A MCS_label=N/A Partitions=debug BootTime=2026-11-29T20:00:00 "
+    "SlurmdStartTime=2026-11-29T21:40:00 LastBusyTime=2026-11-29T21:45:00 CfgTRES=cpu=2,mem=1000M,billing=2 "
+    "AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+    "ExtSensorsTemp=n/s{reason}"
+)
+
+
+@pytest.mark.parametrize("state,base,flags,drained", [
+    ("IDLE", "IDLE", set(), False),
+    ("IDLE+DRAIN", "IDLE", {"DRAIN"}, True),
+    ("MIXED+DRAIN", "MIXED", {"DRAIN"}, True),
+    ("ALLOCATED+DRAIN", "ALLOCATED", {"DRAIN"}, True),
+    ("DOWN+NOT_RESPONDING", "DOWN", {"NOT_RESPONDING"}, False),
+    ("DOWN+DRAIN+NOT_RESPONDING", "DOWN", {"DRAIN", "NOT_RESPONDING"}, True),
+    ("IDLE+NOT_RESPONDING", "IDLE", {"NOT_RESPONDING"}, False),
+    ("IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, True),
+    ("MIXED+REBOOT_ISSUED", "MIXED", {"REBOOT_ISSUED"}, False),
+    ("IDLE+MAINTENANCE+RESERVED", "IDLE", {"MAINTENANCE", "RESERVED"}, False),
+    ("UNKNOWN+DRAIN+INVALID_REG", "UNKNOWN", {"DRAIN", "INVALID_REG"}, True),
+    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}, False),
+    ("DRAINED", "IDLE", {"DRAIN"}, True),
+    ("DRAINING", "MIXED", {"DRAIN"}, True),
+    ("DOWN*", "DOWN", {"NOT_RESPONDING"}, False),
+    ("drained", "IDLE", {"DRAIN"}, True),
+    ("draining", "MIXED", {"DRAIN"}, True),
+    ("drng", "MIXED", {"DRAIN"}, True),
+    ("idle~", "IDLE", {"POWERED_DOWN"}, False),
+    ("drained*", "IDLE", {"DRAIN", "NOT_RESPONDING"}, True),
+    ("mixed@", "MIXED", {"REBOOT_REQUESTED"}, False),
+    ("maint", "IDLE", {"MAINTENANCE"}, False),
+    ("idle$", "IDLE", {"MAINTENANCE"}, False),
+])
+def test_states(state: str, base: str, flags: set[str], drained: bool) -> None:
+    st_ = sp.parse_state(state)
+    assert st_.base == base.upper() or st_.base == base
+    assert set(st_.flags) == flags
+    assert st_.drained is drained
+
+
+def test_2205_one_line_with_our_reason() -> None:
+    reason = " Reason=nodehealth: gpu_count: 7 of 8 GPUs [root@2026-11-29T21:45:19]"
+    line = LINE_2205.format(state="MIXED+DRAIN", reason=reason)
+    (node,) = sp.parse_nodes(line)
+    assert node.name == "vm" and node.gres_gpus == 8
+    assert node.drained_by_us and not node.drained_by_others
+    assert node.reason is not None
+    assert node.reason.text == "nodehealth: gpu_count: 7 of 8 GPUs"
+    assert node.reason.user == "root"
+
+
+def test_reason_with_equals_and_brackets_runs_to_end() -> None:
+    line = LINE_2205.format(state="IDLE+DRAIN", reason=" Reason=Kill task failed a=b [slurm@2026-11-29T21:45:19]")
+    (node,) = sp.parse_nodes(line)
+    assert node.reason is not None and node.reason.text == "Kill task failed a=b"
+    assert node.drained_by_others
+
+
+def test_multiple_one_line_records() -> None:
+    text = "\n".join(LINE_2205.replace("NodeName=vm", f"NodeName=n{i}").format(state="IDLE", reason="")
+                     for i in range(3))
+    assert [n.name for n in sp.parse_nodes(text)] == ["n0", "n1", "n2"]
+
+
+# ----------------------------------------------------------------------------- ownership, reasons
+
+
+@pytest.mark.parametrize("reason,ours", [
+    ("nodehealth: gpu_count: 7 of 8", True),
+    ("  nodehealth: x", True),
+    ("Nodehealth: x", False),
+    ("admin: nodehealth: x", False),
+    ("nodehealth x", False),
+    ("Prolog error", False),
+    ("Kill task failed", False),
+    ("", False),
+    (None, False),
+])
+def test_ownership(reason: str | None, ours: bool) -> None:
+    assert sp.is_ours(reason) is ours
+
+
+def test_format_reason() -> None:
+    r = res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU)
+    assert sp.format_reason(r) == "nodehealth: gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
+    assert sp.format_reason(r, more=2).endswith("(+2 more)")
+
+
+def test_reason_sanitised_and_capped() -> None:
+    nasty = 'GPU 1: "bad"\nstate=resume; rm -rf / `x` $(y) \\ \x00\x1b[31m' + "z" * 500
+    text = sp.format_reason(res("gpu_x", Status.FAIL, nasty), limit=120)
+    assert len(text) <= 120
+    assert text.startswith("nodehealth: gpu_x: GPU 1: bad state")
+    for bad in ('"', "'", "\n", "\x00", "\x1b", "`", "$", ";", "=", "\\"):
+        assert bad not in text
+    assert text.endswith("...")
+
+
+@given(st.text(max_size=600), st.integers(min_value=40, max_value=300))
+def test_sanitize_never_breaks_scontrol(text: str, limit: int) -> None:
+    out = sp.format_reason(res("c", Status.FAIL, text), limit=limit)
+    assert len(out) <= limit
+    assert out.startswith("nodehealth: ")
+    assert out == out.strip()
+    assert all(ch.isprintable() for ch in out)
+    assert not any(ch in out for ch in "\"'`\\$;|&<>=[]")
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def node(state: str, reason: str | None = None, name: str = "n1") -> sp.NodeInfo:
+    return sp.NodeInfo(name=name, state=sp.parse_state(state), reason=sp.parse_reason(reason))
+
+
+FAULT = res("gpu_count", Status.FAIL, "7 of 8 GPUs visible", Action.REBOOT)
+REASON = sp.format_reason(FAULT)
+
+
+def test_worst_failure_and_unknown_policy() -> None:
+    rep = report(res("a", Status.OK), res("b", Status.UNKNOWN), res("c", Status.WARN))
+    assert sp.worst_failure(rep, "pass") is None
+    assert sp.worst_failure(rep, "fail") is not None
+    rep2 = report(res("a", Status.FAIL, action=Action.RESTART_APP), res("b", Status.FAIL, action=Action.INSPECT))
+    worst = sp.worst_failure(rep2)
+    assert worst is not None and worst.name == "b"
+    assert sp.fault_count(rep2) == 2
+
+
+def test_drain_never_overwrites_other_reasons() -> None:
+    for other in ("admin maintenance [alice@2026-01-01T00:00:00]", "Kill task failed [slurm@now]",
+                  "Prolog error [root@now]", "other-tool: disk [root@now]"):
+        d = sp.decide_drain(node("IDLE+DRAIN", other), FAULT, REASON)
+        assert d.action == "none", other
+    d = sp.decide_drain(node("DOWN+NOT_RESPONDING", "Not responding [slurm@now]"), FAULT, REASON)
+    assert d.action == "none"
+
+
+def test_drain_cases() -> None:
+    assert sp.decide_drain(node("IDLE"), FAULT, REASON).action == "drain"
+    assert sp.decide_drain(None, FAULT, REASON).action == "drain"
+    assert sp.decide_drain(node("MIXED+DRAIN", REASON + " [root@t]"), FAULT, REASON).action == "none"
+    # ours, but for another fault: update our own reason
+    assert sp.decide_drain(node("IDLE+DRAIN", "nodehealth: other [root@t]"), FAULT, REASON).action == "drain"
+    # an old reason left on an undrained node is not a drain
+    assert sp.decide_drain(node("IDLE", "old admin note [a@t]"), FAULT, REASON).action == "drain"
+
+
+def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> sp.State:
+    rec = sp.DrainRecord(reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0, phase="prolog")
+    return sp.State(clean_runs=clean, drain=rec)
+
+
+def test_resume_needs_n_clean_runs() -> None:
+    ours = node("IDLE+DRAIN", REASON + " [root@t]")
+    assert sp.decide_resume(ours, drained_state(2), 3, "boot-a", ("reboot",)).action == "none"
+    assert sp.decide_resume(ours, drained_state(3), 3, "boot-a", ("reboot",)).action == "resume"
+
+
+def test_resume_never_for_others_or_hands_off() -> None:
+    s = drained_state(10)
+    assert sp.decide_resume(node("IDLE+DRAIN", "admin [a@t]"), s, 3, "b", ()).action == "none"
+    assert sp.decide_resume(node("IDLE", None), s, 3, "b", ()).action == "none"
+    assert sp.decide_resume(node("IDLE+DRAIN+REBOOT_REQUESTED", REASON), s, 3, "b", ()).action == "none"
+    assert sp.decide_resume(node("IDLE+DRAIN+MAINTENANCE", REASON), s, 3, "b", ()).action == "none"
+    assert sp.decide_resume(None, s, 3, "b", ()).action == "none"
+
+
+def test_reboot_class_needs_new_boot_id() -> None:
+    ours = node("IDLE+DRAIN", REASON)
+    s = drained_state(5, action="reboot", boot="boot-a")
+    assert sp.decide_resume(ours, s, 3, "boot-a", ("reboot",)).action == "none"
+    assert sp.decide_resume(ours, s, 3, None, ("reboot",)).action == "none"
+    assert sp.decide_resume(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
+    # not reboot-class by config: clean runs are enough
+    assert sp.decide_resume(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
+    # the record was lost with /run (a reboot): clean runs are enough
+    assert sp.decide_resume(ours, sp.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "resume"
+
+
+def test_after_run_counter() -> None:
+    s = sp.State(clean_runs=2)
+    assert sp.after_run(s, report(res("a", Status.WARN)), "pass", 5.0, "b").clean_runs == 3
+    assert sp.after_run(s, report(res("a", Status.FAIL)), "pass", 5.0, "b").clean_runs == 0
+    assert sp.after_run(s, report(res("a", Status.UNKNOWN)), "pass", 5.0, "b").clean_runs == 2
+    assert sp.after_run(s, report(res("a", Status.UNKNOWN)), "fail", 5.0, "b").clean_runs == 0
+    assert sp.after_run(s, report(res("a", Status.SKIPPED)), "pass", 5.0, "b").boot_id == "b"
+
+
+def test_breaker() -> None:
+    nodes = [node("IDLE+DRAIN", "nodehealth: x [root@t]", f"n{i}") for i in range(9)] + [node("IDLE", None, "me")]
+    br = sp.breaker(nodes, 0.25, 3, exclude="me")
+    assert br.tripped and br.ours == 9 and br.total == 10
+    assert "HOLDING" in br.describe()
+    assert not sp.breaker(nodes, 0.95, 3, exclude="me").tripped
+    assert not sp.breaker(nodes, 0.25, 10, exclude="me").tripped
+    # admin drains do not count; neither does this node's own drain
+    mixed = [node("IDLE+DRAIN", "admin [a@t]", f"a{i}") for i in range(9)] + [node("IDLE+DRAIN", REASON, "me")]
+    assert not sp.breaker(mixed, 0.25, 1, exclude="me").tripped
+    assert not sp.breaker([], 0.25, 1).tripped
+
+
+def test_state_round_trip_and_garbage() -> None:
+    s = sp.State(clean_runs=4, last_status="OK", last_run=3.5, boot_id="b",
+                 drain=sp.DrainRecord("nodehealth: x", "x", "reboot", "b", 1.0, "prolog", "12"),
+                 breaker_held={"ours": 9}, slurm_node={"name": "n1", "gres_gpus": 8})
+    assert sp.State.from_json(json.loads(json.dumps(s.to_json()))) == s
+    for junk in (None, [], "x", {"version": 99}, {"version": 1, "clean_runs": "many", "drain": {"nope": 1}}):
+        got = sp.State.from_json(junk)
+        assert got.clean_runs == 0 and got.drain is None
+
+
+# ----------------------------------------------------------------------------- job GPUs
+
+
+@pytest.mark.parametrize("env,gpus", [
+    ({"SLURM_JOB_GPUS": "0,1"}, (0, 1)),
+    ({"SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}, (3,)),
+    ({"CUDA_VISIBLE_DEVICES": "2,0"}, (0, 2)),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-8c2f0a1e-0000"}, None),
+    ({"SLURM_JOB_GPUS": "$(reboot)"}, None),
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None),
+    ({}, None),
+])
+def test_job_gpus(env: dict[str, str], gpus: tuple[int, ...] | None) -> None:
+    assert sp.job_gpus(env) == gpus
+
+
+def test_scope_processes_to_job_gpus() -> None:
+    procs = res("gpu_processes", Status.FAIL, "GPU 5: 1 compute process(es)", Action.RESTART_APP,
+                gpus={"5": "GPU 5: 1 compute process(es) (pid 42, 1024 MiB) before/after a job (epilog)"})
+    rep = report(procs, res("gpu_ecc", Status.OK))
+    other = sp.scope_processes(rep, (0, 1))
+    assert other.status == Status.OK
+    assert "other jobs" in other.results[0].summary
+    mine = sp.scope_processes(rep, (5,))
+    assert mine.status == Status.FAIL and mine.results[0].gpu == 5
+    assert sp.scope_processes(rep, None).status == Status.FAIL
