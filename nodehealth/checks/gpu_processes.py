@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
-from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations import GpuObservation, NvmlSnapshot, Observations
 
 
 @dataclass(frozen=True)
@@ -37,4 +38,11 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         return []
 
     res = judge_gpus(obs, ctx, judge, "{n} GPU(s) idle" if must_be_idle else "{n} GPU(s) checked")
-    return res
+    if must_be_idle or not isinstance(obs.nvml, NvmlSnapshot):
+        return res
+    # Outside the idle phases processes are expected: report them, do not judge them.
+    busy = {str(g.index): [p.pid for p in g.processes] for g in obs.nvml.gpus if g.processes}
+    if not busy:
+        return dataclasses.replace(res, summary=res.summary.replace("checked", "idle"))
+    summary = f"{res.summary}; compute processes on GPU {', '.join(busy)} ({ctx.phase}: not judged)"
+    return dataclasses.replace(res, summary=summary, details={**res.details, "processes": busy})

@@ -61,13 +61,9 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
     if simulate:
         from nodehealth.probes import simnvml
 
-        module = simnvml.module_for(_scenario(simulate))
-    else:
-        try:
-            module = nvml.load_module()
-        except nvml.NvmlUnavailable as exc:
-            return ProbeError("nvml", exc.kind, str(exc))
-    return nvml.start(module, timeout_s, simulated=bool(simulate))
+        scenario = _scenario(simulate)
+        return nvml.start(lambda: simnvml.module_for(scenario), timeout_s, simulated=True)
+    return nvml.start(nvml.load_module, timeout_s)
 
 
 def _pci_gpus(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -88,10 +84,39 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
     return slurm.show_node(ctx.config.slurm.scontrol, ctx.node, min(timeout_s, ctx.config.slurm.timeout_s))
 
 
+def _memory(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host
+
+    return host.memory()
+
+
+def _mounts(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host
+
+    specs = getattr(ctx.config.checks["host_mounts"], "mounts", ())
+    return host.start_mounts([s.path for s in specs], timeout_s, ctx.config.paths.procfs_root)
+
+
+def _shared_dirs(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host
+
+    return host.start_shared_dirs(getattr(ctx.config.checks["host_shared_dir"], "paths", ()), timeout_s)
+
+
+def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host
+
+    return host.infiniband(ctx.config.paths.sysfs_root)
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
     "slurm_node": Probe("slurm_node", _slurm_node),
+    "memory": Probe("memory", _memory),
+    "mounts": Probe("mounts", _mounts, forks=True),
+    "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
+    "infiniband": Probe("infiniband", _infiniband),
 }
 
 

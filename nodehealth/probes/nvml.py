@@ -13,6 +13,7 @@ so both run the same probe. Vendor errors are translated here into our error kin
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import select
@@ -125,7 +126,7 @@ def load_module(simulate: str = "") -> ModuleType:
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-        raise NvmlUnavailable("unavailable", f"nvidia-ml-py is not installed ({exc})") from None
+        raise NvmlUnavailable("library_not_found", f"nvidia-ml-py is not installed ({exc})") from None
     return pynvml
 
 
@@ -279,7 +280,8 @@ class _Reader:
     def _fabric(self, handle: Any) -> dict[str, Any]:
         nv = self.nv
         info = nv.c_nvmlGpuFabricInfo_t()
-        if self.call("fabric", "nvmlDeviceGetGpuFabricInfo", handle, info) is None:
+        # pynvml hands the argument to the C function as is: it must be a pointer.
+        if self.call("fabric", "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
             return {"fabric_state": None, "fabric_status": None}
         status = int(info.status)
         return {
@@ -333,7 +335,11 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
         announce(("call", "nvmlSystemGetCudaDriverVersion"))
         cuda = _safe(nv, nv.nvmlSystemGetCudaDriverVersion)
         announce(("call", "nvmlDeviceGetCount"))
-        count = int(nv.nvmlDeviceGetCount())
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as exc:
+            announce(("unavailable", (error_kind(nv, exc), f"nvmlDeviceGetCount: {exc}")))
+            return
         announce(("header", {"driver_version": None if driver is None else _text(driver),
                              "cuda_driver_version": cuda, "device_count": count}))
         for index in range(count):
@@ -396,9 +402,13 @@ class PendingProbe:
                          simulated=self.simulated)
 
 
-def start(nv: ModuleType, timeout_s: float, simulated: bool = False,
+def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = False,
           clock: Callable[[], float] = time.monotonic) -> PendingProbe:
-    """Fork the reader. Call it before starting other threads (fork copies only this one)."""
+    """Fork the reader. Call it before starting other threads (fork copies only this one).
+
+    ``loader`` runs in the child and returns the NVML module: pynvml is imported (and
+    libnvidia-ml loaded) there, never in the caller.
+    """
     rfd, wfd = os.pipe()
     started = clock()
     pid = os.fork()
@@ -409,7 +419,13 @@ def start(nv: ModuleType, timeout_s: float, simulated: bool = False,
             os.setpgid(0, 0)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            read_node(nv, lambda frame: _send(wfd, frame))
+            send: Callable[[Any], None] = lambda frame: _send(wfd, frame)  # noqa: E731
+            try:
+                nv = loader()
+            except NvmlUnavailable as exc:
+                send(("unavailable", (exc.kind, str(exc))))
+            else:
+                read_node(nv, send)
         except BaseException as exc:  # noqa: BLE001 - report anything, then exit
             try:
                 _send(wfd, ("crash", f"{type(exc).__name__}: {exc}"))
