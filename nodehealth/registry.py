@@ -24,6 +24,10 @@ from nodehealth.checks import (
     gpu_remapped_rows,
     gpu_retired_pages,
     gpu_temperature,
+    host_infiniband,
+    host_memory,
+    host_mounts,
+    host_shared_dir,
     nvml,
 )
 from nodehealth.checks.base import CheckSettings
@@ -81,6 +85,11 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_processes",       gpu_processes,       _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("host_memory",         host_memory,         ("memory",),   ALL,    True,   "cheap"),
+    CheckSpec("host_mounts",         host_mounts,         ("mounts",),   ALL,    True,   "cheap"),
+    # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
+    CheckSpec("host_shared_dir",     host_shared_dir,     ("shared_dirs",), ALL, True,   "cheap"),
+    CheckSpec("host_infiniband",     host_infiniband,     ("infiniband",), ALL,  True,   "cheap"),
 )
 
 BY_NAME: dict[str, CheckSpec] = {spec.name: spec for spec in CHECKS}
