@@ -10,6 +10,7 @@ problem in the file is a ``ScenarioError`` naming the file and the key.
 
 from __future__ import annotations
 
+import ctypes
 import re
 import sys
 import time
@@ -108,12 +109,15 @@ class NVMLError(Exception):
         return _ERROR_TEXT.get(self.value, f"NVML error {self.value}")
 
 
-class c_nvmlGpuFabricInfo_t:  # noqa: N801 - pynvml's name
-    def __init__(self) -> None:
-        self.clusterUuid = b""
-        self.status = NVML_SUCCESS
-        self.cliqueId = 0
-        self.state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # noqa: N801 - pynvml's name and layout
+    """Zero-initialised like pynvml's: status NVML_SUCCESS, state NOT_SUPPORTED."""
+
+    _fields_ = [  # noqa: RUF012 - ctypes' own attribute
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
 
 
 # --------------------------------------------------------------------------- the scenario
@@ -248,6 +252,12 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             raise err(f"{where}fabric.state", f"unknown state (known: {', '.join(FABRIC_STATES)})")
         for call in values.get("unsupported", []):
             _call_name({"call": call}, f"{where}unsupported", err)
+        for n, proc in enumerate(values["processes"]):
+            if "pid" not in proc:
+                raise err(f"{where}processes[{n}].pid", "missing (each process needs a pid)")
+        for n, entry in enumerate(values["nvlink"].get("errors", [])):
+            if "link" not in entry:
+                raise err(f"{where}nvlink.errors[{n}].link", "missing (which link the counters are for)")
         gpus.append(SimGpu(i, values, bool(values.get("missing", False)), frozenset(values.get("unsupported", []))))
 
     faults = raw.get("faults", {})
@@ -528,11 +538,16 @@ def module_for(scenario: Scenario) -> types.ModuleType:
                 return int(entry.get(name, 0))
         return int(nv.get(name, 0))
 
-    def nvmlDeviceGetGpuFabricInfo(device: _Handle, gpuFabricInfo: c_nvmlGpuFabricInfo_t) -> int:  # noqa: N803
+    def nvmlDeviceGetGpuFabricInfo(device: _Handle, gpuFabricInfo: Any) -> int:  # noqa: N803
         sim.enter("nvmlDeviceGetGpuFabricInfo", device)
+        # Like the C API behind pynvml, this wants a pointer: ctypes.byref(info) or pointer(info).
+        info = getattr(gpuFabricInfo, "_obj", None) or getattr(gpuFabricInfo, "contents", None)
+        if not isinstance(info, c_nvmlGpuFabricInfo_t):
+            raise TypeError("nvmlDeviceGetGpuFabricInfo: pass ctypes.byref(c_nvmlGpuFabricInfo_t()), "
+                            f"not {type(gpuFabricInfo).__name__}")
         fabric = v(device, "fabric")
-        gpuFabricInfo.state = FABRIC_STATES[fabric.get("state", "completed")]
-        gpuFabricInfo.status = int(fabric.get("status", 0))
+        info.state = FABRIC_STATES[fabric.get("state", "completed")]
+        info.status = int(fabric.get("status", 0))
         return NVML_SUCCESS
 
     def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[_Process]:
