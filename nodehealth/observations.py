@@ -9,7 +9,10 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from nodehealth.xid.events import XidEvent
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,64 @@ class IbPort:
     error: Optional[str] = None  # a sysfs value was missing or malformed
 
 
+# --------------------------------------------------------------------------- XID watch
+
+
+@dataclass(frozen=True)
+class JobLedgerEntry:
+    """One Slurm job as the job ledger records it (``nodehealth.probes.xid_attribution``).
+
+    ``gpus``: NVML indices of the job's GPUs; None when the ledger did not say (then the job
+    is taken to cover every GPU of the node). ``start``/``end``: Unix seconds; ``end`` None
+    while the job runs.
+    """
+
+    job_id: str
+    start: float
+    end: Optional[float] = None
+    user: Optional[str] = None
+    gpus: Optional[tuple[int, ...]] = None
+
+
+@dataclass(frozen=True)
+class XidRecord:
+    """One XID event kept in the per-boot event store.
+
+    ``event`` is judged (severity, action, mnemonic) with the configured catalog; its
+    ``job_id`` is set when the blamed process was alive when the event was read. ``at``:
+    Unix seconds the event happened (boot time + the record's uptime), else when it was read.
+    ``current_boot``: False for an event of an earlier boot that a reboot does not clear.
+    """
+
+    event: XidEvent
+    boot_id: str
+    at: Optional[float]
+    current_boot: bool = True
+
+
+@dataclass(frozen=True)
+class XidObservation:
+    """The XID events this node has had, from the event store after reading the kernel log.
+
+    ``records``: this boot's events, plus earlier boots' drain-class events that a reboot
+    does not clear (action other than reboot / reset_gpu), oldest first. ``complete``: False
+    when the kernel log could not be read to its end before the deadline (the events read so
+    far are kept). ``ledger``: job-ledger entries that may name the job of an event.
+    ``gathered_at``: Unix seconds; windows are measured back from it.
+    """
+
+    boot_id: str
+    records: tuple[XidRecord, ...]
+    gathered_at: float
+    source: str
+    complete: bool = True
+    kmsg_seq: Optional[int] = None
+    skipped_lines: int = 0
+    last_clear: Optional[float] = None
+    ledger: tuple[JobLedgerEntry, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 # --------------------------------------------------------------------------- the bundle
 
 
@@ -228,3 +289,4 @@ class Observations:
     mounts: "tuple[MountObservation, ...] | ProbeError | None" = None
     shared_dirs: "tuple[SharedDirObservation, ...] | ProbeError | None" = None
     infiniband: "tuple[IbPort, ...] | ProbeError | None" = None
+    xid: "XidObservation | ProbeError | None" = None

@@ -24,6 +24,7 @@ from nodehealth.checks import (
     gpu_remapped_rows,
     gpu_retired_pages,
     gpu_temperature,
+    gpu_xid,
     host_infiniband,
     host_memory,
     host_mounts,
@@ -85,6 +86,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_processes",       gpu_processes,       _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_xid",             gpu_xid,             ("xid", "nvml"), ALL,  True,   "cheap"),
     CheckSpec("host_memory",         host_memory,         ("memory",),   ALL,    True,   "cheap"),
     CheckSpec("host_mounts",         host_mounts,         ("mounts",),   ALL,    True,   "cheap"),
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.

@@ -1,7 +1,9 @@
 """``nodehealth xid``: scan a kernel log for XIDs, explain an XID.
 
-    nodehealth xid scan [--from FILE|-] [--format text|json]
+    nodehealth xid scan [--from FILE|-|--journal] [--format text|json] [--config FILE] [--no-nvml]
     nodehealth xid explain N [--format text|json]
+    nodehealth xid watch [--config FILE] [--format text|json]
+    nodehealth xid clear [--config FILE] [--state-dir DIR]
 
 Exit codes: 0 success (whether or not XIDs were found), 2 usage error or unreadable input.
 """
@@ -9,11 +11,15 @@ Exit codes: 0 success (whether or not XIDs were found), 2 usage error or unreada
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import signal
 import sys
-from collections.abc import Iterator
-from typing import IO, Any, Optional
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
 from nodehealth.probes.kernel_log import (
     KMSG_PATH,
@@ -23,8 +29,12 @@ from nodehealth.probes.kernel_log import (
     scan,
     split_lines,
 )
+from nodehealth.xid.attribution import attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
+
+if TYPE_CHECKING:
+    from nodehealth.config import Config
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -39,7 +49,7 @@ def register(subparsers: Any) -> None:
         help="find GPU XID errors in a kernel log; explain an XID",
         description="Find GPU XID errors in a kernel log, or explain what an XID means.",
     )
-    sub = parser.add_subparsers(dest="xid_command", metavar="{scan,explain}")
+    sub = parser.add_subparsers(dest="xid_command", metavar="{scan,explain,watch,clear}")
     sub.required = True
 
     scan_p = sub.add_parser(
@@ -53,9 +63,36 @@ def register(subparsers: Any) -> None:
                         help="read this file ('-' for standard input) instead of /dev/kmsg")
     scan_p.add_argument("--kmsg", default=KMSG_PATH, metavar="PATH",
                         help="kernel log device to read when --from is not given (default: %(default)s)")
+    scan_p.add_argument("--journal", action="store_true",
+                        help="read this boot's kernel messages from journald (needs python3-systemd)")
     scan_p.add_argument("--format", choices=("text", "json"), default="text",
                         help="text lines, or one JSON object per line (default: %(default)s)")
+    _config_args(scan_p)
+    scan_p.add_argument("--no-nvml", action="store_true",
+                        help="do not ask NVML for GPU indices and UUIDs")
     scan_p.set_defaults(func=run_scan)
+
+    watch_p = sub.add_parser(
+        "watch",
+        help="follow the kernel log into the XID event store, printing each new event",
+        description="Follow the kernel log (the [checks.gpu_xid] kmsg_path, /dev/kmsg by default) "
+        "from the event store's position: this boot's backlog first, then new records as they "
+        "come, until interrupted. Each new event is recorded in the store the gpu_xid check reads.",
+    )
+    watch_p.add_argument("--format", choices=("text", "json"), default="text",
+                         help="text lines, or one JSON object per line (default: %(default)s)")
+    _config_args(watch_p)
+    watch_p.set_defaults(func=run_watch)
+
+    clear_p = sub.add_parser(
+        "clear",
+        help="forget the recorded XID events (after the GPU was repaired or reset)",
+        description="Read what the kernel log holds into the event store, then forget every "
+        "recorded XID event, so the gpu_xid check passes again. For faults a reboot does not "
+        "clear (action inspect), and for a GPU reset without a reboot.",
+    )
+    _config_args(clear_p)
+    clear_p.set_defaults(func=run_clear)
 
     explain_p = sub.add_parser(
         "explain",
@@ -66,6 +103,53 @@ def register(subparsers: Any) -> None:
     explain_p.add_argument("--format", choices=("text", "json"), default="text",
                            help="output format (default: %(default)s)")
     explain_p.set_defaults(func=run_explain)
+
+
+def _config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)")
+    parser.add_argument("--state-dir", metavar="DIR", default=None,
+                        help="where the XID event store lives (default: [paths] state_dir)")
+
+
+def _config(command: str, args: argparse.Namespace) -> Optional[Config]:
+    from nodehealth.commands.common import UsageError, load_config
+
+    try:
+        cfg = load_config(args)
+    except UsageError as exc:
+        _error(command, str(exc))
+        return None
+    if getattr(args, "state_dir", None):
+        cfg = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, state_dir=args.state_dir))
+    return cfg
+
+
+def _store(cfg: Config) -> Any:
+    from nodehealth.probes import xid_store
+
+    settings = cfg.checks.get("gpu_xid")
+    return xid_store.XidStore(
+        cfg.paths.state_dir, cfg.paths.procfs_root, getattr(settings, "kmsg_path", KMSG_PATH),
+        tuple(getattr(settings, "severity_overrides", ())),
+        getattr(settings, "store_max_events", xid_store.DEFAULT_MAX_EVENTS),
+        getattr(settings, "kernel_facility_only", False))
+
+
+_NVML_TIMEOUT_S = 5.0
+
+
+def _gpus(cfg: Config) -> Mapping[str, tuple[int, Optional[str]]]:
+    """PCI address → (NVML index, UUID) from a bounded NVML probe; empty when NVML does not answer."""
+    from nodehealth.observations import NvmlSnapshot
+    from nodehealth.probes import PROBES, ProbeContext, ProbeSetupError
+
+    try:
+        pending = PROBES["nvml"].gather(ProbeContext(config=cfg, node=""), _NVML_TIMEOUT_S)
+    except ProbeSetupError:
+        return {}
+    snap = pending.collect() if hasattr(pending, "collect") else pending
+    return gpu_map(snap.gpus) if isinstance(snap, NvmlSnapshot) else {}
 
 
 def _xid_number(text: str) -> int:
@@ -103,17 +187,35 @@ def run_scan(args: argparse.Namespace) -> int:
     catalog = _load("scan")
     if catalog is None:
         return EXIT_USAGE
+    cfg = _config("scan", args)
+    if cfg is None:
+        return EXIT_USAGE
+    if args.journal and args.source is not None:
+        return _error("scan", "--journal and --from cannot be combined")
+    gpus: Mapping[str, tuple[int, Optional[str]]] = {} if args.no_nvml else _gpus(cfg)
+    # The blamed process and the job ledger describe this node's current boot: only its own
+    # live log (kmsg, journal) is matched against them.
+    live = args.source is None
     stats = ScanStats()
     out = sys.stdout
     try:
-        if args.source is None:
-            lines: Iterator[bytes] = read_kmsg_backlog(args.kmsg)
-            _emit(scan(lines, stats), catalog, args.format, out)
+        if args.journal:
+            from nodehealth.probes.xid_source import journal_lines
+
+            lines: Iterable[bytes] = journal_lines()
+        elif args.source is None:
+            lines = read_kmsg_backlog(args.kmsg)
         elif args.source == "-":
-            _emit(scan(split_lines(_file_chunks(sys.stdin.buffer)), stats), catalog, args.format, out)
+            lines = split_lines(_file_chunks(sys.stdin.buffer))
         else:
-            with open(args.source, "rb") as fh:
-                _emit(scan(split_lines(_file_chunks(fh)), stats), catalog, args.format, out)
+            fh = open(args.source, "rb")  # noqa: SIM115 - closed below
+            lines = split_lines(_file_chunks(fh))
+        attribute_fn = _attributor(cfg, gpus, live)
+        try:
+            _emit(scan(lines, stats), catalog, args.format, out, attribute_fn)
+        finally:
+            if args.source not in (None, "-") and not args.journal:
+                fh.close()
     except KernelLogUnavailable as exc:
         return _error("scan", str(exc))
     except BrokenPipeError:
@@ -130,14 +232,83 @@ def run_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _emit(events: Iterator[XidEvent], catalog: Catalog, fmt: str, out: IO[str]) -> None:
+Attributor = Callable[[XidEvent], XidEvent]
+
+
+def _attributor(cfg: Config, gpus: Mapping[str, tuple[int, Optional[str]]], live: bool) -> Attributor:
+    """GPU index/UUID from NVML; for this node's live log also the job (live process, ledger)."""
+    if not live:
+        return lambda event: attribute(event, gpus)
+    from nodehealth.probes.xid_attribution import live_job, read_ledger
+    from nodehealth.probes.xid_source import boot_time
+
+    btime = boot_time(cfg.paths.procfs_root)
+    ledger = read_ledger(cfg.paths.state_dir)
+
+    def fn(event: XidEvent) -> XidEvent:
+        if event.pid is not None and event.job_id is None:
+            job = live_job(event.pid, cfg.paths.procfs_root, event.uptime_s)
+            if job is not None:
+                event = dataclasses.replace(event, job_id=job)
+        at = btime + event.uptime_s if btime is not None and event.uptime_s is not None else None
+        return attribute(event, gpus, ledger, at)
+
+    return fn
+
+
+def _emit(events: Iterable[XidEvent], catalog: Catalog, fmt: str, out: IO[str],
+          attribute_fn: Optional[Attributor] = None) -> None:
     for event in events:
-        judged = enrich(event, catalog)
-        if fmt == "json":
-            out.write(json.dumps(judged.to_json(), sort_keys=False) + "\n")
-        else:
-            out.write(format_event(judged) + "\n")
+        judged = enrich(attribute_fn(event) if attribute_fn is not None else event, catalog)
+        _print_event(judged, fmt, out)
     out.flush()
+
+
+def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False) -> None:
+    if fmt == "json":
+        out.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
+    else:
+        out.write(format_event(event) + "\n")
+    if flush:
+        out.flush()
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    from nodehealth.probes.xid_store import StoreError
+
+    cfg = _config("watch", args)
+    if cfg is None:
+        return EXIT_USAGE
+    try:
+        store = _store(cfg)
+    except (OSError, ValueError) as exc:
+        return _error("watch", f"cannot load the XID catalog: {exc}")
+    gpus = _gpus(cfg)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        store.follow(stop, on_event=lambda record: _print_event(attribute(record.event, gpus), args.format,
+                                                                 sys.stdout, flush=True))
+    except (KernelLogUnavailable, StoreError) as exc:
+        return _error("watch", str(exc))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_OK
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    from nodehealth.probes.xid_store import StoreError, store_path
+
+    cfg = _config("clear", args)
+    if cfg is None:
+        return EXIT_USAGE
+    try:
+        store = _store(cfg)
+        total, drain = store.clear(deadline=time.monotonic() + 30)
+    except (OSError, ValueError, StoreError) as exc:
+        return _error("clear", str(exc))
+    print(f"cleared {total} XID event(s), {drain} of them drain-class, from {store_path(cfg.paths.state_dir)}")
+    return EXIT_OK
 
 
 def format_event(event: XidEvent) -> str:

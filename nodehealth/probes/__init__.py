@@ -109,10 +109,22 @@ def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
     return host.infiniband(ctx.config.paths.sysfs_root)
 
 
+def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import xid_store
+
+    settings = ctx.config.checks.get("gpu_xid")
+    return xid_store.gather(
+        ctx.config.paths.state_dir, ctx.config.paths.procfs_root,
+        getattr(settings, "kmsg_path", "/dev/kmsg"), tuple(getattr(settings, "severity_overrides", ())),
+        getattr(settings, "store_max_events", xid_store.DEFAULT_MAX_EVENTS),
+        getattr(settings, "kernel_facility_only", False), timeout_s)
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
     "slurm_node": Probe("slurm_node", _slurm_node),
+    "xid": Probe("xid", _xid),
     "memory": Probe("memory", _memory),
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),

@@ -64,7 +64,7 @@ class XidEvent:
       ``raw``: the line as read (trailing newline removed).
 
     Filled in by enrichment (None until then):
-      ``gpu``: NVML index of the GPU at ``pci``. ``job_id``: the Slurm job that was running
+      ``gpu``: NVML index of the GPU at ``pci``; ``gpu_uuid``: its NVML UUID. ``job_id``: the Slurm job that was running
       the blamed process or on that GPU. ``severity`` / ``action``: our verdict from the
       catalog (for XID 154, from the recovery action the driver names). ``mnemonic``: the
       catalog's short name for the XID.
@@ -82,6 +82,7 @@ class XidEvent:
     raw: str = ""
     gpu: Optional[int] = None
     job_id: Optional[str] = None
+    gpu_uuid: Optional[str] = None
     severity: Optional[Severity] = None
     action: Optional[Action] = None
     mnemonic: Optional[str] = None
@@ -92,6 +93,7 @@ class XidEvent:
             "xid": self.xid,
             "pci": self.pci,
             "gpu": self.gpu,
+            "gpu_uuid": self.gpu_uuid,
             "pid": self.pid,
             "process": self.process,
             "job_id": self.job_id,

@@ -1,0 +1,151 @@
+"""No drain-class XID since boot; application XIDs below their rate; the kernel log readable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
+from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
+from nodehealth.xid.attribution import attribute, gpu_map
+from nodehealth.xid.catalog import application_xid_bursts
+from nodehealth.xid.events import Severity
+
+DETAIL_EVENTS = 50  # the most recent events listed in the result's details
+
+
+@dataclass(frozen=True)
+class Settings(CheckSettings):
+    window_s: float = setting(
+        0.0, "FAIL on drain-class XIDs this recent; 0 = every one since boot (until a reboot clears "
+        "it, or `nodehealth xid clear`)", unit="s", min=0)
+    warning_window_s: float = setting(
+        86400.0, "WARN on warning-class XIDs this recent; 0 = every one since boot", unit="s",
+        min=0)
+    severity_overrides: tuple[str, ...] = setting(
+        (), "the site's severity per XID, \"XID=severity\" with severity application, warning or "
+        "drain, e.g. [\"63=drain\", \"94=application\"]; replaces the catalog's (docs/xid.md)")
+    application_max_events: int = setting(
+        20, "WARN when one GPU logs more application XIDs (13, 31, 43, 45) than this within "
+        "application_window_s", unit="events", min=0, max=100000)
+    application_window_s: float = setting(
+        3600.0, "window of the application-XID rate", unit="s", min=1)
+    kmsg_path: str = setting("/dev/kmsg", "kernel log device the XID watch reads")
+    kernel_facility_only: bool = setting(
+        False, "count only kernel-facility records of the kernel log (lines written to /dev/kmsg "
+        "from user space, as by tests, are then ignored)")
+    store_max_events: int = setting(
+        1000, "most XID events the event store keeps (oldest non-drain events go first)",
+        unit="events", min=10, max=100000)
+
+
+def _within(record: XidRecord, now: float, window_s: float) -> bool:
+    return window_s <= 0 or record.at is None or now - record.at <= window_s
+
+
+def _where(record: XidRecord) -> str:
+    ev = record.event
+    pci = ev.pci or "unknown PCI address"
+    return f"GPU {ev.gpu} ({pci})" if ev.gpu is not None else f"GPU {pci}"
+
+
+def _describe(records: Sequence[XidRecord]) -> str:
+    by_xid: dict[int, list[XidRecord]] = {}
+    for r in records:
+        by_xid.setdefault(r.event.xid, []).append(r)
+    parts = []
+    for xid, group in by_xid.items():
+        ev = group[-1].event
+        text = f"XID {xid}"
+        if ev.mnemonic and ev.mnemonic != "UNKNOWN":
+            text += f" {ev.mnemonic}"
+        if len(group) > 1:
+            text += f" x{len(group)}"
+        jobs = sorted({r.event.job_id for r in group if r.event.job_id is not None})
+        if jobs:
+            text += f" (job {', '.join(jobs)})"
+        if not any(r.current_boot for r in group):
+            text += " (earlier boot; `nodehealth xid clear` once repaired)"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _grouped(records: Sequence[XidRecord]) -> dict[str, list[XidRecord]]:
+    out: dict[str, list[XidRecord]] = {}
+    for r in records:
+        out.setdefault(_where(r), []).append(r)
+    return out
+
+
+def _findings(records: Sequence[XidRecord], status: Status) -> list[Finding]:
+    findings = []
+    for where, group in _grouped(records).items():
+        action = worst_action([r.event.action or Action.INSPECT for r in group])
+        findings.append(Finding(status, f"{where}: {_describe(group)}", action, group[-1].event.gpu))
+    return findings
+
+
+def _record_json(record: XidRecord) -> dict[str, Any]:
+    data = record.event.to_json()
+    data["boot_id"] = record.boot_id
+    data["at"] = record.at
+    data["current_boot"] = record.current_boot
+    return data
+
+
+def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    x = obs.xid
+    if x is None:
+        return result(ctx, Status.UNKNOWN, "the kernel log was not read")
+    if isinstance(x, ProbeError):
+        return result(ctx, Status.UNKNOWN, f"cannot watch XIDs: {x.message}", error_kind=x.kind)
+    return judge(x, obs.nvml, settings, ctx)
+
+
+def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Context) -> CheckResult:
+    """The verdict on one XID observation (GPU index and UUID from ``nvml`` when it is a snapshot)."""
+    gpus = gpu_map(nvml.gpus) if isinstance(nvml, NvmlSnapshot) else {}
+    records = [XidRecord(attribute(r.event, gpus, x.ledger, r.at), r.boot_id, r.at, r.current_boot)
+               for r in x.records]
+    now = x.gathered_at
+    this_boot = [r for r in records if r.current_boot]
+    drain = [r for r in records if r.event.severity == Severity.DRAIN and _within(r, now, settings.window_s)]
+    warning = [r for r in this_boot
+               if r.event.severity == Severity.WARNING and _within(r, now, settings.warning_window_s)]
+    app_xids = {r.event.xid for r in this_boot if r.event.severity == Severity.APPLICATION}
+    bursts = application_xid_bursts(
+        [r.event for r in this_boot], max_events=settings.application_max_events,
+        window_s=settings.application_window_s, application_xids=app_xids) if app_xids else []
+
+    findings = _findings(drain, Status.FAIL) + _findings(warning, Status.WARN)
+    gpu_by_pci = {pci: idx for pci, (idx, _) in gpus.items()}
+    for b in bursts:
+        where = f"GPU {gpu_by_pci[b.pci]} ({b.pci})" if b.pci in gpu_by_pci else f"GPU {b.pci or '(unnamed)'}"
+        xids = ", ".join(str(n) for n in b.xids)
+        findings.append(Finding(
+            Status.WARN, f"{where}: {b.count} application XIDs ({xids}) within {b.window_s:g} s "
+            f"(more than {b.max_events}): look at the jobs and the GPU", Action.INSPECT, gpu_by_pci.get(b.pci or "")))
+    if not x.complete:
+        why = x.notes[0] if x.notes else "the kernel log was not read to its end before the deadline"
+        findings.append(Finding(Status.UNKNOWN, f"kernel log not fully read: {why}"))
+
+    details: dict[str, Any] = {
+        "boot_id": x.boot_id,
+        "events_this_boot": len(this_boot),
+        "events_earlier_boots": len(records) - len(this_boot),
+        "drain_events": len(drain),
+        "kmsg_seq": x.kmsg_seq,
+        "last_clear": x.last_clear,
+        "events": [_record_json(r) for r in records[-DETAIL_EVENTS:]],
+    }
+    if x.notes:
+        details["notes"] = list(x.notes)
+    if x.skipped_lines:
+        details["skipped_lines"] = x.skipped_lines
+    if not this_boot:
+        ok = "no XID since boot"
+    else:
+        ok = f"{len(this_boot)} XID event(s) since boot, none needing action"
+    return fold(ctx.name, findings, ok, details)

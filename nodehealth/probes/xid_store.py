@@ -1,0 +1,499 @@
+"""The per-boot XID event store and the kernel-log follower that fills it.
+
+One small JSON file, ``<state_dir>/xid-events.json``, holds both the follower's position and
+the events (written whole, atomically: temp file, fsync, ``os.replace``; writers serialise on
+``xid-events.lock`` with ``flock``)::
+
+    {"format": 1,
+     "boot_id": "196c218f-...",      the boot the position belongs to
+     "kmsg_seq": 18234,              last /dev/kmsg record read in that boot (null: none yet)
+     "last_clear": 1718000000.0,     when `nodehealth xid clear` last ran (null: never)
+     "dropped": 0,                   events dropped to keep the file bounded
+     "events": [{"boot_id": ..., "at": ..., "recorded_at": ..., "xid": 79, "pci": "0000:3b:00",
+                 "kind": "xid", "pid": null, "process": null, "job_id": null, "message": ...,
+                 "time": ..., "uptime_s": ..., "seq": ..., "severity": "drain", "action": "reboot"},
+                ...]}
+
+Position: records with a sequence number at or below ``kmsg_seq`` are never reported again
+in the same boot; a different boot id starts from the beginning of the new boot's log.
+Keeping position and events in one file makes "event recorded" and "position advanced" one
+atomic step, and lets several readers (the daemon's follower, a prolog) share it without
+reporting an event twice: under the lock, only records after the stored position are added.
+
+Reboot: when the boot id changes, events of earlier boots are dropped, except drain-class
+events whose action a reboot does not fix (anything but ``reboot`` and ``reset_gpu``, i.e.
+``inspect``): those stay until an administrator runs ``nodehealth xid clear``. Severity and
+action are judged again with the configured catalog whenever the store is read, so a changed
+override applies to stored events too (the values in the file are for human readers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import functools
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from nodehealth.model import Action
+from nodehealth.observations import ProbeError, XidObservation, XidRecord
+from nodehealth.probes.kernel_log import KMSG_PATH, KernelLogUnavailable, ScanStats, _reason, scan
+from nodehealth.probes.xid_attribution import live_job, read_ledger
+from nodehealth.probes.xid_source import KmsgReader, boot_id, boot_time
+from nodehealth.xid.catalog import Catalog, enrich, load_catalog
+from nodehealth.xid.events import Severity, XidEvent
+
+STORE_FILE = "xid-events.json"
+LOCK_FILE = "xid-events.lock"
+FORMAT = 1
+DEFAULT_MAX_EVENTS = 1000
+MAX_MESSAGE_CHARS = 1000
+REBOOT_CLEARS = frozenset({Action.REBOOT, Action.RESET_GPU})
+
+_EVENT_KEYS = ("xid", "pci", "kind", "pid", "process", "job_id", "message", "time", "uptime_s", "seq")
+
+
+class StoreError(Exception):
+    """The event store cannot be locked, read or written; the message names the path."""
+
+
+@functools.lru_cache(maxsize=8)
+def catalog_for(overrides: tuple[str, ...] = ()) -> Catalog:
+    """The XID catalog with the site's ``"XID=severity"`` overrides (ValueError if malformed)."""
+    return load_catalog(overrides=parse_overrides(overrides))
+
+
+def parse_overrides(items: Iterable[str]) -> dict[int, str]:
+    """``("63=drain", "94=application")`` → ``{63: "drain", 94: "application"}``."""
+    out: dict[int, str] = {}
+    for item in items:
+        xid, sep, severity = item.partition("=")
+        if not sep or not xid.strip().isdigit():
+            raise ValueError(f"severity override {item!r}: expected \"XID=severity\", e.g. \"63=drain\"")
+        out[int(xid.strip())] = severity.strip()
+    return out
+
+
+# --------------------------------------------------------------------------- the file
+
+
+@dataclass
+class StoreState:
+    """The store file's content, in memory."""
+
+    boot_id: Optional[str] = None
+    kmsg_seq: Optional[int] = None
+    last_clear: Optional[float] = None
+    dropped: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "boot_id": self.boot_id, "kmsg_seq": self.kmsg_seq,
+                "last_clear": self.last_clear, "dropped": self.dropped, "events": self.events}
+
+
+def store_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STORE_FILE)
+
+
+def load_state(state_dir: str) -> tuple[StoreState, tuple[str, ...]]:
+    """The stored state (empty when there is none) and notes about anything unusable in it.
+
+    A file that is not a valid store (truncated, hand-edited) is replaced by an empty one at
+    the next write, and the note says so; it never stops the watch. Raises ``StoreError``
+    when the file exists but cannot be read.
+    """
+    path = store_path(state_dir)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return StoreState(), ()
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return StoreState(), (f"{path} was not valid JSON; starting a new event store",)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return StoreState(), (f"{path} is not an event store of format {FORMAT}; starting a new one",)
+    events = [e for e in data.get("events") or [] if _valid_stored(e)]
+    seq = data.get("kmsg_seq")
+    clear = data.get("last_clear")
+    boot = data.get("boot_id")
+    dropped = data.get("dropped")
+    return StoreState(
+        boot_id=boot if isinstance(boot, str) else None,
+        kmsg_seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        last_clear=float(clear) if isinstance(clear, (int, float)) and not isinstance(clear, bool) else None,
+        dropped=dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0,
+        events=events,
+    ), ()
+
+
+def _valid_stored(item: Any) -> bool:
+    return (isinstance(item, dict) and isinstance(item.get("xid"), int) and not isinstance(item.get("xid"), bool)
+            and isinstance(item.get("boot_id"), str))
+
+
+def save_state(state_dir: str, state: StoreState) -> None:
+    """Write the state atomically (temp file in the same directory, fsync, rename)."""
+    path = store_path(state_dir)
+    data = json.dumps(state.to_json(), separators=(",", ":")).encode()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".xid-events.", suffix=".tmp", dir=state_dir)
+    except OSError as exc:
+        raise StoreError(f"cannot write in {state_dir}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def locked(state_dir: str, deadline: Optional[float] = None) -> Iterator[None]:
+    """Hold the store's lock; ``deadline`` (monotonic) bounds the wait (StoreError after it)."""
+    try:
+        os.makedirs(state_dir, mode=0o755, exist_ok=True)
+        fd = os.open(os.path.join(state_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open the event store lock in {state_dir}: {exc.strerror or exc}") from None
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise StoreError(f"cannot lock the event store in {state_dir}: {exc.strerror}") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise StoreError(f"the event store in {state_dir} stayed locked past the deadline") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+# --------------------------------------------------------------------------- pure state changes
+
+
+def stored_event(d: dict[str, Any]) -> XidEvent:
+    """The (unjudged) event a stored dict describes."""
+    kw = {k: d.get(k) for k in _EVENT_KEYS}
+    return XidEvent(
+        xid=int(d["xid"]), pci=kw["pci"] if isinstance(kw["pci"], str) else None,
+        kind=kw["kind"] if isinstance(kw["kind"], str) else "xid",
+        pid=kw["pid"] if isinstance(kw["pid"], int) else None,
+        process=kw["process"] if isinstance(kw["process"], str) else None,
+        message=kw["message"] if isinstance(kw["message"], str) else "",
+        time=kw["time"] if isinstance(kw["time"], str) else None,
+        uptime_s=float(kw["uptime_s"]) if isinstance(kw["uptime_s"], (int, float)) else None,
+        seq=kw["seq"] if isinstance(kw["seq"], int) else None,
+        job_id=str(kw["job_id"]) if kw["job_id"] is not None else None,
+    )
+
+
+def _at(d: dict[str, Any]) -> Optional[float]:
+    at = d.get("at")
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+
+
+def judged(d: dict[str, Any], catalog: Catalog) -> XidEvent:
+    return enrich(stored_event(d), catalog)
+
+
+def roll_boot(state: StoreState, current_boot: str, catalog: Catalog) -> int:
+    """Start a new boot in ``state`` if the boot id changed; returns the drain events cleared.
+
+    Kept: drain-class events of earlier boots whose action a reboot does not fix.
+    """
+    if state.boot_id == current_boot:
+        return 0
+    kept: list[dict[str, Any]] = []
+    cleared = 0
+    for d in state.events:
+        if d["boot_id"] == current_boot:
+            kept.append(d)
+            continue
+        ev = judged(d, catalog)
+        if ev.severity == Severity.DRAIN:
+            if ev.action in REBOOT_CLEARS:
+                cleared += 1
+            else:
+                kept.append(d)
+    state.events = kept
+    state.boot_id = current_boot
+    state.kmsg_seq = None
+    return cleared
+
+
+def add_events(state: StoreState, events: Iterable[tuple[XidEvent, Optional[float], float]],
+               catalog: Catalog, max_events: int = DEFAULT_MAX_EVENTS) -> int:
+    """Append ``(event, at, recorded_at)`` to this boot's events; returns how many were new.
+
+    An event with a kmsg sequence number at or below the stored position is already in the
+    store (another reader got there first) and is skipped. The store keeps at most
+    ``max_events``: the oldest non-drain events go first, then the oldest.
+    """
+    assert state.boot_id is not None
+    added = 0
+    for event, at, recorded_at in events:
+        if event.seq is not None and state.kmsg_seq is not None and event.seq <= state.kmsg_seq:
+            continue
+        ev = enrich(event, catalog)
+        state.events.append({
+            "boot_id": state.boot_id,
+            "at": at,
+            "recorded_at": recorded_at,
+            "xid": ev.xid, "pci": ev.pci, "kind": ev.kind, "pid": ev.pid, "process": ev.process,
+            "job_id": ev.job_id, "message": ev.message[:MAX_MESSAGE_CHARS], "time": ev.time,
+            "uptime_s": ev.uptime_s, "seq": ev.seq,
+            "severity": ev.severity.value if ev.severity else None,
+            "action": ev.action.value if ev.action else None,
+        })
+        added += 1
+    _bound(state, catalog, max_events)
+    return added
+
+
+def _bound(state: StoreState, catalog: Catalog, max_events: int) -> None:
+    excess = len(state.events) - max_events
+    if excess <= 0:
+        return
+    drop: set[int] = set()
+    for i, d in enumerate(state.events):
+        if len(drop) == excess:
+            break
+        if judged(d, catalog).severity != Severity.DRAIN:
+            drop.add(i)
+    for i in range(len(state.events)):
+        if len(drop) == excess:
+            break
+        drop.add(i)
+    state.events = [d for i, d in enumerate(state.events) if i not in drop]
+    state.dropped += excess
+
+
+def clear_events(state: StoreState, catalog: Catalog, now: float) -> tuple[int, int]:
+    """Forget every stored event (all boots); returns (events, drain-class events) cleared."""
+    total = len(state.events)
+    drain = sum(1 for d in state.events if judged(d, catalog).severity == Severity.DRAIN)
+    state.events = []
+    state.last_clear = now
+    return total, drain
+
+
+# --------------------------------------------------------------------------- reading the log into the store
+
+
+def _check_readable(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise KernelLogUnavailable(_reason(path, exc)) from None
+    os.close(fd)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    state: StoreState
+    boot_id: str
+    added: int
+    complete: bool
+    skipped_lines: int
+    notes: tuple[str, ...]
+
+
+class XidStore:
+    """The event store of one node, and the ways to fill it from the kernel log.
+
+    ``now`` is the Unix clock (injectable for tests). ``kernel_only`` keeps only kernel-
+    facility kmsg records (off by default: test lines written to /dev/kmsg are user facility).
+    """
+
+    def __init__(self, state_dir: str, procfs_root: str = "/proc", kmsg_path: str = KMSG_PATH,
+                 overrides: tuple[str, ...] = (), max_events: int = DEFAULT_MAX_EVENTS,
+                 kernel_only: bool = False, now: Callable[[], float] = time.time) -> None:
+        self.state_dir = state_dir
+        self.procfs_root = procfs_root
+        self.kmsg_path = kmsg_path
+        self.catalog = catalog_for(tuple(overrides))
+        self.max_events = max_events
+        self.kernel_only = kernel_only
+        self.now = now
+
+    # -- one-shot -------------------------------------------------------------------------
+
+    def sync(self, deadline: Optional[float] = None) -> SyncResult:
+        """Read the kernel log from the stored position to its end (or ``deadline``) into the
+        store. Raises ``KernelLogUnavailable`` (no boot id, unreadable log) or ``StoreError``.
+        """
+        current = boot_id(self.procfs_root)
+        _check_readable(self.kmsg_path)
+        with locked(self.state_dir, deadline):
+            state, notes = load_state(self.state_dir)
+            before = json.dumps(state.to_json())
+            cleared = roll_boot(state, current, self.catalog)
+            if cleared:
+                notes += (f"the reboot cleared {cleared} drain-class event(s) of an earlier boot",)
+            reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only)
+            stats = ScanStats()
+            try:
+                found = list(scan(reader.lines(deadline=deadline), stats))
+            except KernelLogUnavailable as exc:
+                if before != json.dumps(state.to_json()):
+                    save_state(self.state_dir, state)
+                raise KernelLogUnavailable(str(exc)) from None
+            added = add_events(state, self._stamped(found), self.catalog, self.max_events)
+            if reader.last_seq is not None:
+                state.kmsg_seq = max(reader.last_seq, state.kmsg_seq or -1)
+            if reader.lost:
+                notes += (f"{reader.lost} kernel-log record(s) were overwritten before they could be read",)
+            if before != json.dumps(state.to_json()):
+                save_state(self.state_dir, state)
+        return SyncResult(state, current, added, reader.complete, stats.skipped, notes)
+
+    def _stamped(self, events: Iterable[XidEvent]) -> Iterator[tuple[XidEvent, Optional[float], float]]:
+        btime = boot_time(self.procfs_root)
+        for event in events:
+            now = self.now()
+            at = btime + event.uptime_s if btime is not None and event.uptime_s is not None else now
+            if event.pid is not None and event.job_id is None:
+                job = live_job(event.pid, self.procfs_root, event.uptime_s)
+                if job is not None:
+                    event = dataclasses.replace(event, job_id=job)
+            yield event, at, now
+
+    def clear(self, deadline: Optional[float] = None) -> tuple[int, int]:
+        """Read what the kernel log has (when readable), then forget every stored event.
+
+        Reading first moves the position past the events being cleared, so they do not come
+        back on the next read. Returns (events, drain-class events) cleared.
+        """
+        with contextlib.suppress(KernelLogUnavailable):
+            self.sync(deadline)
+        with locked(self.state_dir, deadline):
+            state, _ = load_state(self.state_dir)
+            counts = clear_events(state, self.catalog, self.now())
+            save_state(self.state_dir, state)
+        return counts
+
+    def observation(self, result: Optional[SyncResult] = None, note: Optional[str] = None,
+                    gathered_at: Optional[float] = None) -> XidObservation:
+        """What the store holds now, judged, as the ``xid`` probe's observation.
+
+        Without a ``result`` (the kernel log could not be read) the stored state is used as
+        it is, ``complete`` is False and ``note`` says why.
+        """
+        notes: tuple[str, ...] = ()
+        if result is not None:
+            state, current, complete, skipped = result.state, result.boot_id, result.complete, result.skipped_lines
+            notes = result.notes
+        else:
+            current = boot_id(self.procfs_root)
+            state, notes = load_state(self.state_dir)
+            if state.boot_id != current:
+                roll_boot(state, current, self.catalog)
+            complete, skipped = False, 0
+        if note:
+            notes = (note, *notes)
+        records = tuple(
+            XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=_at(d),
+                      current_boot=d["boot_id"] == current)
+            for d in state.events)
+        ledger = read_ledger(self.state_dir) if any(r.event.job_id is None for r in records) else ()
+        return XidObservation(
+            boot_id=current, records=records, gathered_at=gathered_at if gathered_at is not None else self.now(),
+            source=self.kmsg_path, complete=complete, kmsg_seq=state.kmsg_seq, skipped_lines=skipped,
+            last_clear=state.last_clear, ledger=ledger, notes=notes)
+
+    # -- follow ---------------------------------------------------------------------------
+
+    def follow(self, stop: threading.Event, on_event: Optional[Callable[[XidRecord], None]] = None,
+               save_interval_s: float = 5.0, poll_s: float = 0.25) -> None:
+        """Follow the kernel log into the store until ``stop`` is set.
+
+        Starts from the stored position (reading the backlog of this boot first), records
+        each event as it is read, and saves the position at least every ``save_interval_s``
+        while lines arrive. ``on_event`` gets each newly stored event, judged.
+        Raises ``KernelLogUnavailable`` or ``StoreError`` when it cannot start.
+        """
+        current = boot_id(self.procfs_root)
+        with locked(self.state_dir):
+            state, _ = load_state(self.state_dir)
+            roll_boot(state, current, self.catalog)
+            save_state(self.state_dir, state)
+        reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, poll_s=poll_s)
+        saved_seq = state.kmsg_seq
+        last_save = time.monotonic()
+
+        def lines() -> Iterator[bytes]:
+            nonlocal last_save, saved_seq
+            for line in reader.lines(follow=True, stop=stop):
+                yield line
+                if reader.last_seq != saved_seq and time.monotonic() - last_save >= save_interval_s:
+                    self._record([], reader.last_seq)
+                    saved_seq, last_save = reader.last_seq, time.monotonic()
+
+        try:
+            for event in scan(lines()):
+                for record in self._record([event], reader.last_seq):
+                    if on_event is not None:
+                        on_event(record)
+                saved_seq, last_save = reader.last_seq, time.monotonic()
+        finally:
+            if reader.last_seq != saved_seq:
+                with contextlib.suppress(StoreError):
+                    self._record([], reader.last_seq)
+
+    def _record(self, events: list[XidEvent], last_seq: Optional[int]) -> list[XidRecord]:
+        with locked(self.state_dir):
+            state, _ = load_state(self.state_dir)
+            current = boot_id(self.procfs_root)
+            roll_boot(state, current, self.catalog)
+            added = add_events(state, self._stamped(events), self.catalog, self.max_events)
+            new = state.events[-added:] if added else []
+            if last_seq is not None:
+                state.kmsg_seq = max(last_seq, state.kmsg_seq or -1)
+            save_state(self.state_dir, state)
+        return [XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=_at(d)) for d in new]
+
+
+# --------------------------------------------------------------------------- the "xid" probe
+
+
+def gather(state_dir: str, procfs_root: str, kmsg_path: str, overrides: tuple[str, ...], max_events: int,
+           kernel_only: bool, timeout_s: float) -> Any:
+    """The ``xid`` probe: read the kernel log since the stored position, update the store,
+    and return this boot's events (``XidObservation``) or a ``ProbeError``."""
+    deadline = time.monotonic() + max(0.0, timeout_s - 0.05)
+    try:
+        store = XidStore(state_dir, procfs_root, kmsg_path, overrides, max_events, kernel_only)
+    except (OSError, ValueError) as exc:
+        return ProbeError("xid", "invalid", f"XID catalog: {exc}")
+    try:
+        return store.observation(store.sync(deadline))
+    except KernelLogUnavailable as exc:
+        reason = str(exc)
+        kind = "permission" if "root" in reason or "Permission" in reason else "unavailable"
+    except StoreError as exc:
+        return ProbeError("xid", "error", f"XID event store: {exc}")
+    # The log cannot be read: what the store already holds (from the daemon) still counts.
+    try:
+        return store.observation(note=reason)
+    except (StoreError, KernelLogUnavailable):
+        return ProbeError("xid", kind, reason)
