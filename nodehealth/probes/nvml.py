@@ -103,6 +103,7 @@ NVML_CONSTANTS = (
 NVML_CLASSES = ("NVMLError", "c_nvmlGpuFabricInfo_t")
 
 _FRAME = struct.Struct("!I")
+SHUTDOWN_GRACE_S = 0.2
 
 
 class NvmlUnavailable(Exception):
@@ -113,16 +114,8 @@ class NvmlUnavailable(Exception):
         self.kind = kind
 
 
-def load_module(simulate: str = "") -> ModuleType:
-    """pynvml, or the stand-in loaded with ``simulate``'s scenario.
-
-    Raises NvmlUnavailable when nvidia-ml-py is not installed, and
-    ``simnvml.ScenarioError`` for a bad scenario file.
-    """
-    if simulate:
-        from nodehealth.probes import simnvml
-
-        return simnvml.load(simulate)
+def load_module() -> ModuleType:
+    """pynvml (nvidia-ml-py); NvmlUnavailable when it is not installed. Runs in the child."""
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
@@ -390,7 +383,12 @@ class PendingProbe:
                 if not chunk:
                     eof = True
                 buf += chunk
-                frames.extend(_take_frames(buf))
+                new = _take_frames(buf)
+                frames.extend(new)
+                if any(frame[0] == "end" for frame in new):
+                    # Everything is read; only nvmlShutdown is left. Give it a moment, not the
+                    # rest of the deadline: a shutdown that hangs changes nothing we report.
+                    deadline = min(deadline, clock() + SHUTDOWN_GRACE_S)
         finally:
             os.close(self.fd)
         elapsed = clock() - self.started
@@ -398,7 +396,8 @@ class PendingProbe:
             _abandon(self.pid)
         else:
             _reap(self.pid)
-        return _assemble(frames, complete=eof, elapsed=elapsed, timeout_s=self.timeout_s,
+        ended = any(frame[0] == "end" for frame in frames)
+        return _assemble(frames, complete=eof or ended, elapsed=elapsed, timeout_s=self.timeout_s,
                          simulated=self.simulated)
 
 
