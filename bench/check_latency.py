@@ -56,7 +56,7 @@ def main() -> int:
                  "--simulate", str(SCEN / "hung-nvml-call.toml")], 1),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
-        for name, (argv, _) in cases.items():  # warm the page cache and .pyc files
+        for argv, _ in cases.values():  # warm the page cache and .pyc files
             timed(argv, env)
         for _ in range(args.runs):
             for name, (argv, want) in cases.items():

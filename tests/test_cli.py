@@ -92,7 +92,8 @@ def test_unknown_policy_fail_turns_unknown_into_exit_1(tmp_path):
     cfg.write_text('[policy]\nunknown = "fail"\n')
     # One GPU answers "no permission" on the ECC counters: UNKNOWN, not a node fault.
     scen = tmp_path / "s.toml"
-    scen.write_text('[[gpu]]\n[[faults.errors]]\ncall = "nvmlDeviceGetTotalEccErrors"\ngpu = 0\nerror = "NO_PERMISSION"\n')
+    scen.write_text('[[gpu]]\n[[faults.errors]]\n'
+                    'call = "nvmlDeviceGetTotalEccErrors"\ngpu = 0\nerror = "NO_PERMISSION"\n')
     lenient = run_cli("check", "--simulate", str(scen))
     strict = run_cli("check", "--config", str(cfg), "--simulate", str(scen))
     assert "UNKNOWN gpu_ecc" in lenient.stdout

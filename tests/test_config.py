@@ -53,14 +53,16 @@ BAD = [
     ("unknown-check-key", "[checks.gpu_ecc]\nmax_dbe = 1\n", "checks.gpu_ecc.max_dbe: unknown key"),
     ("check-deadline-over-budget", "[checks.gpu_ecc]\ntimeout_s = 25\n",
      "checks.gpu_ecc.timeout_s: 25 s is larger than the prolog budget"),
-    ("expected-count-word", "[gpu]\nexpected_count = \"eight\"\n", "gpu.expected_count: expected an integer or \"auto\""),
+    ("expected-count-word", "[gpu]\nexpected_count = \"eight\"\n",
+     "gpu.expected_count: expected an integer or \"auto\""),
     ("expected-count-negative", "[gpu]\nexpected_count = -1\n", "gpu.expected_count: -1 is below the minimum 0"),
     ("array-item-type", "[checks.gpu_driver]\nallowed = [550]\n", "checks.gpu_driver.allowed[0]: expected a string"),
     ("table-expected", "gpu = 3\n", "gpu: expected a table"),
     ("bad-hostlist", "[[override]]\nhosts = \"gpu[001-\"\n", "override[0].hosts: bad hostlist"),
     ("override-without-hosts", "[[override]]\n[override.gpu]\nexpected_count = 4\n", "override[0].hosts"),
     ("override-typo-for-other-host",
-     "[[override]]\nhosts = \"other[1-2]\"\n[override.gpu]\nexpected_cnt = 4\n", "override[0].gpu.expected_cnt: unknown key"),
+     "[[override]]\nhosts = \"other[1-2]\"\n[override.gpu]\nexpected_cnt = 4\n",
+     "override[0].gpu.expected_cnt: unknown key"),
 ]
 
 
