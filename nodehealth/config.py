@@ -133,6 +133,26 @@ class LedgerSettings:
                              unit="bytes", min=4096, max=1 << 30)
 
 
+@dataclass(frozen=True)
+class DaemonSettings:
+    """[daemon]: the long-running watcher (``nodehealth daemon``, docs/daemon.md)."""
+
+    interval_s: float = setting(30.0, "time between two rounds of the daemon phase's checks", unit="s",
+                                min=1, max=3600)
+    listen: str = setting("0.0.0.0:10915", "HOST:PORT of the Prometheus /metrics endpoint (\"[::]:10915\" for "
+                          "IPv6; port 10915 is outside the 9100-9999 exporter range); empty = no endpoint")
+    state_max_age_s: float = setting(
+        90.0, "the prolog uses the daemon's verdict (<state_dir>/daemon-state.json) only when it is younger "
+        "than this; older means the prolog runs its own checks", unit="s", min=1, max=86400)
+    textfile_dir: str = setting(
+        "", "node_exporter textfile collector directory: the daemon and the short-lived faces also write "
+        "their metrics there (nodehealth-<face>.prom, atomically); empty = off")
+    slurm_actions: bool = setting(
+        True, "drain on a fault and resume when clean from the daemon, through the same policy as the "
+        "health check face ([drain], [resume]); false = only publish")
+    xid_follow: bool = setting(True, "follow the kernel log for XID events while the daemon runs")
+
+
 def _checks_default() -> dict[str, CheckSettings]:
     return {spec.name: spec.settings_class() for spec in CHECKS}
 
@@ -152,6 +172,7 @@ class Config:
     drain: DrainSettings = field(default_factory=DrainSettings)
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     ledger: LedgerSettings = field(default_factory=LedgerSettings)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
     checks: Mapping[str, CheckSettings] = field(default_factory=_checks_default)
     source: str = field(default="<defaults>", compare=False)
 

@@ -1,0 +1,376 @@
+"""The daemon: periodic rounds, the state hand-off, metrics, Slurm actions, signals, systemd.
+
+Threads: the main thread waits for signals, deadlines and the watchdog; each round runs in
+a ``round`` thread (``runner.execute`` bounds it by the daemon phase's budget, the NVML
+probe is a killable child); the HTTP server has its own threads and only reads the
+rendered metrics; the XID follower reads the kernel log in its own thread and acts on a
+drain-class XID at once (state file, metrics, drain) instead of at the next round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from nodehealth import runner
+from nodehealth import state as state_file
+from nodehealth.config import Config, ConfigError, load, node_name
+from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
+from nodehealth.daemon.http import ListenError, MetricsServer
+from nodehealth.daemon.logs import Log
+from nodehealth.metrics import NodeMetrics, write_textfile
+from nodehealth.model import Action, CheckResult, Report, Status
+from nodehealth.observations import NvmlSnapshot, Observations
+from nodehealth.registry import BY_NAME
+
+XID_CHECK = "gpu_xid"
+
+
+class StartError(Exception):
+    """The daemon cannot start as configured (listen address, state dir, textfile dir)."""
+
+
+def validate_start(cfg: Config) -> None:
+    """Fail early, with one clear line, on what would only fail later."""
+    from nodehealth.probes import ProbeSetupError, validate
+
+    try:
+        validate(cfg)
+    except ProbeSetupError as exc:
+        raise StartError(str(exc)) from None
+    sd = cfg.paths.state_dir
+    try:
+        os.makedirs(sd, mode=0o755, exist_ok=True)
+        probe = os.path.join(sd, f".write-test.{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("")
+        os.unlink(probe)
+    except OSError as exc:
+        raise StartError(f"state dir {sd} is not writable: {exc.strerror or exc}") from None
+    td = cfg.daemon.textfile_dir
+    if td and not os.path.isdir(td):
+        raise StartError(f"textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = \"\")")
+    if td and not os.access(td, os.W_OK):
+        raise StartError(f"textfile_dir {td} is not writable")
+
+
+class Daemon:
+    def __init__(self, cfg: Config, config_path: Optional[str] = None, log: Optional[Log] = None,
+                 slurm: Optional[SlurmHook] = None, xid: Optional[XidFollower] = None,
+                 notify: Optional[Callable[[str], bool]] = None,
+                 use_default_hooks: bool = True) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.log = log or Log.default()
+        self.node = node_name(cfg.node_name)
+        self.metrics = NodeMetrics(self.node)
+        if notify is None:
+            from nodehealth.probes.sdnotify import notify as sd_notify
+
+            notify = sd_notify
+        self.notify = notify
+        if slurm is None and use_default_hooks and cfg.daemon.slurm_actions:
+            slurm = default_slurm_hook(self.log)
+        self.slurm = slurm
+        if xid is None and use_default_hooks and cfg.daemon.xid_follow:
+            xid = StoreXidFollower(cfg, self.log)
+        self.xid = xid
+        self.server: Optional[MetricsServer] = None
+        self.stop_event = threading.Event()
+        self.wake = threading.Event()
+        self.reload_requested = False
+        self.round_thread: Optional[threading.Thread] = None
+        self.round_started_mono: Optional[float] = None
+        self.rounds = 0
+        self.report: Optional[Report] = None
+        self.observations: Optional[Observations] = None
+        self.xid_faults: list[Any] = []  # drain-class XID events seen (this process)
+        self.xid_events = 0
+        self.lock = threading.Lock()
+        from nodehealth.probes.statefile import read_boot_id
+
+        self.boot_id = read_boot_id(cfg.resume.boot_id_path)
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        """Check the state and textfile dirs, bind the endpoint, start the follower. Raises StartError."""
+        validate_start(self.cfg)
+        if self.cfg.daemon.listen:
+            try:
+                self.server = MetricsServer(self.cfg.daemon.listen, self.metrics.payload, self.health)
+            except ListenError as exc:
+                raise StartError(str(exc)) from None
+            self.server.start()
+        if self.xid is not None:
+            self.xid.start(self.on_xid)
+        self.metrics.set_xid_follower(self.xid_state())
+        where = f"http://{self.server.address[0]}:{self.server.address[1]}/metrics" if self.server else "no endpoint"
+        self.log(f"started: node {self.node}, every {self.cfg.daemon.interval_s:g} s, {where}, state in "
+                 f"{self.cfg.paths.state_dir}", "notice", config=self.cfg.source)
+
+    def run(self) -> int:
+        """Until SIGTERM/SIGINT: rounds every interval, SIGHUP reloads. Returns the exit code."""
+        self._install_signals()
+        self.notify("READY=1")
+        self.notify(f"STATUS=started, first round running; {len(BY_NAME)} checks known")
+        from nodehealth.probes.sdnotify import watchdog_interval_s
+
+        ping = watchdog_interval_s()
+        next_due = time.monotonic()
+        while not self.stop_event.is_set():
+            if self.reload_requested:
+                self.reload_requested = False
+                self.reload()
+            now = time.monotonic()
+            if now >= next_due and not self.round_running():
+                self.start_round()
+                next_due = now + self.cfg.daemon.interval_s
+            if ping is not None and self.healthy_loop():
+                self.notify("WATCHDOG=1")
+            wait = max(0.0, next_due - time.monotonic())
+            if ping is not None:
+                wait = min(wait, ping)
+            self.wake.wait(min(wait, 5.0) if wait > 0 else 0.05)
+            self.wake.clear()
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        self.notify("STOPPING=1")
+        self.log("stopping", "notice")
+        if self.xid is not None:
+            self.xid.stop()
+        if self.server is not None:
+            self.server.stop()
+        t = self.round_thread
+        if t is not None:
+            t.join(timeout=1.0)
+
+    def request_stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
+
+    def _install_signals(self) -> None:
+        def on_term(signum: int, frame: Any) -> None:
+            self.request_stop()
+
+        def on_hup(signum: int, frame: Any) -> None:
+            self.reload_requested = True
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGHUP, on_hup)
+
+    def healthy_loop(self) -> bool:
+        """False when a round has run far past its budget: then no watchdog ping, systemd restarts us."""
+        started = self.round_started_mono
+        if started is None:
+            return True
+        return time.monotonic() - started < 2 * self.cfg.phases.daemon.budget_s + 10
+
+    def health(self) -> tuple[int, str]:
+        if not self.healthy_loop():
+            return 503, "round stuck"
+        return 200, f"ok: {self.rounds} rounds, last {self.report.status.name if self.report else 'none yet'}"
+
+    # ------------------------------------------------------------------ config
+
+    def reload(self) -> bool:
+        """Re-read the config file; a bad one is rejected and the running config kept."""
+        from nodehealth.probes import ProbeSetupError, validate
+
+        try:
+            new = load(self.config_path)
+            validate(new)
+        except (ConfigError, ProbeSetupError) as exc:
+            self.log(f"config reload rejected, keeping the running configuration: {exc}", "err")
+            self.metrics.reloaded(False)
+            return False
+        if new.daemon.listen != self.cfg.daemon.listen:
+            self.log(f"[daemon] listen changed to {new.daemon.listen!r}: takes effect at the next restart", "warning")
+            new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, listen=self.cfg.daemon.listen))
+        if new.daemon.textfile_dir and not os.path.isdir(new.daemon.textfile_dir):
+            self.log(f"config reload rejected, keeping the running configuration: textfile_dir "
+                     f"{new.daemon.textfile_dir} does not exist", "err")
+            self.metrics.reloaded(False)
+            return False
+        self.cfg = new
+        self.metrics.reloaded(True)
+        self.log(f"configuration reloaded from {new.source}", "notice")
+        self.wake.set()
+        return True
+
+    # ------------------------------------------------------------------ rounds
+
+    def round_running(self) -> bool:
+        return self.round_thread is not None and self.round_thread.is_alive()
+
+    def start_round(self) -> None:
+        self.round_started_mono = time.monotonic()
+        self.round_thread = threading.Thread(target=self.round, name="round", daemon=True)
+        self.round_thread.start()
+
+    def round(self) -> Optional[Report]:
+        """One round: run the checks, publish, hand off, act. Never raises."""
+        cfg = self.cfg
+        self.metrics.round_started_now()
+        try:
+            outcome = runner.execute(cfg, phase="daemon", node=self.node)
+            report = self.with_xid(outcome.report)
+            with self.lock:
+                self.report, self.observations = report, outcome.observations
+                self.rounds += 1
+            self.metrics.set_xid_follower(self.xid_state())
+            self.metrics.update_round(report, outcome.observations)
+            self.publish_jobs(cfg, outcome.observations)
+            self.write_state(cfg, report)
+            self.write_textfile(cfg)
+            self.act(cfg, report)
+            self.notify(f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
+                        f"{report.duration_s:.2f} s")
+            for r in report.results:
+                if r.status >= Status.WARN:
+                    self.log(f"{r.status.name} {r.name}: {r.summary}", "warning" if r.status < Status.FAIL else "err",
+                             check=r.name, status=r.status.name, gpu=r.gpu)
+            return report
+        except Exception as exc:  # noqa: BLE001 - a bug in one round must not end the watch
+            self.metrics.round_failed()
+            self.log(f"round failed: {type(exc).__name__}: {exc}", "err")
+            return None
+        finally:
+            self.round_started_mono = None
+
+    def with_xid(self, report: Report) -> Report:
+        """Until a registered ``gpu_xid`` check judges the event store, the follower's verdict."""
+        if XID_CHECK in BY_NAME or self.xid is None:
+            return report
+        with self.lock:
+            faults = list(self.xid_faults)
+            seen = self.xid_events
+        if faults:
+            last = faults[-1]
+            gpu = last.gpu if isinstance(last.gpu, int) else None
+            where = f"GPU {gpu}" if gpu is not None else (last.pci or "unknown GPU")
+            action = max((f.action or Action.REBOOT for f in faults), key=lambda a: a.rank)
+            res = CheckResult(XID_CHECK, Status.FAIL, f"XID {last.xid} ({last.mnemonic or 'drain-class'}) on {where}"
+                              + (f" (+{len(faults) - 1} more)" if len(faults) > 1 else ""), action=action, gpu=gpu,
+                              details={"xids": [f.to_json() for f in faults[-10:]]})
+        else:
+            res = CheckResult(XID_CHECK, Status.OK, f"no drain-class XID this boot ({seen} XID event(s) read)",
+                              details={"events": seen})
+        return dataclasses.replace(report, results=report.results + (res,))
+
+    def write_state(self, cfg: Config, report: Report) -> None:
+        path = state_file.path_in(cfg.paths.state_dir)
+        since = getattr(self.xid, "since", None) if self.xid is not None else None
+        text = state_file.encode(report.to_json(), self.boot_id or "unknown", time.time(), self.xid_state(),
+                                 since, cfg.daemon.interval_s, self.rounds)
+        from nodehealth.probes.statefile import write_atomic
+
+        try:
+            write_atomic(path, text)
+            self.metrics.state_written(True)
+        except OSError as exc:
+            self.metrics.state_written(False)
+            self.log(f"cannot write {path}: {exc}", "err")
+
+    def write_textfile(self, cfg: Config) -> None:
+        if not cfg.daemon.textfile_dir:
+            return
+        try:
+            write_textfile(cfg.daemon.textfile_dir, "daemon", self.metrics.payload())
+        except OSError as exc:
+            self.log(f"cannot write the metrics textfile: {exc}", "err")
+
+    def publish_jobs(self, cfg: Config, obs: Observations) -> None:
+        if not isinstance(obs.nvml, NvmlSnapshot):
+            return
+        try:
+            jobs = ledger_jobs(cfg.paths.state_dir, [g.index for g in obs.nvml.gpus], time.time())
+        except Exception as exc:  # noqa: BLE001 - the ledger is a nice-to-have here
+            self.log(f"job ledger unreadable: {exc}", "warning")
+            return
+        self.metrics.set_jobs(jobs)
+
+    def act(self, cfg: Config, report: Report) -> None:
+        if self.slurm is None or not cfg.daemon.slurm_actions:
+            return
+        try:
+            view = self.slurm.after_round(cfg, report, self.node, self.boot_id)
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"Slurm action failed: {type(exc).__name__}: {exc}", "err")
+            return
+        self.metrics.set_slurm(view)
+
+    # ------------------------------------------------------------------ XID
+
+    def xid_state(self) -> str:
+        if self.xid is None:
+            return "absent" if self.cfg.daemon.xid_follow else "off"
+        return self.xid.state()
+
+    def gpu_map(self) -> dict[str, int]:
+        obs = self.observations
+        if obs is None or not isinstance(obs.nvml, NvmlSnapshot):
+            return {}
+        return {g.pci_bus_id: g.index for g in obs.nvml.gpus if g.pci_bus_id}
+
+    def on_xid(self, event: Any) -> None:
+        """From the follower thread: count it; a drain-class XID is judged and acted on now.
+
+        The follower has already stored the event, so the ``gpu_xid`` check alone (no NVML)
+        gives the new verdict: it replaces that check's result in the last Report, which is
+        then published (state file, metrics) and handed to the Slurm policy, without waiting
+        for the next round.
+        """
+        from nodehealth.xid.catalog import normalize_pci
+        from nodehealth.xid.events import Severity
+
+        index = event.gpu
+        if index is None and event.pci is not None:
+            index = next((i for p, i in self.gpu_map().items() if normalize_pci(p) == event.pci), None)
+        action = event.action.value if event.action is not None else "unknown"
+        gpu = str(index) if index is not None else (event.pci or "unknown")
+        self.metrics.count_xid(gpu, event.xid, action)
+        drain = event.severity == Severity.DRAIN
+        with self.lock:
+            self.xid_events += 1
+            if drain:
+                self.xid_faults.append(event)
+        severity = event.severity.value if event.severity else "?"
+        self.log(f"XID {event.xid} on GPU {gpu}: {event.mnemonic or ''} ({severity}, action {action})",
+                 "err" if drain else "warning", xid=event.xid, gpu=gpu, action=action,
+                 job=event.job_id)
+        if not drain:
+            return
+        cfg = self.cfg
+        with self.lock:
+            base = self.report
+        if base is None:
+            base = Report(node=self.node, phase="daemon", results=(), duration_s=0.0, version="",
+                          started_at=time.time())
+        if XID_CHECK in BY_NAME:
+            fresh = runner.execute(cfg, phase="daemon", only=(XID_CHECK,), node=self.node).report.results
+        else:
+            fresh = self.with_xid(dataclasses.replace(base, results=())).results
+        by_name = {r.name: r for r in fresh}
+        results = tuple(by_name.pop(r.name, r) for r in base.results) + tuple(by_name.values())
+        report = dataclasses.replace(base, results=results)
+        with self.lock:
+            self.report = report
+        self.metrics.update_report(report)
+        self.write_state(cfg, report)
+        if self.slurm is not None and cfg.daemon.slurm_actions:
+            try:
+                view = self.slurm.on_fault(cfg, report, self.node, self.boot_id)
+            except Exception as exc:  # noqa: BLE001
+                self.log(f"Slurm drain after XID failed: {type(exc).__name__}: {exc}", "err")
+            else:
+                self.metrics.set_slurm(view)
+        self.wake.set()

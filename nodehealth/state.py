@@ -1,0 +1,171 @@
+"""The daemon's verdict as the prolog reads it: ``<state_dir>/daemon-state.json``.
+
+The daemon writes this file atomically after every round (temp file, fsync, rename; see
+``nodehealth.daemon``). The prolog's fast path reads it here and decides without touching
+NVML. This module is the whole of that fast path: it imports only ``json`` and ``os`` (no
+pynvml, psutil, prometheus_client, not even ``dataclasses`` or ``typing``), so reading a
+fresh verdict costs well under a millisecond on top of the interpreter's start-up.
+
+File format (version 1), one JSON object::
+
+    {"v": 1, "kind": "nodehealth-daemon-state", "boot_id": "…", "written_at": 1732912345.1,
+     "interval_s": 30.0, "pid": 1234, "round": 17,
+     "xid": {"follower": "alive" | "dead" | "absent" | "off", "since": 1732912000.0 | null},
+     "report": {… Report.to_json() …}}
+
+``read`` returns ``(DaemonState, "fresh")`` or ``(None, why)`` where ``why`` says which rule
+failed: missing, unreadable, corrupt or partial (not JSON, a truncated file), wrong kind or
+version, another boot, too old, written in the future, XID follower not alive. The caller
+then runs its cold path and logs ``why``; nothing here raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
+    from typing import Any, Optional
+
+    from nodehealth.model import Report
+
+FILE_NAME = "daemon-state.json"
+KIND = "nodehealth-daemon-state"
+VERSION = 1
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+MAX_BYTES = 4 << 20  # a report is a few KiB; anything this large is not ours
+CLOCK_SKEW_S = 5.0  # a file written this far "in the future" is not trusted
+XID_STATES = ("alive", "dead", "absent", "off")
+
+
+class DaemonState:
+    """A fresh daemon verdict: the Report as JSON plus where and when it was made."""
+
+    __slots__ = ("path", "boot_id", "written_at", "age_s", "xid_follower", "report", "round", "pid")
+
+    def __init__(self, path: str, boot_id: str, written_at: float, age_s: float, xid_follower: str,
+                 report: dict[str, Any], round: int = 0, pid: int = 0) -> None:
+        self.path = path
+        self.boot_id = boot_id
+        self.written_at = written_at
+        self.age_s = age_s
+        self.xid_follower = xid_follower
+        self.report = report
+        self.round = round
+        self.pid = pid
+
+    @property
+    def status(self) -> str:
+        """The node verdict the daemon reached: OK, WARN, UNKNOWN or FAIL."""
+        return str(self.report.get("status", "UNKNOWN"))
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [c for c in self.report.get("checks", ()) if isinstance(c, dict) and c.get("status") == "FAIL"]
+
+    def to_report(self) -> Report:
+        """The verdict as a ``nodehealth.model.Report`` (imports the model: a few ms)."""
+        return report_from_json(self.report)
+
+    def __repr__(self) -> str:
+        return (f"DaemonState(status={self.status}, age_s={self.age_s:.1f}, xid={self.xid_follower}, "
+                f"round={self.round})")
+
+
+def path_in(state_dir: str) -> str:
+    return os.path.join(state_dir, FILE_NAME)
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(128).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: Optional[float] = None,
+         require_xid: bool = True, boot_id_path: str = BOOT_ID_PATH) -> tuple[Optional[DaemonState], str]:
+    """The daemon's verdict if it may be used now, else ``(None, why)``.
+
+    ``boot_id``: this boot's id (read from ``boot_id_path`` when None); a verdict from another
+    boot is never used. ``require_xid``: the XID follower must have been alive when the
+    verdict was written (``absent`` = a daemon without a follower, ``off`` = disabled in
+    config are refused too); False accepts any follower state except ``dead``.
+    """
+    path = path_in(state_dir)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None, f"no daemon state ({path} missing)"
+    except OSError as exc:
+        return None, f"daemon state unreadable: {exc.strerror or exc}"
+    if len(data) > MAX_BYTES:
+        return None, f"daemon state {path} larger than {MAX_BYTES} bytes"
+    if not data.strip():
+        return None, f"daemon state {path} is empty (partial write?)"
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+        return None, f"daemon state {path} is corrupt or partial: {exc}"
+    if not isinstance(raw, dict) or raw.get("kind") != KIND:
+        return None, f"daemon state {path} is not a nodehealth daemon state"
+    if raw.get("v") != VERSION:
+        return None, f"daemon state {path} has version {raw.get('v')!r}, this reader knows {VERSION}"
+    written = raw.get("written_at")
+    report = raw.get("report")
+    file_boot = raw.get("boot_id")
+    xid = raw.get("xid")
+    follower = xid.get("follower") if isinstance(xid, dict) else None
+    if (not isinstance(written, (int, float)) or isinstance(written, bool) or not isinstance(report, dict)
+            or not isinstance(report.get("checks"), list) or not isinstance(report.get("status"), str)
+            or not isinstance(file_boot, str) or follower not in XID_STATES):
+        return None, f"daemon state {path} is incomplete (missing or malformed fields)"
+    current_boot = read_boot_id(boot_id_path) if boot_id is None else boot_id
+    if current_boot is None:
+        return None, "this boot's id is unknown; daemon state not trusted"
+    if file_boot != current_boot:
+        return None, f"daemon state is from another boot ({file_boot})"
+    t = time.time() if now is None else now
+    age = t - float(written)
+    if age < -CLOCK_SKEW_S:
+        return None, f"daemon state written {-age:.0f} s in the future (clock step?)"
+    if age > max_age_s:
+        return None, f"daemon state is {age:.0f} s old (limit {max_age_s:g} s)"
+    if follower == "dead" or (require_xid and follower != "alive"):
+        return None, f"XID follower {follower} when the daemon state was written"
+    rnd = raw.get("round")
+    pid = raw.get("pid")
+    return DaemonState(path, file_boot, float(written), max(0.0, age), follower, report,
+                       rnd if isinstance(rnd, int) else 0, pid if isinstance(pid, int) else 0), "fresh"
+
+
+def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower: str,
+           xid_since: Optional[float] = None, interval_s: float = 0.0, round: int = 0,
+           pid: Optional[int] = None) -> str:
+    """The file's text for a Report's JSON (the daemon writes it atomically)."""
+    if xid_follower not in XID_STATES:
+        raise ValueError(f"xid_follower must be one of {XID_STATES}")
+    obj = {"v": VERSION, "kind": KIND, "boot_id": boot_id, "written_at": written_at, "interval_s": interval_s,
+           "pid": os.getpid() if pid is None else pid, "round": round,
+           "xid": {"follower": xid_follower, "since": xid_since}, "report": report}
+    return json.dumps(obj, separators=(",", ":")) + "\n"
+
+
+def report_from_json(raw: dict[str, Any]) -> Report:
+    """Rebuild a ``Report`` from ``Report.to_json()`` output."""
+    from nodehealth.model import Action, CheckResult, Report, Status
+
+    results = []
+    for c in raw.get("checks", ()):
+        gpu = c.get("gpu")
+        results.append(CheckResult(name=str(c["name"]), status=Status[str(c["status"])], summary=str(c["summary"]),
+                                   action=Action(c.get("action", "none")), gpu=gpu if isinstance(gpu, int) else None,
+                                   details=dict(c.get("details") or {}),
+                                   duration_s=float(c.get("duration_s", 0.0))))
+    return Report(node=str(raw.get("node", "")), phase=str(raw.get("phase", "daemon")), results=tuple(results),
+                  duration_s=float(raw.get("duration_s", 0.0)), version=str(raw.get("version", "")),
+                  started_at=float(raw.get("started_at", 0.0)))
