@@ -1,0 +1,179 @@
+"""The Slurm faces against a fake ``scontrol`` (no Slurm needed): calls made, exit codes, state."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodehealth.faces import epilog, healthcheck, prolog
+from nodehealth.probes import _scenario
+
+SCEN = Path(__file__).parent / "fixtures" / "slurm"
+
+FAKE = '''#!{python}
+import json, sys
+d = {d!r}
+with open(d + "/calls.jsonl", "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+nodes = json.load(open(d + "/nodes.json"))
+args = sys.argv[1:]
+if args[:2] == ["show", "node"]:
+    want = args[3] if len(args) > 3 else None
+    for name, (state, reason) in nodes.items():
+        if want in (None, name):
+            line = f"NodeName={{name}} Arch=x86_64 Gres=gpu:8 State={{state}} Partitions=p"
+            if reason:
+                line += f" Reason={{reason}} [root@2026-11-29T21:45:19]"
+            print(line)
+elif args[0] == "update":
+    kv = dict(a.split("=", 1) for a in args[1:])
+    name = kv["nodename"]
+    state, reason = nodes[name]
+    if kv["state"] == "drain":
+        nodes[name] = [state.split("+")[0] + "+DRAIN", kv["reason"]]
+    elif kv["state"] == "resume":
+        nodes[name] = [state.split("+")[0], None]
+    json.dump(nodes, open(d + "/nodes.json", "w"))
+'''
+
+
+class Fake:
+    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, scenario: str = "healthy.toml",
+                 nodes: dict[str, Any] | None = None, clean_runs: int = 2) -> None:
+        self.d = tmp
+        self.scontrol = tmp / "scontrol"
+        self.scontrol.write_text(FAKE.format(python=sys.executable, d=str(tmp)))
+        self.scontrol.chmod(0o755)
+        self.set_nodes(nodes or {"n1": ["IDLE", None]})
+        self.boot = tmp / "boot_id"
+        self.boot.write_text("boot-1\n")
+        self.scenario = tmp / "scenario.toml"
+        self.use(scenario)
+        cfg = tmp / "nh.toml"
+        cfg.write_text(f'node_name = "n1"\n[nvml]\nsimulate = "{self.scenario}"\n[paths]\nstate_dir = "{tmp}/state"\n'
+                       f'[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n'
+                       f'[resume]\nclean_runs = {clean_runs}\nboot_id_path = "{self.boot}"\n')
+        for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_CONF"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("NODEHEALTH_CONFIG", str(cfg))
+        monkeypatch.setenv("SLURMD_NODENAME", "n1")
+        monkeypatch.setenv("SLURM_JOB_ID", "7")
+        monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
+
+    def use(self, scenario: str) -> None:
+        """Switch the simulated node (each real face is a new process; here the parse cache must go)."""
+        self.scenario.write_text((SCEN / scenario).read_text())
+        _scenario.cache_clear()
+
+    def set_nodes(self, nodes: dict[str, Any]) -> None:
+        (self.d / "nodes.json").write_text(json.dumps(nodes))
+
+    def nodes(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.d / "nodes.json").read_text())
+        return data
+
+    def calls(self) -> list[list[str]]:
+        p = self.d / "calls.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+    def updates(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[0] == "update"]
+
+    def state(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.d / "state" / "slurm-state.json").read_text())
+        return data
+
+
+def test_healthy_prolog_makes_no_slurm_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch)
+    assert prolog.main() == 0
+    assert epilog.main() == 0
+    assert f.calls() == []
+    ledger = [json.loads(x) for x in (tmp_path / "state" / "jobs.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in ledger] == ["start", "end"] and ledger[0]["gpus"] == [0, 1]
+
+
+def test_faulty_prolog_drains_with_one_reason_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
+    assert prolog.main() == 1
+    (upd,) = f.updates()
+    assert upd[:3] == ["update", "nodename=n1", "state=drain"]
+    assert upd[3].startswith("reason=nodehealth: gpu_remapped_rows: GPU 1: row remap pending")
+    assert f.nodes()["n1"][0] == "IDLE+DRAIN"
+    st = f.state()
+    assert st["drain"]["check"] == "gpu_remapped_rows" and st["drain"]["job_id"] == "7"
+    assert st["drain"]["boot_id"] == "boot-1"
+    # The epilog of the same job sees the same fault: no second update, first record kept.
+    assert epilog.main() == 1
+    assert len(f.updates()) == 1 and f.state()["drain"]["phase"] == "prolog"
+
+
+def test_admin_drain_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", nodes={"n1": ["MIXED+DRAIN", "admin: PSU"]})
+    assert prolog.main() == 1
+    assert f.updates() == []
+    f.use("healthy.toml")
+    for _ in range(4):
+        assert healthcheck.main() == 0
+    assert f.updates() == [] and f.nodes()["n1"] == ["MIXED+DRAIN", "admin: PSU"]
+
+
+def test_breaker_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = {f"g{i}": ["IDLE+DRAIN", "nodehealth: gpu_count: 7 of 8"] for i in range(5)}
+    nodes["n1"] = ["IDLE", None]
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", nodes=nodes)
+    assert prolog.main() == 0  # held: the job runs
+    assert f.updates() == []
+    held = f.state()["breaker_held"]
+    assert held["ours"] == 5 and held["total"] == 6
+
+
+def test_healthcheck_drains_then_resumes_after_clean_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
+    for var in ("SLURM_JOB_ID", "SLURM_JOB_GPUS"):
+        monkeypatch.delenv(var)
+    assert healthcheck.main() == 1
+    assert f.nodes()["n1"][0] == "IDLE+DRAIN"
+    assert f.state()["slurm_node"]["gres_gpus"] == 8  # cached for the prolog
+    f.use("healthy.toml")
+    assert healthcheck.main() == 0
+    assert f.nodes()["n1"][0] == "IDLE+DRAIN"  # one clean run is not enough
+    assert healthcheck.main() == 0
+    assert f.nodes()["n1"] == ["IDLE", None]
+    assert f.state()["drain"] is None
+    shows = [c for c in f.calls() if c[0] == "show"]
+    one, everyone = ["show", "node", "-o", "n1"], ["show", "node", "-o"]
+    assert shows == [one, everyone, one, one]  # one node per run; all nodes only before a drain
+
+
+def test_reboot_class_fault_needs_new_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert healthcheck.main() == 1
+    assert f.state()["drain"]["action"] == "reboot"
+    f.use("healthy.toml")
+    assert healthcheck.main() == 0 and healthcheck.main() == 0
+    assert f.nodes()["n1"][0] == "IDLE+DRAIN"
+    f.boot.write_text("boot-2\n")
+    assert healthcheck.main() == 0
+    assert f.nodes()["n1"] == ["IDLE", None]
+
+
+def test_config_error_never_drains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[drain]\nmax_share = 7\n")
+    monkeypatch.setenv("NODEHEALTH_CONFIG", str(bad))
+    assert prolog.main() == 0
+    assert "configuration error" in capsys.readouterr().err
+
+
+def test_unreachable_slurmctld_still_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
+    f.scontrol.write_text("#!/bin/sh\nexit 1\n")
+    assert prolog.main() == 1
+    assert f.state()["drain"] is None and f.state()["clean_runs"] == 0
