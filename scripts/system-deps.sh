@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Debian packages the build and the tests need. Installs what is missing when run as root
+# (CI, a fresh Debian 12 machine); otherwise names what to install and stops.
+set -euo pipefail
+packages=(python3 python3-venv python3-pip make slurmctld slurmd slurm-client munge)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "system-deps: not a Debian system; make sure Python >= 3.9 with venv is installed" >&2
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "system-deps: missing Debian packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
