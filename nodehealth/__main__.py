@@ -1,3 +1,5 @@
-from nodehealth.cli import main
 import sys
+
+from nodehealth.cli import main
+
 sys.exit(main())
