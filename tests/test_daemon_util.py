@@ -1,0 +1,96 @@
+"""Starting the daemon as a subprocess for tests and the benchmark."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "examples" / "scenarios"
+GPU_CHECKS = ("nvml", "gpu_count", "gpu_driver", "gpu_temperature", "gpu_ecc", "gpu_retired_pages",
+              "gpu_remapped_rows", "gpu_pcie", "gpu_nvlink", "gpu_fabric", "gpu_recovery_action",
+              "gpu_persistence", "gpu_processes")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(tmp: Path, scenario: str, port: int, interval_s: float = 1.0, nvml_timeout_s: Optional[float] = None,
+                 extra: str = "") -> Path:
+    state = tmp / "state"
+    kmsg = tmp / "kmsg"
+    kmsg.touch()
+    lines = [
+        'node_name = "gpu001"',
+        "[nvml]", f'simulate = "{SCENARIOS / (scenario + ".toml")}"',
+        "[paths]", f'state_dir = "{state}"',
+        "[daemon]", f'listen = "127.0.0.1:{port}"', f"interval_s = {interval_s}", "slurm_actions = false",
+    ]
+    body = "\n".join(lines) + "\n" + extra + "\n"
+    body += f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
+    if nvml_timeout_s is not None:
+        for name in GPU_CHECKS:
+            body += f"[checks.{name}]\ntimeout_s = {nvml_timeout_s}\n"
+    path = tmp / "nodehealth.toml"
+    path.write_text(body)
+    return path
+
+
+def start(config: Path, env: Optional[dict[str, str]] = None) -> subprocess.Popen[bytes]:
+    e = dict(os.environ)
+    e.pop("NOTIFY_SOCKET", None)
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "nodehealth", "daemon", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, cwd=str(ROOT))
+
+
+def get(url: str, timeout: float = 2.0) -> tuple[int, bytes, float]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        body = r.read()
+        return r.status, body, time.perf_counter() - t0
+
+
+def wait_for(url: str, predicate: object = None, timeout: float = 20.0) -> bytes:
+    end = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < end:
+        try:
+            _, body, _ = get(url)
+            if predicate is None or predicate(body):  # type: ignore[operator]
+                return body
+        except OSError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"{url} not ready in {timeout} s ({last})")
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err.decode("utf-8", "replace")
+
+
+def sample(text: str, name: str, **labels: str) -> Optional[float]:
+    """The value of the first sample of ``name`` whose labels include ``labels``."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            return float(value)
+    return None
