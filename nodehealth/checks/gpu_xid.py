@@ -100,6 +100,8 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
     if x is None:
         return result(ctx, Status.UNKNOWN, "the kernel log was not read")
     if isinstance(x, ProbeError):
+        if x.kind == "unavailable":
+            return result(ctx, Status.SKIPPED, f"does not apply: {x.message}")
         return result(ctx, Status.UNKNOWN, f"cannot watch XIDs: {x.message}", error_kind=x.kind)
     return judge(x, obs.nvml, settings, ctx)
 

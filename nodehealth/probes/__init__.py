@@ -113,9 +113,14 @@ def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import xid_store
 
     settings = ctx.config.checks.get("gpu_xid")
+    kmsg_path = getattr(settings, "kmsg_path", "/dev/kmsg")
+    if ctx.config.nvml.simulate and kmsg_path == "/dev/kmsg":
+        # Simulated GPUs: this host's kernel log does not describe them.
+        return ProbeError("xid", "unavailable", "simulated GPUs: the host's kernel log is not theirs "
+                          "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)")
     return xid_store.gather(
         ctx.config.paths.state_dir, ctx.config.paths.procfs_root,
-        getattr(settings, "kmsg_path", "/dev/kmsg"), tuple(getattr(settings, "severity_overrides", ())),
+        kmsg_path, tuple(getattr(settings, "severity_overrides", ())),
         getattr(settings, "store_max_events", xid_store.DEFAULT_MAX_EVENTS),
         getattr(settings, "kernel_facility_only", False), timeout_s)
 

@@ -489,7 +489,7 @@ def gather(state_dir: str, procfs_root: str, kmsg_path: str, overrides: tuple[st
         return store.observation(store.sync(deadline))
     except KernelLogUnavailable as exc:
         reason = str(exc)
-        kind = "permission" if "root" in reason or "Permission" in reason else "unavailable"
+        kind = "permission" if "root" in reason or "Permission" in reason else "error"
     except StoreError as exc:
         return ProbeError("xid", "error", f"XID event store: {exc}")
     # The log cannot be read: what the store already holds (from the daemon) still counts.
