@@ -147,7 +147,7 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
     if x.skipped_lines:
         details["skipped_lines"] = x.skipped_lines
     if not this_boot:
-        ok = "no XID since boot"
+        ok = "no XID since boot" if x.last_clear is None else "no XID since boot or the last `nodehealth xid clear`"
     else:
         ok = f"{len(this_boot)} XID event(s) since boot, none needing action"
     return fold(ctx.name, findings, ok, details)
