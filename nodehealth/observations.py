@@ -9,7 +9,7 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
     from nodehealth.xid.events import XidEvent
@@ -282,11 +282,11 @@ class XidObservation:
 class Observations:
     """Everything the probes gathered for one run. ``None``: that probe was not needed."""
 
-    nvml: "NvmlSnapshot | ProbeError | None" = None
-    pci_gpus: "PciGpus | ProbeError | None" = None
-    slurm_node: "SlurmNode | ProbeError | None" = None
-    memory: "MemoryObservation | ProbeError | None" = None
-    mounts: "tuple[MountObservation, ...] | ProbeError | None" = None
-    shared_dirs: "tuple[SharedDirObservation, ...] | ProbeError | None" = None
-    infiniband: "tuple[IbPort, ...] | ProbeError | None" = None
-    xid: "XidObservation | ProbeError | None" = None
+    nvml: Union[NvmlSnapshot, ProbeError, None] = None
+    pci_gpus: Union[PciGpus, ProbeError, None] = None
+    slurm_node: Union[SlurmNode, ProbeError, None] = None
+    memory: Union[MemoryObservation, ProbeError, None] = None
+    mounts: Union[tuple[MountObservation, ...], ProbeError, None] = None
+    shared_dirs: Union[tuple[SharedDirObservation, ...], ProbeError, None] = None
+    infiniband: Union[tuple[IbPort, ...], ProbeError, None] = None
+    xid: Union[XidObservation, ProbeError, None] = None
