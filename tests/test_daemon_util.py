@@ -81,7 +81,7 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> tuple[int, str
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate()
+        _, err = proc.communicate(timeout=5)
     return proc.returncode, err.decode("utf-8", "replace")
 
 

@@ -7,10 +7,10 @@ import shutil
 import subprocess
 
 import pytest
+from test_daemon_util import SCENARIOS, sample
 
 from nodehealth import config, runner
 from nodehealth.metrics import NodeMetrics, SlurmView, face_textfile, probe_timeouts, textfile_path
-from test_daemon_util import SCENARIOS, sample
 
 PROMTOOL = shutil.which("promtool")
 

@@ -150,6 +150,10 @@ class Daemon:
         t = self.round_thread
         if t is not None:
             t.join(timeout=1.0)
+            if t.is_alive():  # a probe is still inside its deadline (a hung GPU): end its child now
+                from nodehealth.probes.reap import kill_children
+
+                kill_children()
 
     def request_stop(self) -> None:
         self.stop_event.set()
