@@ -312,7 +312,12 @@ def _build_checks(raw: Any, file: str, prefix: str) -> dict[str, CheckSettings]:
             raise ConfigError(f"{file}: {prefix}checks.{name}: unknown check (known: {known})")
         if not isinstance(table, dict):
             raise ConfigError(f"{file}: {prefix}checks.{name}: expected a table")
-        out[name] = _build_dataclass(spec.settings_class, table, file, f"{prefix}checks.{name}.")
+        settings = _build_dataclass(spec.settings_class, table, file, f"{prefix}checks.{name}.")
+        try:
+            settings.validate()
+        except ValueError as exc:
+            raise ConfigError(f"{file}: {prefix}checks.{name}: {exc}") from None
+        out[name] = settings
     return out
 
 

@@ -41,6 +41,9 @@ class CheckSettings:
     timeout_s: float = setting(
         10.0, "deadline for gathering this check's observations", unit="s", min=0.1, max=600)
 
+    def validate(self) -> None:
+        """Checks beyond type and range (a ValueError names the problem); called at config load."""
+
 
 @dataclass(frozen=True)
 class Context:

@@ -10,7 +10,7 @@ from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
 from nodehealth.xid.attribution import attribute, gpu_map
-from nodehealth.xid.catalog import application_xid_bursts
+from nodehealth.xid.catalog import application_xid_bursts, catalog_for
 from nodehealth.xid.events import Severity
 
 DETAIL_EVENTS = 50  # the most recent events listed in the result's details
@@ -33,6 +33,9 @@ class Settings(CheckSettings):
     application_window_s: float = setting(
         3600.0, "window of the application-XID rate", unit="s", min=1)
     kmsg_path: str = setting("/dev/kmsg", "kernel log device the XID watch reads")
+
+    def validate(self) -> None:
+        catalog_for(tuple(self.severity_overrides))  # ValueError names the bad entry
     kernel_facility_only: bool = setting(
         False, "count only kernel-facility records of the kernel log (lines written to /dev/kmsg "
         "from user space, as by tests, are then ignored)")

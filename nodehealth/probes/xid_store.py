@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import functools
 import json
 import os
 import tempfile
@@ -48,7 +47,7 @@ from nodehealth.observations import ProbeError, XidObservation, XidRecord
 from nodehealth.probes.kernel_log import KMSG_PATH, KernelLogUnavailable, ScanStats, _reason, scan
 from nodehealth.probes.xid_attribution import live_job, read_ledger
 from nodehealth.probes.xid_source import KmsgReader, boot_id, boot_time
-from nodehealth.xid.catalog import Catalog, enrich, load_catalog
+from nodehealth.xid.catalog import Catalog, catalog_for, enrich
 from nodehealth.xid.events import Severity, XidEvent
 
 STORE_FILE = "xid-events.json"
@@ -63,23 +62,6 @@ _EVENT_KEYS = ("xid", "pci", "kind", "pid", "process", "job_id", "message", "tim
 
 class StoreError(Exception):
     """The event store cannot be locked, read or written; the message names the path."""
-
-
-@functools.lru_cache(maxsize=8)
-def catalog_for(overrides: tuple[str, ...] = ()) -> Catalog:
-    """The XID catalog with the site's ``"XID=severity"`` overrides (ValueError if malformed)."""
-    return load_catalog(overrides=parse_overrides(overrides))
-
-
-def parse_overrides(items: Iterable[str]) -> dict[int, str]:
-    """``("63=drain", "94=application")`` → ``{63: "drain", 94: "application"}``."""
-    out: dict[int, str] = {}
-    for item in items:
-        xid, sep, severity = item.partition("=")
-        if not sep or not xid.strip().isdigit():
-            raise ValueError(f"severity override {item!r}: expected \"XID=severity\", e.g. \"63=drain\"")
-        out[int(xid.strip())] = severity.strip()
-    return out
 
 
 # --------------------------------------------------------------------------- the file

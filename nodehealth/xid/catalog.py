@@ -7,6 +7,7 @@ application XIDs repeat faster than the configured rate.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -433,3 +434,20 @@ def application_xid_bursts(
             xids=tuple(sorted({x for _, x in window})),
         ))
     return bursts
+
+
+def parse_overrides(items: Iterable[str]) -> dict[int, str]:
+    """``("63=drain", "94=application")`` → ``{63: "drain", 94: "application"}``."""
+    out: dict[int, str] = {}
+    for item in items:
+        xid, sep, severity = item.partition("=")
+        if not sep or not xid.strip().isdigit():
+            raise ValueError(f"severity override {item!r}: expected \"XID=severity\", e.g. \"63=drain\"")
+        out[int(xid.strip())] = severity.strip()
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def catalog_for(overrides: tuple[str, ...] = ()) -> Catalog:
+    """The XID catalog with the site's ``"XID=severity"`` overrides (ValueError if malformed)."""
+    return load_catalog(overrides=parse_overrides(overrides))
