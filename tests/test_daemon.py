@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from test_daemon_util import free_port, get, sample, start, stop, wait_for, write_config
@@ -124,10 +125,11 @@ def test_listen_address_in_use_is_a_clear_start_error(tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in err and "in use" in err
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere; covered by the file-as-dir case")
 def test_unwritable_state_dir_is_a_start_error(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o555)
+    # Root may write into a mode-0555 directory, but nobody can create one under /proc.
+    ro = Path("/proc") if os.geteuid() == 0 else tmp_path / "ro"
+    if ro != Path("/proc"):
+        ro.mkdir(mode=0o555)
     cfg = write_config(tmp_path, "healthy-8x-h100", free_port())
     cfg.write_text(cfg.read_text().replace(str(tmp_path / "state"), str(ro / "state")))
     proc = start(cfg)
