@@ -119,7 +119,7 @@ def wait_all(children: Sequence[Child], timeout_s: float,
             now = clock()
             for i in [i for i in buffers if children[i].started + timeout_s <= now]:
                 del buffers[i]
-                _abandon(children[i].pid)
+                abandon(children[i].pid)
                 outcomes[i] = Outcome(False, f"did not answer within {timeout_s:g} s", True,
                                       now - children[i].started)
             if not buffers:
@@ -134,7 +134,7 @@ def wait_all(children: Sequence[Child], timeout_s: float,
                     buffers[i] += chunk
                     continue
                 data = bytes(buffers.pop(i))
-                _reap(children[i].pid, clock)
+                reap(children[i].pid, clock)
                 outcomes[i] = _decode(data, clock() - children[i].started)
     finally:
         for child in children:
@@ -160,7 +160,7 @@ def _decode(data: bytes, elapsed: float) -> Outcome:
     return Outcome(kind == "ok", value, False, elapsed)
 
 
-def _abandon(pid: int) -> None:
+def abandon(pid: int) -> None:
     """Kill a child stuck in the kernel and do not wait: it may not die until the I/O returns."""
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -174,7 +174,7 @@ def _abandon(pid: int) -> None:
             _ORPHANS.add(pid)
 
 
-def _reap(pid: int, clock: Callable[[], float]) -> None:
+def reap(pid: int, clock: Callable[[], float]) -> None:
     """Reap a child that closed its pipe: it is exiting; give it a moment to become a zombie."""
     until = clock() + 0.05
     while not _try_reap(pid):

@@ -34,6 +34,7 @@ from nodehealth.observations import (
     ProbeError,
     RemappedRows,
 )
+from nodehealth.probes import child
 
 # Every pynvml name this probe uses. The contract test checks each exists, with the same
 # parameters, in the installed nvidia-ml-py and in the stand-in.
@@ -393,9 +394,9 @@ class PendingProbe:
             os.close(self.fd)
         elapsed = clock() - self.started
         if not eof:
-            _abandon(self.pid)
+            child.abandon(self.pid)
         else:
-            _reap(self.pid)
+            child.reap(self.pid, clock)
         ended = any(frame[0] == "end" for frame in frames)
         return _assemble(frames, complete=eof or ended, elapsed=elapsed, timeout_s=self.timeout_s,
                          simulated=self.simulated)
@@ -451,25 +452,6 @@ def _take_frames(buf: bytearray) -> list[Any]:
         del buf[:_FRAME.size + size]
         out.append(pickle.loads(payload))  # noqa: S301 - our own child, over our own pipe
     return out
-
-
-def _abandon(pid: int) -> None:
-    """Kill a child stuck in NVML and do not wait: it may be unkillable in the kernel."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    _reap(pid)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: float,
