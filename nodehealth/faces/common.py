@@ -11,16 +11,26 @@ resume and breaker decisions, to syslog.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from nodehealth.config import Config, ConfigError, load, node_name, phase_budget
-from nodehealth.model import Report, Status
-from nodehealth.observations import ProbeError, SlurmNode
+from nodehealth.faces.fast import (
+    COUNTERS_FILE,
+    Log,
+    job_file,
+    notable_miss,
+    read_small,
+    write_job_baseline,
+    write_small,
+)
+from nodehealth.model import CheckResult, Report, Status
+from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, SlurmNode
 from nodehealth.slurm_policy import (
     Breaker,
     DrainRecord,
@@ -28,10 +38,13 @@ from nodehealth.slurm_policy import (
     State,
     after_run,
     breaker,
+    counters_record,
     decide_drain,
     decide_resume,
     fault_count,
     format_reason,
+    gpu_counters,
+    job_forensics,
     job_gpus,
     scope_processes,
     worst_failure,
@@ -39,29 +52,6 @@ from nodehealth.slurm_policy import (
 
 STATE_FILE = "slurm-state.json"
 MIN_CALL_S = 0.25  # the shortest deadline worth giving an scontrol call
-
-
-class Log:
-    """One line per event on stderr (``nodehealth-prolog[job 12]: ...``); decisions also to syslog."""
-
-    def __init__(self, face: str, job: Optional[str] = None) -> None:
-        self.face = face
-        self.tag = f"nodehealth-{face}" + (f"[job {job}]" if job else "")
-
-    def __call__(self, message: str, notable: bool = False) -> None:
-        try:
-            sys.stderr.write(f"{self.tag}: {message}\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        if notable:
-            try:
-                import syslog
-
-                syslog.openlog(f"nodehealth-{self.face}", syslog.LOG_PID, syslog.LOG_DAEMON)
-                syslog.syslog(syslog.LOG_WARNING, message)
-            except Exception:  # noqa: BLE001 - no syslog is not a reason to fail
-                pass
 
 
 class Deadline:
@@ -195,10 +185,72 @@ def fixed_slurm_probe(me: Union[NodeInfo, ProbeError]) -> Any:
 
 
 def run_checks(run: Run, probes: Any) -> Report:
+    return run_outcome(run, probes)[0]
+
+
+def run_outcome(run: Run, probes: Any) -> tuple[Report, Observations]:
+    """The phase's checks (``gpu_processes`` scoped to the job's GPUs) and what they judged."""
     from nodehealth import runner
 
-    report = runner.run(run.cfg, phase=run.phase, probes=probes, node=run.node)
-    return scope_processes(report, job_gpus(run.environ))
+    outcome = runner.execute(run.cfg, phase=run.phase, probes=probes, node=run.node)
+    return scope_processes(outcome.report, job_gpus(run.environ)), outcome.observations
+
+
+# ----------------------------------------------------------------------------- GPU counters, job forensics
+
+
+def save_counters(run: Run, obs: Observations) -> Optional[dict[str, Any]]:
+    """Write this run's per-GPU ECC/remap counters as the latest reading; return them (None: no NVML)."""
+    if not isinstance(obs.nvml, NvmlSnapshot):
+        return None
+    counters = gpu_counters(obs.nvml.gpus)
+    rec = counters_record(counters, time.time(), run.boot_id, run.face)
+    try:
+        write_small(os.path.join(run.cfg.paths.state_dir, COUNTERS_FILE), json.dumps(rec, separators=(",", ":")))
+    except OSError as exc:
+        run.log(f"cannot write the GPU counter reading: {exc}")
+    return counters
+
+
+def save_job_baseline(run: Run, counters: Optional[dict[str, Any]]) -> None:
+    """The prolog's counters of the job's GPUs, for the epilog to compare against."""
+    if run.job_id is None:
+        return
+    if counters is None:
+        run.log("no ECC baseline for the epilog: NVML was not read")
+        return
+    rec = counters_record(counters, time.time(), run.boot_id, "prolog", job_gpus(run.environ), run.job_id)
+    try:
+        write_job_baseline(run.cfg.paths.state_dir, run.job_id, rec)
+    except OSError as exc:
+        run.log(f"cannot write the job baseline: {exc}")
+
+
+def job_start_time(run: Run) -> Optional[float]:
+    """The job's start from the ledger (its latest ``start`` record on this boot)."""
+    from nodehealth import ledger
+    from nodehealth.probes import statefile
+
+    text = statefile.read_text(os.path.join(run.cfg.paths.state_dir, ledger.FILE_NAME))
+    starts = [r.time for r in ledger.parse(text) if r.event == "start" and r.job_id == run.job_id
+              and (r.boot_id is None or r.boot_id == run.boot_id)]
+    return starts[-1] if starts else None
+
+
+def forensics(run: Run, obs: Observations) -> CheckResult:
+    """The epilog's job forensics: XIDs and ECC increments during the job (consumes the baseline)."""
+    assert run.job_id is not None
+    path = job_file(run.cfg.paths.state_dir, run.job_id)
+    baseline = read_small(path) if path else None
+    start = job_start_time(run)
+    if start is None and baseline is not None and isinstance(baseline.get("time"), (int, float)):
+        start = float(baseline["time"])
+    res = job_forensics(run.job_id, job_gpus(run.environ), baseline, obs.nvml, obs.xid, start, time.time(),
+                        run.boot_id)
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return res
 
 
 def log_report(run: Run, report: Report) -> None:
@@ -334,15 +386,27 @@ def guarded(face: str, body: Callable[[], int]) -> int:
         return 0
 
 
-def job_face(face: str, phase: str, event: str) -> int:
-    """Prolog and epilog: ledger, checks on the job's GPUs, drain on a fault, exit 1 on a fault."""
+def job_face(face: str, phase: str, event: str, fast_miss: Optional[str] = None) -> int:
+    """Prolog and epilog: ledger, checks on the job's GPUs, drain on a fault, exit 1 on a fault.
+
+    ``fast_miss``: why the prolog's fast path was not taken (logged). The prolog records the
+    job GPUs' ECC counters (the job baseline); the epilog adds its job forensics (XIDs and
+    ECC increments during the job) as the report's first result.
+    """
     started = start(face, phase)
     if isinstance(started, int):
         return started
     run = started
+    if fast_miss:
+        run.log(f"fast path not taken: {fast_miss}; running the checks", notable=notable_miss(fast_miss))
     if event == "start":
         append_ledger(run, event)
-    report = run_checks(run, cached_slurm_probe(run.state))
+    report, obs = run_outcome(run, cached_slurm_probe(run.state))
+    counters = save_counters(run, obs)
+    if event == "start":
+        save_job_baseline(run, counters)
+    if event == "end" and run.job_id is not None:
+        report = replace(report, results=(forensics(run, obs),) + report.results)
     if event == "end":
         append_ledger(run, event)
     log_report(run, report)
@@ -355,6 +419,22 @@ def job_face(face: str, phase: str, event: str) -> int:
     return 1
 
 
+def fast_fault(report: Report, environ: Mapping[str, str], verdict: Any, log: Log) -> int:
+    """A fault in the daemon's fresh verdict (prolog fast path): ledger, then the cold path's drain."""
+    started = start("prolog", "prolog", environ)
+    if isinstance(started, int):
+        return started
+    run = started
+    run.log(f"daemon verdict {verdict.status} ({verdict.age_s:.1f} s old, round {verdict.round}): fast path, "
+            "no NVML call")
+    append_ledger(run, "start")
+    report = replace(report, phase="prolog")
+    log_report(run, report)
+    slurm = Slurm(run.cfg, run.node, run.deadline, run.log, run.environ)
+    outcome = act_on_fault(run, report, slurm)
+    return 0 if outcome == "held" else 1
+
+
 def healthcheck_face() -> int:
     started = start("healthcheck", "healthcheck")
     if isinstance(started, int):
@@ -364,7 +444,8 @@ def healthcheck_face() -> int:
     me = slurm.me()
     if isinstance(me, ProbeError):
         run.log(f"slurmctld: {me.message}")
-    report = run_checks(run, fixed_slurm_probe(me))
+    report, obs = run_outcome(run, fixed_slurm_probe(me))
+    save_counters(run, obs)
     log_report(run, report)
     now = time.time()
     node_cache: Optional[dict[str, Any]] = None

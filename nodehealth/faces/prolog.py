@@ -5,15 +5,31 @@ or a fault the drain-storm breaker holds back). Exit 1: a node fault; the node h
 drained with ``nodehealth: <check>: <summary>`` (or, when slurmctld did not answer in time,
 Slurm drains it with "Prolog error") and a batch job is requeued. A passing prolog makes no
 Slurm call.
+
+Fast path first (``nodehealth.faces.fast``): when the daemon's verdict is fresh (younger than
+``[daemon] state_max_age_s``, this boot, XID follower alive) the prolog decides from it
+without NVML and without importing the runner, the probes or the config loader. Otherwise
+(no daemon, stale, corrupt, another boot ...) the cold path runs the prolog checks itself
+and logs why the fast path was not taken.
+
+This module imports nothing from nodehealth at module level: what the fast path pays for is
+decided in ``main``.
 """
 
 from __future__ import annotations
 
-from nodehealth.faces.common import guarded, job_face
+import os
 
 
 def main() -> int:
-    return guarded("prolog", lambda: job_face("prolog", "prolog", "start"))
+    from nodehealth.faces import fast
+
+    answer = fast.prolog(os.environ)
+    if isinstance(answer, int):
+        return answer
+    from nodehealth.faces.common import guarded, job_face
+
+    return guarded("prolog", lambda: job_face("prolog", "prolog", "start", fast_miss=answer))
 
 
 if __name__ == "__main__":
