@@ -1,0 +1,67 @@
+"""Against a real private Slurm cluster: the prolog's fast path from a daemon-written verdict,
+and the epilog's job forensics (an XID logged while the job runs drains the node, naming the job)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_cluster import SCENARIOS, SlurmCluster, requires_slurm, slurm_cluster, wait_for  # noqa: F401
+
+from nodehealth import state as daemon_state
+
+pytestmark = [pytest.mark.real, requires_slurm()]
+HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
+
+
+def daemon_round_state(c: SlurmCluster) -> None:
+    """One daemon-phase round of the node's checks, handed off with the daemon's own writer."""
+    from nodehealth import runner
+    from nodehealth.config import load
+    from nodehealth.probes import _scenario
+    from nodehealth.probes.statefile import write_atomic
+
+    _scenario.cache_clear()
+    report: dict[str, Any] = runner.run(load(str(c.nh_config)), phase="daemon", node=c.host).to_json()
+    assert report["status"] in ("OK", "WARN"), report
+    boot = c.boot_id.read_text().strip()
+    write_atomic(daemon_state.path_in(str(c.state_dir)),
+                 daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1))
+
+
+def test_prolog_fast_path_from_a_daemon_verdict(slurm_cluster) -> None:  # noqa: F811
+    c: SlurmCluster = slurm_cluster(scenario="healthy.toml", nodehealth={"check_timeout": 5})
+    daemon_round_state(c)
+    # From now on NVML would hang in nvmlInit: a prolog that touched it would cost 5 s and drain.
+    tmp = c.root / ".hung.tmp"
+    tmp.write_text(HUNG.read_text())
+    tmp.replace(c.scenario_file)
+    t0 = time.monotonic()
+    job = c.sbatch("--gres=gpu:2", "--wrap", "echo ran")
+    info = c.wait_job(job, ("RUNNING", "COMPLETED", "FAILED", "CANCELLED"), 30)
+    assert info["JobState"] in ("RUNNING", "COMPLETED"), info
+    assert time.monotonic() - t0 < 5, "the job started only after the NVML deadline"
+    assert c.node()["state"] != "drained"
+    wait_for(lambda: any(r["event"] == "start" and r["job_id"] == job for r in c.ledger()), 10, "ledger start")
+    rec = next(r for r in c.ledger() if r["job_id"] == job)
+    assert rec["gpus"] == [0, 1]
+
+
+def test_epilog_drains_for_an_xid_during_the_job_naming_it(slurm_cluster) -> None:  # noqa: F811
+    c: SlurmCluster = slurm_cluster(scenario="healthy.toml")
+    log = c.root / "kern.log"
+    log.write_text("")
+    with c.nh_config.open("a") as f:  # the XID watch reads a recorded kernel log instead of /dev/kmsg
+        f.write(f'[checks.gpu_xid]\nkmsg_path = "{log}"\n')
+    # While the job runs, GPU 0 (0000:18:00.0) falls off the bus.
+    line = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
+    job = c.sbatch("--gres=gpu:1", "--wrap", f"sleep 1; echo '{line}' >> {log}; sleep 1")
+    info = c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
+    assert info["JobState"] == "COMPLETED", info
+    node = c.wait_node(lambda n: n["state"] in ("drained", "draining"), 30, "drained by the epilog")
+    assert node["reason"].startswith(f"nodehealth: job_forensics: job {job}: GPU 0: XID 79 during the job"), node
+    state = c.nh_state()
+    assert state["drain"]["phase"] == "epilog" and state["drain"]["job_id"] == job
+    assert not (c.state_dir / "jobs" / f"{job}.json").exists()  # the baseline was consumed
