@@ -19,6 +19,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+# Re-exported: they live in a lean module because the prolog's fast path needs them too.
+from nodehealth.faces.jobenv import job_gpus as job_gpus
+from nodehealth.faces.jobenv import sanitize as sanitize
 from nodehealth.model import Action, CheckResult, Report, Status
 
 PREFIX = "nodehealth:"
@@ -243,30 +246,10 @@ def parse_nodes(text: str) -> list[NodeInfo]:
 
 # ----------------------------------------------------------------------------- reasons
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
-_UNSAFE = re.compile(r"[\"'`\\$;|&<>=\[\]]")
-
 
 def is_ours(reason: Optional[str]) -> bool:
     """A reason is ours only when it starts with ``nodehealth:`` (leading blanks allowed)."""
     return bool(reason) and reason.lstrip().startswith(PREFIX)  # type: ignore[union-attr]
-
-
-def sanitize(text: str, limit: int = REASON_MAX) -> str:
-    """One line of plain text ``scontrol`` takes as one argument and keeps intact.
-
-    Control characters (newlines included) become a space, quotes, backslashes, ``=``,
-    brackets and shell metacharacters are dropped, other non-ASCII characters become ``?``,
-    runs of blanks collapse, and the text is cut at ``limit`` characters (with an ellipsis).
-    """
-    text = _CONTROL.sub(" ", str(text))
-    text = _UNSAFE.sub("", text)
-    text = "".join(ch if " " <= ch <= "~" else "?" for ch in text)  # printable ASCII only
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: max(1, limit - 3)].rstrip() + "..."
-    return text
-
 
 def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -> str:
     """``nodehealth: <check>: <summary>`` (plus ``(+N more)``), sanitised and capped."""
@@ -298,23 +281,6 @@ def fault_count(report: Report, unknown_policy: str = "pass") -> int:
 
 
 # ----------------------------------------------------------------------------- job scoping
-
-
-def job_gpus(environ: Mapping[str, str]) -> Optional[tuple[int, ...]]:
-    """The GPU indexes of a job from ``SLURM_JOB_GPUS`` (else ``CUDA_VISIBLE_DEVICES``).
-
-    Data only: the value is parsed as a comma-separated list of integers; anything else
-    (UUIDs, ``NoDevFiles``, junk) yields None, meaning "not known".
-    """
-    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
-        value = environ.get(var)
-        if value is None:
-            continue
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        if items and all(v.isdigit() and len(v) <= 4 for v in items):
-            return tuple(sorted({int(v) for v in items}))
-        return None
-    return None
 
 
 def scope_processes(report: Report, gpus: Optional[Sequence[int]]) -> Report:

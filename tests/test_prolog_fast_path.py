@@ -22,7 +22,7 @@ from nodehealth.faces import fast
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
 HEAVY = ("pynvml", "psutil", "prometheus_client", "nodehealth.runner", "nodehealth.probes", "nodehealth.config",
-         "nodehealth.registry", "hostlist")
+         "nodehealth.registry", "hostlist", "nodehealth.slurm_policy", "nodehealth.ledger", "nodehealth.model")
 
 RUN = """
 import json, sys, time
@@ -242,3 +242,16 @@ def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy
     node.write_config("[daemon]\nstate_max_age_s = \"soon\"\n")
     out, err = node.prolog()
     assert out["rc"] == 0 and "configuration error" in err, err
+
+
+def test_fast_ledger_record_is_the_ledgers_format() -> None:
+    from nodehealth import ledger
+    from nodehealth.faces import jobenv
+
+    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "al\nice\"", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "3,1",
+           "SLURMD_NODENAME": "gpu01"}
+    rec = ledger.from_environ("start", env, 1732912345.1234, boot_id="b")
+    assert rec is not None
+    assert jobenv.record("start", env, 1732912345.1234, boot_id="b") == rec.to_json()
+    assert fast.LEDGER_FILE == ledger.FILE_NAME
+    assert jobenv.record("start", {}, 1.0) is None

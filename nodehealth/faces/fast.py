@@ -6,8 +6,9 @@ reason it is not (a string): the caller then runs the cold path and logs that re
 
 What this path imports is paid for before every job, so it stays lean: the standard
 library's ``json``/``os``/``time``, a TOML parser, ``nodehealth.state`` and, for the job
-ledger record, ``nodehealth.ledger`` (which brings ``nodehealth.slurm_policy`` and
-``nodehealth.model``). It does not import ``nodehealth.config``: that module imports
+ledger record, ``nodehealth.faces.jobenv`` (``re`` only; not ``nodehealth.ledger``, which
+brings ``dataclasses``, ``typing``, the Slurm policy and the model: about 8 ms). It does
+not import ``nodehealth.config``: that module imports
 ``hostlist`` and the whole check registry to validate every key. Instead ``read_settings``
 reads the handful of keys the fast path needs straight from the same TOML file (with the
 same defaults, and the same ``[[override]]`` rules when one of them touches those keys;
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # no typing import at run time
 DEFAULT_CONFIG = "/etc/nodehealth/nodehealth.toml"  # = nodehealth.config.DEFAULT_PATH (a test checks)
 ENV_VAR = "NODEHEALTH_CONFIG"
 COUNTERS_FILE = "gpu-counters.json"
+LEDGER_FILE = "jobs.jsonl"  # = nodehealth.ledger.FILE_NAME (a test checks)
 JOBS_DIR = "jobs"
 MAX_JOB_FILES = 512  # baselines of jobs whose epilog never ran are pruned past this many
 _NOTABLE = ("corrupt", "partial", "incomplete", "empty", "future", "unreadable", "larger than", "not a nodehealth")
@@ -270,21 +272,22 @@ def append_ledger(s: Settings, environ: Mapping[str, str], node: str, boot_id: O
     """The job's ``start`` record (one ``write(2)`` in append mode; compaction past max_bytes)."""
     if not s.ledger_enabled:
         return
-    from nodehealth import ledger
+    from nodehealth.faces import jobenv
 
-    rec = ledger.from_environ("start", environ, time.time(), node=node, boot_id=boot_id)
+    rec = jobenv.record("start", environ, time.time(), node=node, boot_id=boot_id)
     if rec is None:
         return
-    path = os.path.join(s.state_dir, ledger.FILE_NAME)
+    path = os.path.join(s.state_dir, LEDGER_FILE)
     try:
         os.makedirs(s.state_dir, mode=0o755, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, rec.line().encode("utf-8"))
+            os.write(fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         if size > s.ledger_max_bytes:
+            from nodehealth import ledger
             from nodehealth.probes import statefile
 
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -343,7 +346,7 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str]:
     if st is None:
         return why
     checks = st.report.get("checks", [])
-    from nodehealth.slurm_policy import job_gpus
+    from nodehealth.faces.jobenv import job_gpus
 
     gpus = job_gpus(environ)
     busy = _busy(checks)
