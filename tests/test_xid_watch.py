@@ -262,13 +262,27 @@ def test_probe_as_non_root_is_unknown_naming_the_reason_not_a_crash(tmp_path: Pa
     kmsg = tmp_path / "kmsg"
     kmsg.write_text(record(1, XID_79))
     os.chmod(kmsg, 0o600)
-    code = ("import json; from nodehealth.probes.xid_store import gather; "
-            f"o = gather({str(state)!r}, '/proc', {str(kmsg)!r}, (), 1000, False, 3.0); "
-            "print(json.dumps([type(o).__name__, getattr(o, 'message', None) or o.notes[0]]))")
-    out = subprocess.run([sys.executable, "-c", code], user=65534, capture_output=True, text=True, timeout=30,
-                         cwd=str(Path(__file__).resolve().parent.parent))
-    assert out.returncode == 0, out.stderr
-    kind, reason = json.loads(out.stdout)
+    # Fork and drop to nobody in the child: no interpreter has to be executable by nobody
+    # (a pyenv or venv under /root is not).
+    from nodehealth.probes.xid_store import gather
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(rfd)
+            os.setgid(65534)
+            os.setuid(65534)
+            o = gather(str(state), "/proc", str(kmsg), (), 1000, False, 3.0)
+            os.write(wfd, json.dumps([type(o).__name__, getattr(o, "message", None) or o.notes[0]]).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    assert data, "the child running as nobody answered nothing"
+    kind, reason = json.loads(data)
     # An XidObservation with the reason when the state dir is reachable, else a ProbeError:
     # either way the check says UNKNOWN with this text.
     assert kind in ("XidObservation", "ProbeError")
