@@ -4,6 +4,7 @@ sd_notify, state hand-off, XID to drain."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,9 @@ def test_live_daemon_serves_metrics_writes_state_and_stops_on_sigterm(tmp_path):
         got, why = state.read(str(tmp_path / "state"), max_age_s=30, require_xid=True)
         assert got is not None, why
         assert got.report["phase"] == "daemon" and got.xid_follower == "alive"
+        # The latest GPU counter reading, which a fast-path prolog copies as its job's baseline.
+        counters = json.loads((tmp_path / "state" / "gpu-counters.json").read_text())
+        assert counters["source"] == "daemon" and len(counters["gpus"]) == 8
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
     finally:
         code, err = stop(proc)

@@ -22,8 +22,9 @@ from nodehealth.config import Config, ConfigError, load, node_name
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
+from nodehealth.faces.common import write_counters
 from nodehealth.metrics import NodeMetrics, write_textfile
-from nodehealth.model import Action, CheckResult, Report, Status
+from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations
 from nodehealth.registry import BY_NAME
 
@@ -88,7 +89,6 @@ class Daemon:
         self.rounds = 0
         self.report: Optional[Report] = None
         self.observations: Optional[Observations] = None
-        self.xid_faults: list[Any] = []  # drain-class XID events seen (this process)
         self.xid_events = 0
         self.lock = threading.Lock()
         from nodehealth.probes.statefile import read_boot_id
@@ -226,7 +226,7 @@ class Daemon:
         self.metrics.round_started_now()
         try:
             outcome = runner.execute(cfg, phase="daemon", node=self.node)
-            report = self.with_xid(outcome.report)
+            report = outcome.report
             with self.lock:
                 self.report, self.observations = report, outcome.observations
                 self.rounds += 1
@@ -234,6 +234,7 @@ class Daemon:
             self.metrics.update_round(report, outcome.observations)
             self.publish_jobs(cfg, outcome.observations)
             self.write_state(cfg, report)
+            self.write_counters(cfg, outcome.observations)
             self.write_textfile(cfg)
             self.act(cfg, report)
             self.notify(f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
@@ -250,26 +251,6 @@ class Daemon:
         finally:
             self.round_started_mono = None
 
-    def with_xid(self, report: Report) -> Report:
-        """Until a registered ``gpu_xid`` check judges the event store, the follower's verdict."""
-        if XID_CHECK in BY_NAME or self.xid is None:
-            return report
-        with self.lock:
-            faults = list(self.xid_faults)
-            seen = self.xid_events
-        if faults:
-            last = faults[-1]
-            gpu = last.gpu if isinstance(last.gpu, int) else None
-            where = f"GPU {gpu}" if gpu is not None else (last.pci or "unknown GPU")
-            action = max((f.action or Action.REBOOT for f in faults), key=lambda a: a.rank)
-            res = CheckResult(XID_CHECK, Status.FAIL, f"XID {last.xid} ({last.mnemonic or 'drain-class'}) on {where}"
-                              + (f" (+{len(faults) - 1} more)" if len(faults) > 1 else ""), action=action, gpu=gpu,
-                              details={"xids": [f.to_json() for f in faults[-10:]]})
-        else:
-            res = CheckResult(XID_CHECK, Status.OK, f"no drain-class XID this boot ({seen} XID event(s) read)",
-                              details={"events": seen})
-        return dataclasses.replace(report, results=report.results + (res,))
-
     def write_state(self, cfg: Config, report: Report) -> None:
         path = state_file.path_in(cfg.paths.state_dir)
         since = getattr(self.xid, "since", None) if self.xid is not None else None
@@ -283,6 +264,13 @@ class Daemon:
         except OSError as exc:
             self.metrics.state_written(False)
             self.log(f"cannot write {path}: {exc}", "err")
+
+    def write_counters(self, cfg: Config, obs: Observations) -> None:
+        """The latest per-GPU ECC/remap reading, the baseline a fast-path prolog copies for its job."""
+        try:
+            write_counters(cfg.paths.state_dir, obs, self.boot_id, "daemon")
+        except OSError as exc:
+            self.log(f"cannot write the GPU counter reading: {exc}", "err")
 
     def write_textfile(self, cfg: Config) -> None:
         if not cfg.daemon.textfile_dir:
@@ -345,8 +333,6 @@ class Daemon:
         drain = event.severity == Severity.DRAIN
         with self.lock:
             self.xid_events += 1
-            if drain:
-                self.xid_faults.append(event)
         severity = event.severity.value if event.severity else "?"
         self.log(f"XID {event.xid} on GPU {gpu}: {event.mnemonic or ''} ({severity}, action {action})",
                  "err" if drain else "warning", xid=event.xid, gpu=gpu, action=action,
@@ -359,10 +345,7 @@ class Daemon:
         if base is None:
             base = Report(node=self.node, phase="daemon", results=(), duration_s=0.0, version="",
                           started_at=time.time())
-        if XID_CHECK in BY_NAME:
-            fresh = runner.execute(cfg, phase="daemon", only=(XID_CHECK,), node=self.node).report.results
-        else:
-            fresh = self.with_xid(dataclasses.replace(base, results=())).results
+        fresh = runner.execute(cfg, phase="daemon", only=(XID_CHECK,), node=self.node).report.results
         by_name = {r.name: r for r in fresh}
         results = tuple(by_name.pop(r.name, r) for r in base.results) + tuple(by_name.values())
         report = dataclasses.replace(base, results=results)

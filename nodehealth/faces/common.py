@@ -199,17 +199,28 @@ def run_outcome(run: Run, probes: Any) -> tuple[Report, Observations]:
 # ----------------------------------------------------------------------------- GPU counters, job forensics
 
 
-def save_counters(run: Run, obs: Observations) -> Optional[dict[str, Any]]:
-    """Write this run's per-GPU ECC/remap counters as the latest reading; return them (None: no NVML)."""
+def write_counters(state_dir: str, obs: Observations, boot_id: Optional[str],
+                   source: str) -> Optional[dict[str, Any]]:
+    """Write the per-GPU ECC/remap counters of ``obs`` as the latest reading (OSError if that fails).
+
+    Returns them, or None when there is no NVML reading. Every face that reads NVML (and the
+    daemon, each round) keeps this file current: a fast-path prolog copies it as its job's baseline.
+    """
     if not isinstance(obs.nvml, NvmlSnapshot):
         return None
     counters = gpu_counters(obs.nvml.gpus)
-    rec = counters_record(counters, time.time(), run.boot_id, run.face)
+    rec = counters_record(counters, time.time(), boot_id, source)
+    write_small(os.path.join(state_dir, COUNTERS_FILE), json.dumps(rec, separators=(",", ":")))
+    return counters
+
+
+def save_counters(run: Run, obs: Observations) -> Optional[dict[str, Any]]:
+    """``write_counters`` for a face: a failure is logged, the counters still returned."""
     try:
-        write_small(os.path.join(run.cfg.paths.state_dir, COUNTERS_FILE), json.dumps(rec, separators=(",", ":")))
+        return write_counters(run.cfg.paths.state_dir, obs, run.boot_id, run.face)
     except OSError as exc:
         run.log(f"cannot write the GPU counter reading: {exc}")
-    return counters
+        return gpu_counters(obs.nvml.gpus) if isinstance(obs.nvml, NvmlSnapshot) else None
 
 
 def save_job_baseline(run: Run, counters: Optional[dict[str, Any]]) -> None:
