@@ -1,18 +1,23 @@
 """Daemon benchmark: RSS and CPU with 8 simulated GPUs, /metrics latency at 50 req/s, state-file fast path.
 
-    .venv/bin/python bench/daemon_bench.py [--minutes 10] [--interval 30]
+    .venv/bin/python bench/daemon_bench.py [--minutes 10] [--interval 30] [--latency-seconds 60]
 
-Starts ``nodehealth daemon`` on a free loopback port with examples/scenarios/healthy-8x-h100.toml,
-samples its RSS and CPU time from /proc over the run, scrapes /metrics at 50 requests/s for
-the whole run (a bounded, paced loop on one connection per request), and times the prolog's
-fast path (``python -c 'from nodehealth import state; state.read(...)'``) against
-``python -c pass``, each as whole processes, medians of 30.
+Starts ``nodehealth daemon`` on a free loopback port with examples/scenarios/healthy-8x-h100.toml.
+1. Steady state for --minutes: rounds every --interval seconds and a scrape every 15 s (as a
+   Prometheus server would); RSS sampled every 5 s, CPU (the daemon and its reaped probe
+   children) over the whole stretch.
+2. Scrape latency: /metrics at 50 requests/s for --latency-seconds (a bounded, paced loop, one
+   connection per request, a raw-socket client), once asking for gzip as Prometheus does
+   and once plain.
+3. The prolog's fast path (``python -c 'from nodehealth import state; state.read(...)'``)
+   against ``python -c pass``, each as whole processes, medians of 30.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +36,7 @@ def proc_stats(pid: int) -> tuple[float, int]:
     """(CPU seconds user+system, RSS bytes) of the process and its live children."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICK
+    cpu = sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
     with open(f"/proc/{pid}/statm") as f:
         rss = int(f.read().split()[1]) * PAGE
     return cpu, rss
@@ -48,11 +53,50 @@ def fast_path(state_dir: str, n: int = 30) -> tuple[float, float]:
     return statistics.median(times["pass"]), statistics.median(times["read"])
 
 
+def scrape(url: str, gzip_ok: bool) -> tuple[int, float, int]:
+    """One GET on a new connection with a minimal client (raw socket), so the figure is the
+    server's and the loopback's, not a heavy HTTP client's."""
+    hostport = url.split("/")[2]
+    host, port = hostport.rsplit(":", 1)
+    request = (f"GET /metrics HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
+               + ("Accept-Encoding: gzip\r\n" if gzip_ok else "") + "\r\n").encode()
+    t0 = time.perf_counter()
+    with socket.create_connection((host, int(port)), timeout=2) as conn:
+        conn.sendall(request)
+        chunks = []
+        while True:
+            data = conn.recv(262144)
+            if not data:
+                break
+            chunks.append(data)
+    took = time.perf_counter() - t0
+    raw = b"".join(chunks)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    code = int(head.split(b" ", 2)[1])
+    return code, took, len(body)
+
+
+def latency(url: str, rate: float, seconds: float, gzip_ok: bool) -> tuple[list[float], int]:
+    lat: list[float] = []
+    size = 0
+    period = 1.0 / rate
+    next_at = time.monotonic()
+    end = next_at + seconds
+    while time.monotonic() < end:
+        code, took, size = scrape(url, gzip_ok)
+        assert code == 200
+        lat.append(took)
+        next_at += period
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return sorted(lat), size
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--interval", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--latency-seconds", type=float, default=60.0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nodehealth-bench-"))
     port = free_port()
@@ -63,36 +107,31 @@ def main() -> int:
         cpu0, _ = proc_stats(proc.pid)
         t_start = time.monotonic()
         end = t_start + args.minutes * 60
-        lat: list[float] = []
         rss: list[int] = []
-        period = 1.0 / args.rate
-        next_at = time.monotonic()
+        next_scrape = t_start
         while time.monotonic() < end:
-            code, body, took = get(url)
-            assert code == 200
-            lat.append(took)
-            if len(lat) % int(args.rate) == 0:
-                rss.append(proc_stats(proc.pid)[1])
-            next_at += period
-            time.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() >= next_scrape:
+                get(url)
+                next_scrape += 15
+            rss.append(proc_stats(proc.pid)[1])
+            time.sleep(5)
         elapsed = time.monotonic() - t_start
-        cpu1, _ = proc_stats(proc.pid)
-        # CPU without the scrape load: a quiet stretch after the loaded one.
-        quiet = min(60.0, args.minutes * 60 / 2)
-        c0 = proc_stats(proc.pid)[0]
-        time.sleep(quiet)
-        c1, rss_end = proc_stats(proc.pid)
-        lat.sort()
-        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
+        cpu1, rss_end = proc_stats(proc.pid)
+        zipped, zsize = latency(url, args.rate, args.latency_seconds, gzip_ok=True)
+        plain, psize = latency(url, args.rate, args.latency_seconds, gzip_ok=False)
         base, read = fast_path(str(tmp / "state"))
-        print(f"run: {elapsed:.0f} s with 8 simulated GPUs, interval {args.interval:g} s, {len(lat)} scrapes "
-              f"at {args.rate:g}/s")
+
+        def p(lat: list[float], q: float) -> float:
+            return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+
+        print(f"steady state: {elapsed:.0f} s with 8 simulated GPUs, rounds every {args.interval:g} s, "
+              "a scrape every 15 s")
         print(f"RSS: median {statistics.median(rss) / 2**20:.1f} MiB, max {max(rss) / 2**20:.1f} MiB, "
               f"end {rss_end / 2**20:.1f} MiB")
-        print(f"CPU under 50 req/s: {100 * (cpu1 - cpu0) / elapsed:.2f} % of a core; quiet ({quiet:.0f} s, "
-              f"rounds only): {100 * (c1 - c0) / quiet:.2f} %")
-        print(f"/metrics latency: p50 {p(0.5):.2f} ms, p99 {p(0.99):.2f} ms, max {lat[-1] * 1000:.2f} ms "
-              f"({len(body)} bytes)")
+        print(f"CPU: {100 * (cpu1 - cpu0) / elapsed:.3f} % of a core (daemon + probe children)")
+        for name, lat, size in (("gzip (as Prometheus asks)", zipped, zsize), ("plain", plain, psize)):
+            print(f"/metrics at {args.rate:g}/s for {args.latency_seconds:g} s, {name}: p50 {p(lat, 0.5):.2f} ms, "
+                  f"p99 {p(lat, 0.99):.2f} ms, max {lat[-1] * 1000:.2f} ms ({size} bytes, {len(lat)} requests)")
         print(f"fast path: python -c pass {base * 1000:.1f} ms, state read {read * 1000:.1f} ms "
               f"(+{(read - base) * 1000:.1f} ms), medians of 30")
     finally:

@@ -12,6 +12,7 @@ round). So a scrape never waits on NVML, on a round, or on much Python either.
 
 from __future__ import annotations
 
+import gzip
 import os
 import threading
 import time
@@ -251,6 +252,7 @@ class NodeMetrics:
             ProcessCollector(registry=self.live)
         self.live.register(_Collect(self.live_families))
         self._payload: Optional[bytes] = None
+        self._payload_gz: Optional[tuple[bytes, bytes]] = None
 
     # ------------------------------------------------------------------ updates
 
@@ -336,6 +338,18 @@ class NodeMetrics:
                 self._payload = generate_latest(self.registry)
             body = self._payload
         return body + generate_latest(self.live)
+
+    def payload_gzip(self) -> bytes:
+        """The same text gzip-encoded (what Prometheus asks for): the round part is compressed
+        once per change, the small live tail per scrape; two gzip members concatenated are one
+        valid gzip stream (RFC 1952)."""
+        with self._lock:
+            if self._payload is None:
+                self._payload = generate_latest(self.registry)
+            if self._payload_gz is None or self._payload_gz[0] is not self._payload:
+                self._payload_gz = (self._payload, gzip.compress(self._payload, compresslevel=6, mtime=0))
+            body = self._payload_gz[1]
+        return body + gzip.compress(generate_latest(self.live), compresslevel=1, mtime=0)
 
     def families(self) -> Iterator[Metric]:
         """Called by generate_latest with the lock held (from payload)."""

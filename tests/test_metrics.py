@@ -97,6 +97,19 @@ def test_payload_cached_until_an_update():
     assert m._payload is None and m.payload() != first
 
 
+def test_gzip_payload_is_the_same_text_and_follows_updates():
+    import gzip
+
+    out = _outcome("healthy-8x-h100")
+    m = NodeMetrics("gpu001", process=False)
+    m.update_round(out.report, out.observations)
+    zipped = m.payload_gzip()
+    assert gzip.decompress(zipped) == m.payload()
+    assert len(zipped) < len(m.payload()) / 4
+    m.count_xid("0", 48, "reset_gpu")
+    assert b'xid="48"' in gzip.decompress(m.payload_gzip())
+
+
 def test_textfile_atomic_and_requires_the_directory(tmp_path):
     out = _outcome("healthy-8x-h100")
     path = face_textfile(str(tmp_path), "prolog", "gpu001", out.report, out.observations)

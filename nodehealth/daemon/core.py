@@ -102,7 +102,8 @@ class Daemon:
         validate_start(self.cfg)
         if self.cfg.daemon.listen:
             try:
-                self.server = MetricsServer(self.cfg.daemon.listen, self.metrics.payload, self.health)
+                self.server = MetricsServer(self.cfg.daemon.listen, self.metrics.payload, self.health,
+                                            self.metrics.payload_gzip)
             except ListenError as exc:
                 raise StartError(str(exc)) from None
             self.server.start()

@@ -35,7 +35,8 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 64
 
 
-def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]]) -> type:
+def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]],
+             payload_gzip: Optional[Callable[[], bytes]] = None) -> type:
     class Handler(BaseHTTPRequestHandler):
         server_version = "nodehealth"
         sys_version = ""
@@ -44,7 +45,10 @@ def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]]
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, payload(), CONTENT_TYPE)
+                if payload_gzip is not None and "gzip" in self.headers.get("Accept-Encoding", ""):
+                    self._send(200, payload_gzip(), CONTENT_TYPE, encoding="gzip")
+                else:
+                    self._send(200, payload(), CONTENT_TYPE)
             elif path == "/healthz":
                 code, text = health()
                 self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
@@ -56,9 +60,11 @@ def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]]
         def do_HEAD(self) -> None:  # noqa: N802
             self.do_GET()
 
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
+        def _send(self, code: int, body: bytes, ctype: str, encoding: str = "") -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
+            if encoding:
+                self.send_header("Content-Encoding", encoding)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
@@ -72,13 +78,14 @@ def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]]
 
 class MetricsServer:
     def __init__(self, listen: str, payload: Callable[[], bytes],
-                 health: Optional[Callable[[], tuple[int, str]]] = None) -> None:
+                 health: Optional[Callable[[], tuple[int, str]]] = None,
+                 payload_gzip: Optional[Callable[[], bytes]] = None) -> None:
         host, port = parse_listen(listen)
         server_cls: Any = _Server
         if ":" in host:
             server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
         try:
-            self.server = server_cls((host, port), _handler(payload, health or (lambda: (200, "ok"))))
+            self.server = server_cls((host, port), _handler(payload, health or (lambda: (200, "ok")), payload_gzip))
         except OSError as exc:
             raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         self.address = self.server.server_address[:2]
