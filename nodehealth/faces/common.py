@@ -291,16 +291,20 @@ def act_on_fault(run: Run, report: Report, slurm: Slurm, me: Optional[NodeInfo] 
         return replace(state, clean_runs=0, drain=rec, last_status=report.status.name, last_run=now,
                        boot_id=run.boot_id)
 
+    def note_fault() -> None:
+        """A fault this run did not drain for: the clean-run count starts again."""
+        save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+
     if not run.cfg.drain.enabled:
         run.log(f"fault ({reason}); [drain] enabled = false: not draining", notable=True)
-        save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+        note_fault()
         return "disabled"
     if me is None:
         everyone = slurm.show(everyone=True)
         if isinstance(everyone, ProbeError):
             run.log(f"fault ({reason}); slurmctld did not answer ({everyone.message}): cannot set the reason",
                     notable=True)
-            save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+            note_fault()
             return "unreachable"
         me = next((n for n in everyone if n.name == run.node), None)
         nodes: Optional[list[NodeInfo]] = everyone
@@ -314,14 +318,14 @@ def act_on_fault(run: Run, report: Report, slurm: Slurm, me: Optional[NodeInfo] 
             save_state(run, lambda s: replace(s, clean_runs=0) if s.drain and s.drain.reason == reason
                        else record(s))
             return "already"
-        save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+        note_fault()
         return "other"
     if nodes is None:
         everyone = slurm.show(everyone=True)
         if isinstance(everyone, ProbeError):
             run.log(f"fault ({reason}); cannot count drained nodes ({everyone.message}): not draining",
                     notable=True)
-            save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+            note_fault()
             return "unreachable"
         nodes = everyone
     br: Breaker = breaker(nodes, run.cfg.drain.max_share, run.cfg.drain.breaker_min_drained, exclude=run.node)
@@ -335,7 +339,7 @@ def act_on_fault(run: Run, report: Report, slurm: Slurm, me: Optional[NodeInfo] 
     out = slurm.drain(reason)
     if not out.ok:
         run.log(f"fault ({reason}); drain failed: {out.message}", notable=True)
-        save_state(run, lambda s: replace(s, clean_runs=0, last_status=report.status.name, last_run=now))
+        note_fault()
         return "unreachable"
     run.log(f"drained {run.node}: {reason}", notable=True)
     save_state(run, lambda s: replace(record(s), breaker_held=None))
