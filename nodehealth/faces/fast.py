@@ -170,7 +170,7 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
     except OSError as exc:
         return None, f"config {path}: cannot read: {exc.strerror or exc}"
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin - tomli below 3.11
     else:  # pragma: no cover - Python 3.9/3.10
         import tomli as tomllib
     try:
