@@ -1,6 +1,7 @@
 # nodehealth: two commands on a fresh machine.
 #   make demo   venv + install, then `nodehealth check` on a faulty and on a healthy simulated 8-GPU node
 #   make test   venv + test tools, then every gate: ruff, mypy, Python 3.9 compatibility (vermin), pytest
+#               (and pytest again under Python 3.9 when the machine has one)
 PYTHON ?= python3
 VENV   ?= .venv
 # A Python 3.9 (RHEL 9's) to run the whole suite under, when this machine has one; the

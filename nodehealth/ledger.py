@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from nodehealth.slurm_policy import job_gpus, sanitize
+from nodehealth.jobenv import job_gpus, sanitize
 
 FORMAT_VERSION = 1
 FILE_NAME = "jobs.jsonl"

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 # Re-exported: they live in a lean module because the prolog's fast path needs them too.
-from nodehealth.faces.jobenv import job_gpus as job_gpus
-from nodehealth.faces.jobenv import sanitize as sanitize
+from nodehealth.jobenv import job_gpus as job_gpus
+from nodehealth.jobenv import sanitize as sanitize
 from nodehealth.model import Action, CheckResult, Report, Status
 
 PREFIX = "nodehealth:"

@@ -245,8 +245,7 @@ def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy
 
 
 def test_fast_ledger_record_is_the_ledgers_format() -> None:
-    from nodehealth import ledger
-    from nodehealth.faces import jobenv
+    from nodehealth import jobenv, ledger
 
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "al\nice\"", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "3,1",
            "SLURMD_NODENAME": "gpu01"}

@@ -6,7 +6,7 @@ reason it is not (a string): the caller then runs the cold path and logs that re
 
 What this path imports is paid for before every job, so it stays lean: the standard
 library's ``json``/``os``/``time``, a TOML parser, ``nodehealth.state`` and, for the job
-ledger record, ``nodehealth.faces.jobenv`` (``re`` only; not ``nodehealth.ledger``, which
+ledger record, ``nodehealth.jobenv`` (``re`` only; not ``nodehealth.ledger``, which
 brings ``dataclasses``, ``typing``, the Slurm policy and the model: about 8 ms). It does
 not import ``nodehealth.config``: that module imports
 ``hostlist`` and the whole check registry to validate every key. Instead ``read_settings``
@@ -272,7 +272,7 @@ def append_ledger(s: Settings, environ: Mapping[str, str], node: str, boot_id: O
     """The job's ``start`` record (one ``write(2)`` in append mode; compaction past max_bytes)."""
     if not s.ledger_enabled:
         return
-    from nodehealth.faces import jobenv
+    from nodehealth import jobenv
 
     rec = jobenv.record("start", environ, time.time(), node=node, boot_id=boot_id)
     if rec is None:
@@ -346,7 +346,7 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str]:
     if st is None:
         return why
     checks = st.report.get("checks", [])
-    from nodehealth.faces.jobenv import job_gpus
+    from nodehealth.jobenv import job_gpus
 
     gpus = job_gpus(environ)
     busy = _busy(checks)
