@@ -7,6 +7,8 @@ VENV   ?= .venv
 # A Python 3.9 (RHEL 9's) to run the whole suite under, when this machine has one; the
 # vermin gate covers machines that do not.
 PY39   ?= $(shell bash scripts/find-python39.sh)
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
 
 .PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean
 
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
-	@echo "== a node with a pending row remap on GPU 3 (expect FAIL, exit 1) =="
+	@echo "== a node with a pending row remap on GPU 1 (expect FAIL, exit 1) =="
 	-@$(BIN)/nodehealth check --simulate examples/scenarios/row-remap-pending.toml
 	@echo
 	@echo "== a healthy 8x H100 node (expect HEALTHY, exit 0) =="
