@@ -38,12 +38,20 @@ def test_prolog_fast_path_from_a_daemon_verdict(slurm_cluster) -> None:  # noqa:
     tmp = c.root / ".hung.tmp"
     tmp.write_text(HUNG.read_text())
     tmp.replace(c.scenario_file)
-    t0 = time.monotonic()
     job = c.sbatch("--gres=gpu:2", "--wrap", "echo ran")
-    info = c.wait_job(job, ("RUNNING", "COMPLETED", "FAILED", "CANCELLED"), 30)
-    assert info["JobState"] in ("RUNNING", "COMPLETED"), info
-    assert time.monotonic() - t0 < 5, "the job started only after the NVML deadline"
-    assert c.node()["state"] != "drained"
+    # A cold-path prolog would hit the hung NVML, fail the nvml check, exit 1 and have the job
+    # requeued and held; the fast path lets it run to the end. Wait for either outcome (no
+    # wall-clock assertion: job start on a busy 2-core machine takes seconds either way).
+    got: dict[str, str] = {}
+
+    def settled() -> bool:
+        nonlocal got
+        got = c.job(job)
+        return got.get("JobState") == "COMPLETED" or int(got.get("Restarts", "0") or 0) > 0
+    wait_for(settled, 60, f"job {job} completed or requeued")
+    assert got.get("JobState") == "COMPLETED" and got.get("Restarts") == "0", got
+    assert "prolog failed" not in c.log("slurmd.log")
+    assert "fast path not taken" not in c.log("slurmd.log")
     wait_for(lambda: any(r["event"] == "start" and r["job_id"] == job for r in c.ledger()), 10, "ledger start")
     rec = next(r for r in c.ledger() if r["job_id"] == job)
     assert rec["gpus"] == [0, 1]
