@@ -176,8 +176,9 @@ def fixed_slurm_probe(me: Union[NodeInfo, ProbeError]) -> Any:
             return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
         if isinstance(me, ProbeError):
             return ProbeError("slurm_node", me.kind, me.message)
-        return SlurmNode(name=me.name, gres_gpus=me.gres_gpus, state=me.state.text,
-                         reason=me.reason.full if me.reason else None)
+        from nodehealth.probes.slurm import as_slurm_node
+
+        return as_slurm_node(me)
 
     table = dict(PROBES)
     table["slurm_node"] = Probe("slurm_node", gather)

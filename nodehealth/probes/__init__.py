@@ -81,7 +81,8 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
         return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
     from nodehealth.probes import slurm
 
-    return slurm.show_node(ctx.config.slurm.scontrol, ctx.node, min(timeout_s, ctx.config.slurm.timeout_s))
+    return slurm.show_node(ctx.config.slurm.scontrol, ctx.node, min(timeout_s, ctx.config.slurm.timeout_s),
+                           ctx.config.slurm.conf)
 
 
 def _memory(ctx: ProbeContext, timeout_s: float) -> Any:
