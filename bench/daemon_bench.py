@@ -9,7 +9,7 @@ Starts ``nodehealth daemon`` on a free loopback port with examples/scenarios/hea
 2. Scrape latency: /metrics at 50 requests/s for --latency-seconds (a bounded, paced loop, one
    connection per request, a raw-socket client), once asking for gzip as Prometheus does
    and once plain.
-3. The prolog's fast path (``python -c 'from nodehealth import state; state.read(...)'``)
+3. The prolog's fast path (``python -c 'from nodehealth.statedir import verdict as state; state.read(...)'``)
    against ``python -c pass``, each as whole processes, medians of 30.
 """
 
@@ -43,7 +43,7 @@ def proc_stats(pid: int) -> tuple[float, int]:
 
 
 def fast_path(state_dir: str, n: int = 30) -> tuple[float, float]:
-    code = f"from nodehealth import state; s, why = state.read({state_dir!r}, 3600); assert s is not None, why"
+    code = f"from nodehealth.statedir import verdict as state; s, why = state.read({state_dir!r}, 3600); assert s is not None, why"
     times = {"pass": [], "read": []}
     for _ in range(n):
         for key, c in (("pass", "pass"), ("read", code)):

@@ -66,9 +66,9 @@ def write_config(d: Path, scenario: str, budget: float, slurm_timeout: float) ->
 def write_daemon_state(cfg: Path) -> None:
     """A fresh daemon verdict for the config's node, with the daemon's own writer."""
     from nodehealth import runner
-    from nodehealth import state as daemon_state
-    from nodehealth.config import load
-    from nodehealth.probes.statefile import read_boot_id, write_atomic
+    from nodehealth.config.loader import load
+    from nodehealth.statedir import verdict as daemon_state
+    from nodehealth.statedir.files import read_boot_id, write_atomic
 
     c = load(str(cfg))
     report = runner.run(c, phase="daemon", node="bench").to_json()

@@ -26,7 +26,7 @@ from typing import IO, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nodehealth.probes.kernel_log import ScanStats, scan, split_lines  # noqa: E402
+from nodehealth.xid.parse import ScanStats, scan, split_lines  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real-world"
 GOALS = {"quiet": 100.0, "xid10": 20.0}

@@ -222,7 +222,7 @@ class IbPort:
 
 @dataclass(frozen=True)
 class JobLedgerEntry:
-    """One Slurm job as the job ledger records it (``nodehealth.probes.xid_attribution``).
+    """One Slurm job as the job ledger records it (``nodehealth.xid.jobfacts``).
 
     ``gpus``: NVML indices of the job's GPUs; None when the ledger did not say (then the job
     is taken to cover every GPU of the node). ``start``/``end``: Unix seconds; ``end`` None

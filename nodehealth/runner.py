@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from nodehealth import __version__
 from nodehealth.checks.base import Context
-from nodehealth.config import Config, node_name, phase_budget
+from nodehealth.config.loader import Config, node_name, phase_budget
 from nodehealth.model import CheckResult, Report, Status
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.probes import PROBES, Probe, ProbeContext

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodehealth import config as C
 from nodehealth.cli import main
+from nodehealth.config import loader as C
 
 ROOT = Path(__file__).resolve().parent.parent
 

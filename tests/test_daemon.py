@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_daemon_util import free_port, get, sample, start, stop, wait_for, write_config
 
-from nodehealth import state
+from nodehealth.statedir import verdict as state
 
 PROMTOOL = shutil.which("promtool")
 
@@ -211,7 +211,7 @@ def test_sd_notify_datagrams_ready_status_watchdog(tmp_path):
 def test_drain_class_xid_acts_within_a_second(tmp_path):
     """A fatal XID line appended to the followed kernel log: stored, counted, verdict FAIL in the
     state file and the Slurm hook asked to drain, well inside 1 s (the in-process daemon)."""
-    from nodehealth import config
+    from nodehealth.config import loader as config
     from nodehealth.daemon.core import Daemon
     from nodehealth.daemon.logs import Log
     from nodehealth.metrics import SlurmView

@@ -19,7 +19,7 @@ from nodehealth.observations import (
     XidObservation,
     XidRecord,
 )
-from nodehealth.slurm_policy import counters_record, ecc_increments, gpu_counters, job_forensics
+from nodehealth.slurm.policy import counters_record, ecc_increments, gpu_counters, job_forensics
 from nodehealth.xid.events import Severity, XidEvent
 
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]

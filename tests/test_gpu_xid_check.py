@@ -19,8 +19,8 @@ from nodehealth.observations import (
     XidObservation,
     XidRecord,
 )
-from nodehealth.probes.kernel_log import parse_line
 from nodehealth.xid.catalog import enrich, load_catalog
+from nodehealth.xid.parse import parse_line
 
 CATALOG = load_catalog()
 BOOT, OLD_BOOT = "boot-now", "boot-before"

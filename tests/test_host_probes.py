@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from nodehealth import config as C
 from nodehealth import runner
+from nodehealth.config import loader as C
 from nodehealth.model import Status
 from nodehealth.observations import IbPort, MountObservation, ProbeError, SharedDirObservation
-from nodehealth.probes import PROBES, Probe, ProbeContext, child, host
+from nodehealth.platform import child
+from nodehealth.probes import PROBES, Probe, ProbeContext, host
 
 SLACK_S = 0.5  # a hang must be answered within its deadline plus this
 

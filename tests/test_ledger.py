@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from nodehealth import ledger
-from nodehealth.probes import statefile
+from nodehealth.statedir import files as statefile
+from nodehealth.statedir import ledger
 
 ENV = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "0,1",
        "SLURMD_NODENAME": "gpu017"}

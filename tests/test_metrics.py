@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from test_daemon_util import SCENARIOS, sample
 
-from nodehealth import config, runner
+from nodehealth import runner
+from nodehealth.config import loader as config
 from nodehealth.metrics import NodeMetrics, SlurmView, face_textfile, probe_timeouts, textfile_path
 
 PROMTOOL = shutil.which("promtool")

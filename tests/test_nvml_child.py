@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from nodehealth.observations import NvmlSnapshot, ProbeError
-from nodehealth.probes import nvml, simnvml
+from nodehealth.probes import nvml
+from nodehealth.sim import nvml as simnvml
 
 
 def scenario(tmp_path: Path, text: str):

@@ -18,7 +18,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from nodehealth.probes import nvml, simnvml
+from nodehealth.probes import nvml
+from nodehealth.sim import nvml as simnvml
 
 HEALTHY = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "healthy-8x-h100.toml"
 

@@ -16,13 +16,13 @@ from typing import Any, Optional
 
 import pytest
 
-from nodehealth import state as daemon_state
 from nodehealth.faces import fast
+from nodehealth.statedir import verdict as daemon_state
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
-HEAVY = ("pynvml", "psutil", "prometheus_client", "nodehealth.runner", "nodehealth.probes", "nodehealth.config",
-         "nodehealth.registry", "hostlist", "nodehealth.slurm_policy", "nodehealth.ledger", "nodehealth.model")
+HEAVY = ("pynvml", "psutil", "prometheus_client", "nodehealth.runner", "nodehealth.probes", "nodehealth.config.loader",
+         "nodehealth.registry", "hostlist", "nodehealth.slurm.policy", "nodehealth.statedir.ledger", "nodehealth.model")
 
 RUN = """
 import json, sys, time
@@ -62,7 +62,7 @@ class Node:
     def daemon_report(self) -> dict[str, Any]:
         """A real daemon-phase report of the healthy simulated node."""
         from nodehealth import runner
-        from nodehealth.config import load
+        from nodehealth.config.loader import load
         from nodehealth.probes import _scenario
 
         _scenario.cache_clear()
@@ -71,7 +71,7 @@ class Node:
 
     def write_state(self, report: dict[str, Any], age: float = 1.0, boot: str = "boot-1",
                     follower: str = "alive") -> None:
-        from nodehealth.probes.statefile import write_atomic
+        from nodehealth.statedir.files import write_atomic
 
         write_atomic(daemon_state.path_in(str(self.state)),
                      daemon_state.encode(report, boot, time.time() - age, follower, interval_s=30, round=3))
@@ -216,7 +216,7 @@ def test_fast_path_copies_the_latest_counters_as_the_job_baseline(node: Node, he
 
 
 def test_settings_reader_defaults_overrides_and_bad_values(tmp_path: Path) -> None:
-    from nodehealth.config import DEFAULT_PATH
+    from nodehealth.config.loader import DEFAULT_PATH
 
     assert fast.DEFAULT_CONFIG == DEFAULT_PATH
     cfg = tmp_path / "c.toml"
@@ -245,7 +245,8 @@ def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy
 
 
 def test_fast_ledger_record_is_the_ledgers_format() -> None:
-    from nodehealth import jobenv, ledger
+    from nodehealth.slurm import jobenv
+    from nodehealth.statedir import ledger
 
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "al\nice\"", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "3,1",
            "SLURMD_NODENAME": "gpu01"}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from nodehealth import runner
-from nodehealth.config import resolve
+from nodehealth.config.loader import resolve
 from nodehealth.model import Status
 from nodehealth.observations import NvmlSnapshot, PciGpus, ProbeError
 from nodehealth.probes import PROBES, Probe

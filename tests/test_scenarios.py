@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 import pytest
 
 from nodehealth import cli, runner
-from nodehealth.config import resolve
+from nodehealth.config.loader import resolve
 from nodehealth.model import Action, Report, Status
 from nodehealth.registry import CHECKS
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nodehealth import cli
-from nodehealth.probes import simnvml
+from nodehealth.sim import nvml as simnvml
 
 ONE_GPU = "[[gpu]]\n"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from slurm_cluster import SCENARIOS, SlurmCluster, requires_slurm, slurm_cluster, wait_for  # noqa: F401
 
-from nodehealth import state as daemon_state
+from nodehealth.statedir import verdict as daemon_state
 
 pytestmark = [pytest.mark.real, requires_slurm()]
 HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
@@ -19,9 +19,9 @@ HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init
 def daemon_round_state(c: SlurmCluster) -> None:
     """One daemon-phase round of the node's checks, handed off with the daemon's own writer."""
     from nodehealth import runner
-    from nodehealth.config import load
+    from nodehealth.config.loader import load
     from nodehealth.probes import _scenario
-    from nodehealth.probes.statefile import write_atomic
+    from nodehealth.statedir.files import write_atomic
 
     _scenario.cache_clear()
     report: dict[str, Any] = runner.run(load(str(c.nh_config)), phase="daemon", node=c.host).to_json()

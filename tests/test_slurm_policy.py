@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodehealth import slurm_policy as sp
 from nodehealth.model import Action, CheckResult, Report, Status
+from nodehealth.slurm import policy as sp
 
 FIX = Path(__file__).parent / "fixtures" / "real-world" / "scontrol"
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from nodehealth import state
 from nodehealth.model import Action, CheckResult, Report, Status
+from nodehealth.statedir import verdict as state
 
 BOOT = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
 
@@ -83,7 +83,7 @@ def test_fast_path_imports_nothing_heavy(tmp_path):
     _write(tmp_path)
     # What the reader itself imports: modules the interpreter's start-up already loaded (a .pth
     # file imports typing on some Pythons) are not its cost.
-    code = (f"import sys; before = set(sys.modules); from nodehealth import state; "
+    code = (f"import sys; before = set(sys.modules); from nodehealth.statedir import verdict as state; "
             f"r = state.read({str(tmp_path)!r}, 90, boot_id={BOOT!r}, "
             "now=1001.0); assert r[0] is not None, r; "
             "heavy = {'pynvml', 'psutil', 'prometheus_client', 'dataclasses', 'typing', 'nodehealth.model'}; "

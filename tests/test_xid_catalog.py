@@ -10,7 +10,6 @@ from typing import Optional
 import pytest
 
 from nodehealth.model import Action
-from nodehealth.probes.kernel_log import parse_line
 from nodehealth.xid.catalog import (
     DEFAULT_CATALOG_PATH,
     application_xid_bursts,
@@ -21,6 +20,7 @@ from nodehealth.xid.catalog import (
     parse_recovery_action,
 )
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, Severity, XidEvent
+from nodehealth.xid.parse import parse_line
 
 CATALOG = load_catalog()
 

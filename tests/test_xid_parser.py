@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodehealth.probes.kernel_log import (
+from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
+from nodehealth.xid.parse import (
     MAX_LINE_BYTES,
     KernelLogUnavailable,
     ScanStats,
@@ -21,7 +22,6 @@ from nodehealth.probes.kernel_log import (
     scan,
     split_lines,
 )
-from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world"
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from nodehealth import ledger
 from nodehealth.checks import gpu_xid
 from nodehealth.checks.base import Context
 from nodehealth.cli import main
 from nodehealth.model import Action, Status
 from nodehealth.observations import GpuObservation, NvmlSnapshot, ProbeError, XidObservation, XidRecord
-from nodehealth.probes.kernel_log import KernelLogUnavailable
-from nodehealth.probes.xid_attribution import live_job, read_ledger
-from nodehealth.probes.xid_source import KmsgReader, boot_id
-from nodehealth.probes.xid_store import StoreState, XidStore, gather, load_state, save_state, store_path
+from nodehealth.statedir import ledger
 from nodehealth.xid.attribution import job_from_cgroup, job_from_environ, job_from_ledger, ledger_entries
+from nodehealth.xid.jobfacts import live_job, read_ledger
+from nodehealth.xid.kmsg import KmsgReader, boot_id
+from nodehealth.xid.parse import KernelLogUnavailable
+from nodehealth.xid.store import StoreState, XidStore, gather, load_state, save_state, store_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 NO_XID_LOG = FIXTURES / "xid_logs" / "hf_m4logs_jeanzay_dmesg_T_no_xid.log"
@@ -163,8 +163,8 @@ def test_reboot_clears_reboot_and_reset_class_but_not_inspect_class(node: Node) 
 
 def test_concurrent_readers_share_the_position(node: Node) -> None:
     """Events another reader already stored (position past them) are not added twice."""
-    from nodehealth.probes.kernel_log import parse_line
-    from nodehealth.probes.xid_store import add_events, catalog_for
+    from nodehealth.xid.parse import parse_line
+    from nodehealth.xid.store import add_events, catalog_for
 
     node.log(record(1, XID_79) + record(2, XID_119))
     assert node.store().sync().added == 2
@@ -264,7 +264,7 @@ def test_probe_as_non_root_is_unknown_naming_the_reason_not_a_crash(tmp_path: Pa
     os.chmod(kmsg, 0o600)
     # Fork and drop to nobody in the child: no interpreter has to be executable by nobody
     # (a pyenv or venv under /root is not).
-    from nodehealth.probes.xid_store import gather
+    from nodehealth.xid.store import gather
 
     rfd, wfd = os.pipe()
     pid = os.fork()

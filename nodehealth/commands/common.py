@@ -7,7 +7,7 @@ import os
 import sys
 from typing import IO, Optional
 
-from nodehealth.config import Config, ConfigError, load
+from nodehealth.config.loader import Config, ConfigError, load
 from nodehealth.probes import ProbeSetupError, validate
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from nodehealth.commands.common import UsageError, fail_usage
-from nodehealth.config import ConfigError, document, load, node_name, to_toml_dict
+from nodehealth.config.loader import ConfigError, document, load, node_name, to_toml_dict
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -21,7 +21,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
-from nodehealth.probes.kernel_log import (
+from nodehealth.xid.attribution import attribute, gpu_map
+from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
+from nodehealth.xid.events import XidEvent
+from nodehealth.xid.parse import (
     KMSG_PATH,
     KernelLogUnavailable,
     ScanStats,
@@ -29,12 +32,9 @@ from nodehealth.probes.kernel_log import (
     scan,
     split_lines,
 )
-from nodehealth.xid.attribution import attribute, gpu_map
-from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
-from nodehealth.xid.events import XidEvent
 
 if TYPE_CHECKING:
-    from nodehealth.config import Config
+    from nodehealth.config.loader import Config
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -126,7 +126,7 @@ def _config(command: str, args: argparse.Namespace) -> Optional[Config]:
 
 
 def _store(cfg: Config) -> Any:
-    from nodehealth.probes import xid_store
+    from nodehealth.xid import store as xid_store
 
     settings = cfg.checks.get("gpu_xid")
     return xid_store.XidStore(
@@ -200,7 +200,7 @@ def run_scan(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         if args.journal:
-            from nodehealth.probes.xid_source import journal_lines
+            from nodehealth.xid.kmsg import journal_lines
 
             lines: Iterable[bytes] = journal_lines()
         elif args.source is None:
@@ -239,8 +239,8 @@ def _attributor(cfg: Config, gpus: Mapping[str, tuple[int, Optional[str]]], live
     """GPU index/UUID from NVML; for this node's live log also the job (live process, ledger)."""
     if not live:
         return lambda event: attribute(event, gpus)
-    from nodehealth.probes.xid_attribution import live_job, read_ledger
-    from nodehealth.probes.xid_source import boot_time
+    from nodehealth.xid.jobfacts import live_job, read_ledger
+    from nodehealth.xid.kmsg import boot_time
 
     btime = boot_time(cfg.paths.procfs_root)
     ledger = read_ledger(cfg.paths.state_dir)
@@ -274,7 +274,7 @@ def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False) -
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    from nodehealth.probes.xid_store import StoreError
+    from nodehealth.xid.store import StoreError
 
     cfg = _config("watch", args)
     if cfg is None:
@@ -297,7 +297,7 @@ def run_watch(args: argparse.Namespace) -> int:
 
 
 def run_clear(args: argparse.Namespace) -> int:
-    from nodehealth.probes.xid_store import StoreError, store_path
+    from nodehealth.xid.store import StoreError, store_path
 
     cfg = _config("clear", args)
     if cfg is None:

@@ -17,8 +17,7 @@ import time
 from typing import Any, Callable, Optional
 
 from nodehealth import runner
-from nodehealth import state as state_file
-from nodehealth.config import Config, ConfigError, load, node_name
+from nodehealth.config.loader import Config, ConfigError, load, node_name
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
@@ -27,6 +26,7 @@ from nodehealth.metrics import NodeMetrics, write_textfile
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations
 from nodehealth.registry import BY_NAME
+from nodehealth.statedir import verdict as state_file
 
 XID_CHECK = "gpu_xid"
 
@@ -70,7 +70,7 @@ class Daemon:
         self.node = node_name(cfg.node_name)
         self.metrics = NodeMetrics(self.node)
         if notify is None:
-            from nodehealth.probes.sdnotify import notify as sd_notify
+            from nodehealth.platform.sdnotify import notify as sd_notify
 
             notify = sd_notify
         self.notify = notify
@@ -91,7 +91,7 @@ class Daemon:
         self.observations: Optional[Observations] = None
         self.xid_events = 0
         self.lock = threading.Lock()
-        from nodehealth.probes.statefile import read_boot_id
+        from nodehealth.statedir.files import read_boot_id
 
         self.boot_id = read_boot_id(cfg.resume.boot_id_path)
 
@@ -119,7 +119,7 @@ class Daemon:
         self._install_signals()
         self.notify("READY=1")
         self.notify(f"STATUS=started, first round running; {len(BY_NAME)} checks known")
-        from nodehealth.probes.sdnotify import watchdog_interval_s
+        from nodehealth.platform.sdnotify import watchdog_interval_s
 
         ping = watchdog_interval_s()
         next_due = time.monotonic()
@@ -152,7 +152,7 @@ class Daemon:
         if t is not None:
             t.join(timeout=1.0)
             if t.is_alive():  # a probe is still inside its deadline (a hung GPU): end its child now
-                from nodehealth.probes.reap import kill_children
+                from nodehealth.platform.reap import kill_children
 
                 kill_children()
 
@@ -257,7 +257,7 @@ class Daemon:
         since = getattr(self.xid, "since", None) if self.xid is not None else None
         text = state_file.encode(report.to_json(), self.boot_id or "unknown", time.time(), self.xid_state(),
                                  since, cfg.daemon.interval_s, self.rounds)
-        from nodehealth.probes.statefile import write_atomic
+        from nodehealth.statedir.files import write_atomic
 
         try:
             write_atomic(path, text)

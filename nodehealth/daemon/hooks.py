@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Optional, Protocol
 
-from nodehealth.config import Config
+from nodehealth.config.loader import Config
 from nodehealth.metrics import SlurmView
 from nodehealth.model import Report
 
@@ -58,7 +58,7 @@ class FacesSlurm:
         return common, run, common.Slurm(cfg, node, deadline, flog, os.environ)
 
     def on_fault(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
-        from nodehealth.slurm_policy import worst_failure
+        from nodehealth.slurm.policy import worst_failure
 
         if worst_failure(report, cfg.policy.unknown) is None:
             return None
@@ -71,7 +71,7 @@ class FacesSlurm:
 
     def after_round(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         from nodehealth.observations import ProbeError
-        from nodehealth.slurm_policy import after_run, decide_resume, worst_failure
+        from nodehealth.slurm.policy import after_run, decide_resume, worst_failure
 
         with self.lock:
             common, run, slurm = self._run(cfg, node, boot_id)
@@ -125,7 +125,7 @@ def default_slurm_hook(log: Logger) -> Optional[SlurmHook]:
 
 
 class StoreXidFollower:
-    """The XID event store's follower (``nodehealth.probes.xid_store.XidStore.follow``) in a
+    """The XID event store's follower (``nodehealth.xid.store.XidStore.follow``) in a
     thread: this boot's backlog first, then each new kernel-log line; every event is stored
     (so the ``gpu_xid`` check and the next prolog see it) and handed to ``on_event`` judged.
     A kernel log that cannot be read makes the follower ``dead``; it retries every ``retry_s``.
@@ -157,8 +157,8 @@ class StoreXidFollower:
             self._thread.join(timeout=2.0)
 
     def _body(self, on_event: Callable[[Any], None]) -> None:
-        from nodehealth.probes import xid_store
-        from nodehealth.probes.kernel_log import KernelLogUnavailable
+        from nodehealth.xid import store as xid_store
+        from nodehealth.xid.parse import KernelLogUnavailable
 
         def handle(record: Any) -> None:
             try:
@@ -182,8 +182,8 @@ class StoreXidFollower:
 
 def ledger_jobs(state_dir: str, gpus: list[int], now: float) -> dict[int, str]:
     """GPU index -> the job id holding it now, from ``<state_dir>/jobs.jsonl``."""
-    from nodehealth import ledger
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
+    from nodehealth.statedir import ledger
 
     records = ledger.parse(statefile.read_text(os.path.join(state_dir, ledger.FILE_NAME), limit=4 << 20))
     out: dict[int, str] = {}

@@ -22,7 +22,7 @@ class Log:
 
     @classmethod
     def default(cls) -> Log:
-        from nodehealth.probes.sdnotify import journal_sender
+        from nodehealth.platform.sdnotify import journal_sender
 
         return cls(journal=journal_sender())
 

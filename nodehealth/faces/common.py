@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
-from nodehealth.config import Config, ConfigError, load, node_name, phase_budget
+from nodehealth.config.loader import Config, ConfigError, load, node_name, phase_budget
 from nodehealth.faces.fast import (
     COUNTERS_FILE,
     Log,
@@ -31,7 +31,7 @@ from nodehealth.faces.fast import (
 )
 from nodehealth.model import CheckResult, Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, SlurmNode
-from nodehealth.slurm_policy import (
+from nodehealth.slurm.policy import (
     Breaker,
     DrainRecord,
     NodeInfo,
@@ -72,7 +72,7 @@ class Slurm:
 
     def __init__(self, cfg: Config, node: str, deadline: Deadline, log: Log,
                  environ: Optional[Mapping[str, str]] = None) -> None:
-        from nodehealth.probes import slurmctl
+        from nodehealth.slurm import client as slurmctl
 
         self.cfg, self.node, self.deadline, self.log = cfg, node, deadline, log
         self._ctl = slurmctl
@@ -124,14 +124,14 @@ def state_path(cfg: Config) -> str:
 
 
 def load_state(path: str) -> State:
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
 
     return State.from_json(statefile.read_json(path))
 
 
 def save_state(run: Run, update: Callable[[State], State]) -> State:
     """Re-read the state under its lock, apply ``update``, write it atomically."""
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
 
     try:
         with statefile.locked(run.state_path, timeout_s=min(1.0, max(0.1, run.deadline.left()))) as got:
@@ -240,8 +240,8 @@ def save_job_baseline(run: Run, counters: Optional[dict[str, Any]]) -> None:
 
 def job_start_time(run: Run) -> Optional[float]:
     """The job's start from the ledger (its latest ``start`` record on this boot)."""
-    from nodehealth import ledger
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
+    from nodehealth.statedir import ledger
 
     text = statefile.read_text(os.path.join(run.cfg.paths.state_dir, ledger.FILE_NAME))
     starts = [r.time for r in ledger.parse(text) if r.event == "start" and r.job_id == run.job_id
@@ -363,7 +363,7 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
     except ConfigError as exc:
         log(f"configuration error, not checking: {exc}", notable=True)
         return 0
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
 
     node = node_name(cfg.node_name, env)
     deadline = Deadline(phase_budget(cfg, phase))
@@ -377,8 +377,8 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
 def append_ledger(run: Run, event: str) -> None:
     if not run.cfg.ledger.enabled:
         return
-    from nodehealth import ledger
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
+    from nodehealth.statedir import ledger
 
     rec = ledger.from_environ(event, run.environ, time.time(), node=run.node, boot_id=run.boot_id)
     if rec is None:

@@ -1,14 +1,14 @@
 """The prolog's fast path: decide from the daemon's fresh verdict, without NVML.
 
 ``prolog(environ)`` returns an exit code when the daemon's verdict
-(``<state_dir>/daemon-state.json``, read by ``nodehealth.state.read``) is fresh, or the
+(``<state_dir>/daemon-state.json``, read by ``nodehealth.statedir.verdict.read``) is fresh, or the
 reason it is not (a string): the caller then runs the cold path and logs that reason.
 
 What this path imports is paid for before every job, so it stays lean: the standard
-library's ``json``/``os``/``time``, a TOML parser, ``nodehealth.state`` and, for the job
-ledger record, ``nodehealth.jobenv`` (``re`` only; not ``nodehealth.ledger``, which
+library's ``json``/``os``/``time``, a TOML parser, ``nodehealth.statedir.verdict`` and, for the job
+ledger record, ``nodehealth.slurm.jobenv`` (``re`` only; not ``nodehealth.statedir.ledger``, which
 brings ``dataclasses``, ``typing``, the Slurm policy and the model: about 8 ms). It does
-not import ``nodehealth.config``: that module imports
+not import ``nodehealth.config.loader``: that module imports
 ``hostlist`` and the whole check registry to validate every key. Instead ``read_settings``
 reads the handful of keys the fast path needs straight from the same TOML file (with the
 same defaults, and the same ``[[override]]`` rules when one of them touches those keys;
@@ -37,16 +37,16 @@ import os
 import sys
 import time
 
-from nodehealth import state as daemon_state
+from nodehealth.statedir import verdict as daemon_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time
     from typing import Any, Mapping, Optional, Union
 
-DEFAULT_CONFIG = "/etc/nodehealth/nodehealth.toml"  # = nodehealth.config.DEFAULT_PATH (a test checks)
+DEFAULT_CONFIG = "/etc/nodehealth/nodehealth.toml"  # = nodehealth.config.loader.DEFAULT_PATH (a test checks)
 ENV_VAR = "NODEHEALTH_CONFIG"
 COUNTERS_FILE = "gpu-counters.json"
-LEDGER_FILE = "jobs.jsonl"  # = nodehealth.ledger.FILE_NAME (a test checks)
+LEDGER_FILE = "jobs.jsonl"  # = nodehealth.statedir.ledger.FILE_NAME (a test checks)
 JOBS_DIR = "jobs"
 MAX_JOB_FILES = 512  # baselines of jobs whose epilog never ran are pruned past this many
 _NOTABLE = ("corrupt", "partial", "incomplete", "empty", "future", "unreadable", "larger than", "not a nodehealth")
@@ -84,7 +84,7 @@ def notable_miss(why: str) -> bool:
 
 
 class Settings:
-    """The config keys the fast path needs, with the defaults of ``nodehealth.config``."""
+    """The config keys the fast path needs, with the defaults of ``nodehealth.config.loader``."""
 
     __slots__ = ("node_name", "state_dir", "max_age_s", "xid_follow", "boot_id_path", "ledger_enabled",
                  "ledger_max_bytes", "unknown")
@@ -147,7 +147,7 @@ def _touches(rule: Mapping[str, Any]) -> bool:
 
 
 def node_name(environ: Mapping[str, str], configured: str = "") -> str:
-    """Like ``nodehealth.config.node_name``: SLURMD_NODENAME, else the config, else the short hostname."""
+    """Like ``nodehealth.config.loader.node_name``: SLURMD_NODENAME, else the config, else the short hostname."""
     if environ.get("SLURMD_NODENAME"):
         return environ["SLURMD_NODENAME"]
     if configured:
@@ -272,7 +272,7 @@ def append_ledger(s: Settings, environ: Mapping[str, str], node: str, boot_id: O
     """The job's ``start`` record (one ``write(2)`` in append mode; compaction past max_bytes)."""
     if not s.ledger_enabled:
         return
-    from nodehealth import jobenv
+    from nodehealth.slurm import jobenv
 
     rec = jobenv.record("start", environ, time.time(), node=node, boot_id=boot_id)
     if rec is None:
@@ -287,8 +287,8 @@ def append_ledger(s: Settings, environ: Mapping[str, str], node: str, boot_id: O
         finally:
             os.close(fd)
         if size > s.ledger_max_bytes:
-            from nodehealth import ledger
-            from nodehealth.probes import statefile
+            from nodehealth.statedir import files as statefile
+            from nodehealth.statedir import ledger
 
             with open(path, encoding="utf-8", errors="replace") as f:
                 lines = f.readlines()
@@ -346,7 +346,7 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str]:
     if st is None:
         return why
     checks = st.report.get("checks", [])
-    from nodehealth.jobenv import job_gpus
+    from nodehealth.slurm.jobenv import job_gpus
 
     gpus = job_gpus(environ)
     busy = _busy(checks)
@@ -360,7 +360,7 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str]:
     bad = [c for c in checks if isinstance(c, dict) and (
         c.get("status") == "FAIL" or (s.unknown == "fail" and c.get("status") == "UNKNOWN"))]
     if bad:
-        from nodehealth.slurm_policy import scope_processes, worst_failure
+        from nodehealth.slurm.policy import scope_processes, worst_failure
 
         report = scope_processes(st.to_report(), gpus)
         if worst_failure(report, s.unknown) is not None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from nodehealth.observations import ProbeError
 
 if TYPE_CHECKING:
-    from nodehealth.config import Config
+    from nodehealth.config.loader import Config
 
 
 class ProbeSetupError(Exception):
@@ -40,7 +40,7 @@ class Probe:
 
 @functools.lru_cache(maxsize=8)
 def _scenario(path: str) -> Any:
-    from nodehealth.probes import simnvml
+    from nodehealth.sim import nvml as simnvml
 
     try:
         return simnvml.parse(path)
@@ -59,7 +59,7 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
 
     simulate = ctx.config.nvml.simulate
     if simulate:
-        from nodehealth.probes import simnvml
+        from nodehealth.sim import nvml as simnvml
 
         scenario = _scenario(simulate)
         return nvml.start(lambda: simnvml.module_for(scenario), timeout_s, simulated=True)
@@ -111,7 +111,7 @@ def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
 
 
 def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
-    from nodehealth.probes import xid_store
+    from nodehealth.xid import store as xid_store
 
     settings = ctx.config.checks.get("gpu_xid")
     kmsg_path = getattr(settings, "kmsg_path", "/dev/kmsg")

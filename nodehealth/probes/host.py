@@ -1,7 +1,7 @@
 """Host probes: memory (psutil), mounts (procfs + statvfs), shared-directory round trips, InfiniBand (sysfs).
 
 Anything that can touch a network file system (``statvfs``, the write/fsync/read/delete
-round trip) runs in a killable child (``nodehealth.probes.child``): a hung NFS or Lustre
+round trip) runs in a killable child (``nodehealth.platform.child``): a hung NFS or Lustre
 mount becomes an observation that says so, never a hang. Those probes come in two halves,
 ``start_*`` (forks; the runner calls it before it starts any thread) and ``collect()``
 (waits until the deadline, never longer). Parsing is pure functions over text, tested with
@@ -24,7 +24,7 @@ from nodehealth.observations import (
     ProbeError,
     SharedDirObservation,
 )
-from nodehealth.probes import child
+from nodehealth.platform import child
 
 # --------------------------------------------------------------------------- memory
 

@@ -7,7 +7,7 @@ the child and walks away without waiting for it. What arrived before the deadlin
 and the last call announced names where NVML stopped answering.
 
 The module is ``pynvml`` (package nvidia-ml-py) in production, or the scenario-driven
-stand-in ``nodehealth.probes.simnvml`` in tests and demos: the swap happens below this code,
+stand-in ``nodehealth.sim.nvml`` in tests and demos: the swap happens below this code,
 so both run the same probe. Vendor errors are translated here into our error kinds.
 """
 
@@ -34,7 +34,7 @@ from nodehealth.observations import (
     ProbeError,
     RemappedRows,
 )
-from nodehealth.probes import child
+from nodehealth.platform import child
 
 # Every pynvml name this probe uses. The contract test checks each exists, with the same
 # parameters, in the installed nvidia-ml-py and in the stand-in.

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Union
 
 from nodehealth.observations import ProbeError, SlurmNode
-from nodehealth.probes import slurmctl
-from nodehealth.slurm_policy import NodeInfo
+from nodehealth.slurm import client as slurmctl
+from nodehealth.slurm.policy import NodeInfo
 
 
 def as_slurm_node(info: NodeInfo) -> SlurmNode:

@@ -8,7 +8,7 @@ Job, in order of trust:
    (Slurm's cgroup plugins, v1 and v2) or ``SLURM_JOB_ID`` in its environment;
 2. the job ledger: the job that held the event's GPU at the event's time.
 
-The job ledger (``<state_dir>/jobs.jsonl``) is the one ``nodehealth.ledger`` defines: start
+The job ledger (``<state_dir>/jobs.jsonl``) is the one ``nodehealth.statedir.ledger`` defines: start
 records from the prolog, end records from the epilog; ``ledger_entries`` pairs them into one
 ``JobLedgerEntry`` (start, end, user, GPUs) per job.
 """
@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Optional
 
-from nodehealth.ledger import JobRecord
 from nodehealth.observations import GpuObservation, JobLedgerEntry
+from nodehealth.statedir.ledger import JobRecord
 from nodehealth.xid.catalog import normalize_pci
 from nodehealth.xid.events import XidEvent
 
@@ -58,7 +58,7 @@ def job_from_environ(data: bytes) -> Optional[str]:
 
 
 def ledger_entries(records: Iterable[JobRecord]) -> tuple[JobLedgerEntry, ...]:
-    """One entry per job from the ledger's start and end records (``nodehealth.ledger``).
+    """One entry per job from the ledger's start and end records (``nodehealth.statedir.ledger``).
 
     A job's latest start record gives its start, user and GPUs; its end record, when there
     is one after that start, its end. An end without a start is not a job we can place.

@@ -1,6 +1,6 @@
 """The XID event: what one kernel-log line says about a GPU fault, plus what we make of it.
 
-Pure data, no I/O. The parser (``nodehealth.probes.kernel_log``) fills in what the line says;
+Pure data, no I/O. The parser (``nodehealth.xid.parse``) fills in what the line says;
 ``nodehealth.xid.catalog.enrich`` adds what the catalog and the node's GPU map say about it.
 """
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
 from nodehealth.observations import ProbeError
-from nodehealth.probes.proc import CommandError, CommandResult, run
-from nodehealth.slurm_policy import NodeInfo, parse_nodes
+from nodehealth.platform.proc import CommandError, CommandResult, run
+from nodehealth.slurm.policy import NodeInfo, parse_nodes
 
 
 @dataclass(frozen=True)

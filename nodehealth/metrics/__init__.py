@@ -473,7 +473,7 @@ def write_textfile(directory: str, face: str, payload: bytes) -> str:
 
     The directory must exist (a missing one is a configuration error, not created here).
     """
-    from nodehealth.probes import statefile
+    from nodehealth.statedir import files as statefile
 
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"textfile directory {directory} does not exist")

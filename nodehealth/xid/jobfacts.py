@@ -2,7 +2,7 @@
 
 The matching itself is pure (``nodehealth.xid.attribution``); this module only reads
 ``<procfs_root>/<pid>/{stat,cgroup,environ}`` and the job ledger file (its records parsed
-by ``nodehealth.ledger``).
+by ``nodehealth.statedir.ledger``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from nodehealth import ledger
 from nodehealth.observations import JobLedgerEntry
+from nodehealth.statedir import ledger
 from nodehealth.xid.attribution import job_from_cgroup, job_from_environ, ledger_entries
 
 LEDGER_TAIL_BYTES = 2 << 20  # [ledger] max_bytes is 1 MiB by default

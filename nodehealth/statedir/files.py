@@ -15,7 +15,7 @@ import tempfile
 import time
 from typing import Any, Iterator, Optional
 
-from nodehealth import ledger
+from nodehealth.statedir import ledger
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 

@@ -1,9 +1,9 @@
 """A job's environment as data, and the job ledger's record, without heavy imports.
 
-``sanitize`` and ``job_gpus`` are the Slurm policy's (``nodehealth.slurm_policy`` re-exports
+``sanitize`` and ``job_gpus`` are the Slurm policy's (``nodehealth.slurm.policy`` re-exports
 them); they live here so the prolog's fast path can build its ledger record while importing
 only ``json`` and ``re`` (no ``dataclasses``, ``typing`` or ``nodehealth.model``).
-``record`` is the ledger's record format (``nodehealth.ledger``; docs/operations.md).
+``record`` is the ledger's record format (``nodehealth.statedir.ledger``; docs/operations.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The prolog appends a ``start`` record and the epilog an ``end`` record to
 ``<state_dir>/jobs.jsonl`` (one JSON object per line, UTF-8). The XID watcher reads it to
 name the job that was running on a GPU when an event happened and its process is gone.
 docs/operations.md ("Job ledger") documents the format; this module builds and reads
-records (pure), ``nodehealth.probes.statefile`` does the file I/O (append, bounded size,
+records (pure), ``nodehealth.statedir.files`` does the file I/O (append, bounded size,
 atomic compaction).
 
 Record (format version 1)::
@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from nodehealth.jobenv import job_gpus, sanitize
+from nodehealth.slurm.jobenv import job_gpus, sanitize
 
 FORMAT_VERSION = 1
 FILE_NAME = "jobs.jsonl"

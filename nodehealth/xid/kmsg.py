@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Optional
 
-from nodehealth.probes.kernel_log import KMSG_PATH, KernelLogUnavailable, _reason, split_lines
+from nodehealth.xid.parse import KMSG_PATH, KernelLogUnavailable, _reason, split_lines
 
 BOOT_ID_PATH = ("sys", "kernel", "random", "boot_id")
 _READ_SIZE = 64 * 1024  # /dev/kmsg fails a read shorter than the record with EINVAL

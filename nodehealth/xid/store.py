@@ -44,11 +44,11 @@ from typing import Any, Callable, Optional
 
 from nodehealth.model import Action
 from nodehealth.observations import ProbeError, XidObservation, XidRecord
-from nodehealth.probes.kernel_log import KMSG_PATH, KernelLogUnavailable, ScanStats, _reason, scan
-from nodehealth.probes.xid_attribution import live_job, read_ledger
-from nodehealth.probes.xid_source import KmsgReader, boot_id, boot_time
 from nodehealth.xid.catalog import Catalog, catalog_for, enrich
 from nodehealth.xid.events import Severity, XidEvent
+from nodehealth.xid.jobfacts import live_job, read_ledger
+from nodehealth.xid.kmsg import KmsgReader, boot_id, boot_time
+from nodehealth.xid.parse import KMSG_PATH, KernelLogUnavailable, ScanStats, _reason, scan
 
 STORE_FILE = "xid-events.json"
 LOCK_FILE = "xid-events.lock"

@@ -19,10 +19,11 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-# Re-exported: they live in a lean module because the prolog's fast path needs them too.
-from nodehealth.jobenv import job_gpus as job_gpus
-from nodehealth.jobenv import sanitize as sanitize
 from nodehealth.model import Action, CheckResult, Report, Status
+
+# Re-exported: they live in a lean module because the prolog's fast path needs them too.
+from nodehealth.slurm.jobenv import job_gpus as job_gpus
+from nodehealth.slurm.jobenv import sanitize as sanitize
 
 PREFIX = "nodehealth:"
 REASON_MAX = 200

@@ -1,0 +1,1 @@
+"""Configuration: the schema, the loader and the fast path's lean reader."""

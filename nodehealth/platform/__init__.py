@@ -1,0 +1,1 @@
+"""Child processes, their reaping, the subprocess runner and sd_notify."""

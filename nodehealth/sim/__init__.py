@@ -1,0 +1,1 @@
+"""Simulated GPUs for development and tests (docs/simulation.md)."""
