@@ -9,7 +9,9 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+from nodehealth.slurm.nodes import NodeInfo
 
 if TYPE_CHECKING:
     from nodehealth.xid.events import XidEvent
@@ -158,14 +160,20 @@ class PciGpus:
     source: str  # "sysfs" or "scenario"
 
 
-@dataclass(frozen=True)
-class SlurmNode:
-    """This node as slurmctld describes it (``scontrol show node -o``)."""
+# This node as slurmctld describes it (``scontrol show node -o``): the one shape of a Slurm node.
+SlurmNode = NodeInfo
 
-    name: str
-    gres_gpus: Optional[int]  # from Gres=gpu[:type]:N; None when no gpu gres
-    state: str
-    reason: Optional[str] = None
+
+@dataclass(frozen=True)
+class JobObservation:
+    """The Slurm job a prolog or epilog runs for, as this node knows it (no Slurm call)."""
+
+    job_id: str
+    gpus: Optional[tuple[int, ...]]  # the job's GPU indexes; None: not known
+    start: Optional[float]  # Unix time of its start on this boot (the job ledger); None: not recorded
+    baseline: Optional[Mapping[str, Any]]  # its GPUs' ECC counters at job start (statedir.counters)
+    boot_id: Optional[str]
+    now: float  # Unix time the observation was made (the job's end, for the epilog)
 
 
 # --------------------------------------------------------------------------- host
@@ -290,3 +298,4 @@ class Observations:
     shared_dirs: Union[tuple[SharedDirObservation, ...], ProbeError, None] = None
     infiniband: Union[tuple[IbPort, ...], ProbeError, None] = None
     xid: Union[XidObservation, ProbeError, None] = None
+    job: Union[JobObservation, ProbeError, None] = None

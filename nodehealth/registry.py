@@ -29,13 +29,14 @@ from nodehealth.checks import (
     host_memory,
     host_mounts,
     host_shared_dir,
+    job_forensics,
     nvml,
 )
 from nodehealth.checks.base import CheckSettings
 
 PHASES = ("prolog", "epilog", "healthcheck", "manual", "daemon")
 ALL = frozenset(PHASES)
-NOT_PROLOG = ALL - {"prolog"}
+EPILOG = frozenset({"epilog"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ _GPU = ("nvml", "pci_gpus", "slurm_node")
 
 CHECKS: tuple[CheckSpec, ...] = (
     #         name                   module               needs          phases  default cost
+    # The epilog's judgement of the job that just ended (first in its report, as its summary names the job).
+    CheckSpec("job_forensics",       job_forensics,       ("job", "nvml", "xid"), EPILOG, True, "cheap"),
     CheckSpec("nvml",                nvml,                _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_count",           gpu_count,           _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_driver",          gpu_driver,          _GPU,          ALL,    True,   "cheap"),

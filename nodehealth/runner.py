@@ -14,11 +14,13 @@ import functools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from nodehealth import __version__
 from nodehealth.checks.base import Context
-from nodehealth.config.loader import Config, node_name, phase_budget
+from nodehealth.config.lean import node_name
+from nodehealth.config.loader import phase_budget
+from nodehealth.config.schema import Config
 from nodehealth.model import CheckResult, Report, Status
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.probes import PROBES, Probe, ProbeContext
@@ -61,11 +63,16 @@ def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
 
 def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
-            clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time) -> Outcome:
-    """Like ``run``, also returning the observations."""
+            clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
+            environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None) -> Outcome:
+    """Like ``run``, also returning the observations.
+
+    ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
+    ``budget_s``: what is left of the caller's deadline, when less than the phase's budget.
+    """
     table = probes or PROBES
     started, started_wall = clock(), wallclock()
-    budget = phase_budget(config, phase)
+    budget = phase_budget(config, phase) if budget_s is None else max(0.0, min(budget_s, phase_budget(config, phase)))
     name = node or node_name(config.node_name)
     specs = select(phase, config.enabled(), only)
     needed: dict[str, float] = {}
@@ -73,7 +80,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
         timeout = config.checks[spec.name].timeout_s
         for probe in spec.needs:
             needed[probe] = max(needed.get(probe, 0.0), timeout)
-    pctx = ProbeContext(config=config, node=name)
+    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}))
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
     results = []

@@ -9,13 +9,13 @@ only for the probes it runs. Vendor and OS errors are translated here, at the bo
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from nodehealth.observations import ProbeError
 
 if TYPE_CHECKING:
-    from nodehealth.config.loader import Config
+    from nodehealth.config.schema import Config
 
 
 class ProbeSetupError(Exception):
@@ -26,6 +26,7 @@ class ProbeSetupError(Exception):
 class ProbeContext:
     config: Config
     node: str
+    environ: Mapping[str, str] = field(default_factory=dict)  # the job's environment (prolog, epilog)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,12 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
                            ctx.config.slurm.conf)
 
 
+def _job(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import job
+
+    return job.gather(ctx.environ, ctx.config.paths.state_dir, ctx.config.paths.procfs_root)
+
+
 def _memory(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import host
 
@@ -131,12 +138,9 @@ PROBES: dict[str, Probe] = {
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
     "slurm_node": Probe("slurm_node", _slurm_node),
     "xid": Probe("xid", _xid),
+    "job": Probe("job", _job),
     "memory": Probe("memory", _memory),
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband),
 }
-
-
-def lookup(name: str, table: Optional[dict[str, Probe]] = None) -> Probe:
-    return (table or PROBES)[name]

@@ -1,9 +1,11 @@
-"""Talking to slurmctld: read node states, drain and resume a node, each under a short deadline.
+"""Talking to slurmctld: read node states, drain and resume a node, each under a deadline.
 
-Every call is ``scontrol`` by absolute path with an argv list (no shell): the reason text is
-one argument, never interpolated into a command line. ``SLURM_CONF`` is passed when the
-configuration names one and the environment has none (HealthCheckProgram runs with an
-empty environment).
+``SlurmClient`` is the interface the act sequence (``nodehealth.slurm.act``) needs; ``Scontrol``
+is the real one: ``scontrol`` by absolute path with an argv list (no shell), so the reason
+text is one argument, never interpolated into a command line. ``SLURM_CONF`` is passed when
+the configuration names one and the environment has none (HealthCheckProgram runs with an
+empty environment). Every call takes its timeout from the caller's ``Deadline``: with too
+little left, no call is started (an "unreachable" answer, not an overrun).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Protocol, Union
 
 from nodehealth.observations import ProbeError
+from nodehealth.platform.deadline import Deadline
 from nodehealth.platform.proc import CommandError, CommandResult, run
-from nodehealth.slurm.policy import NodeInfo, parse_nodes
+from nodehealth.slurm.nodes import NodeInfo, parse_nodes
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,18 @@ class UpdateOutcome:
     ok: bool
     message: str
     timed_out: bool = False
-    elapsed_s: float = 0.0
+
+
+class SlurmClient(Protocol):
+    """What nodehealth asks of slurmctld. ``calls`` counts the requests made (each costs slurmctld)."""
+
+    calls: int
+
+    def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
+        """``node``'s record, or every node of the cluster when None."""
+
+    def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
+        """Set ``state`` (drain, resume) with ``reason`` on ``node``."""
 
 
 def environment(slurm_conf: str = "", base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
@@ -33,53 +47,61 @@ def environment(slurm_conf: str = "", base: Optional[Mapping[str, str]] = None) 
     return env
 
 
-def _call(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Union[CommandResult, ProbeError]:
-    try:
-        res = run(argv, max(0.05, timeout_s), env=env)
-    except CommandError as exc:
-        return ProbeError("slurmctl", "unavailable", str(exc))
-    if res.timed_out:
-        return ProbeError("slurmctl", "timeout", f"{shlex.join(res.argv)} did not answer within {timeout_s:.1f} s")
-    return res
+class Scontrol:
+    """``SlurmClient`` through the ``scontrol`` command, every call bounded by ``deadline``."""
+
+    def __init__(self, scontrol: str, per_call_s: float, deadline: Deadline, slurm_conf: str = "",
+                 environ: Optional[Mapping[str, str]] = None) -> None:
+        self.scontrol, self.per_call_s, self.deadline = scontrol, per_call_s, deadline
+        self.env = environment(slurm_conf, environ)
+        self.calls = 0
+
+    def _call(self, argv: list[str]) -> Union[CommandResult, ProbeError]:
+        timeout = self.deadline.call_timeout(self.per_call_s)
+        if timeout is None:
+            return ProbeError("slurmctl", "timeout", f"no time left in the budget for {shlex.join(argv[:3])}")
+        self.calls += 1
+        try:
+            res = run(argv, timeout, env=self.env)
+        except CommandError as exc:
+            return ProbeError("slurmctl", "unavailable", str(exc))
+        if res.timed_out:
+            return ProbeError("slurmctl", "timeout", f"{shlex.join(res.argv)} did not answer within {timeout:.1f} s")
+        return res
+
+    def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
+        """``scontrol show node -o [NODE]``."""
+        res = self._call([self.scontrol, "show", "node", "-o"] + ([node] if node else []))
+        if isinstance(res, ProbeError):
+            return res
+        if res.returncode != 0:
+            return ProbeError("slurmctl", "error", f"scontrol exit {res.returncode}: {_first_line(res)}")
+        nodes = parse_nodes(res.stdout)
+        if node is not None and not any(n.name == node for n in nodes):
+            return ProbeError("slurmctl", "invalid", f"scontrol did not describe node {node}")
+        return nodes
+
+    def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
+        """``scontrol update nodename=N state=drain|resume [reason=...]``."""
+        argv = [self.scontrol, "update", f"nodename={node}", f"state={state}"]
+        if reason is not None:
+            argv.append(f"reason={reason}")
+        res = self._call(argv)
+        if isinstance(res, ProbeError):
+            return UpdateOutcome(False, res.message, timed_out=res.kind == "timeout")
+        if res.returncode != 0:
+            return UpdateOutcome(False, f"scontrol exit {res.returncode}: {_first_line(res)}")
+        return UpdateOutcome(True, "ok")
+
+
+def me(client: SlurmClient, node: str) -> Union[NodeInfo, ProbeError]:
+    """This node's record through ``client``."""
+    got = client.show(node)
+    if isinstance(got, ProbeError):
+        return got
+    return next(n for n in got if n.name == node)
 
 
 def _first_line(res: CommandResult) -> str:
     lines = (res.stderr or res.stdout).strip().splitlines()
     return lines[0] if lines else ""
-
-
-def show_nodes(scontrol: str, node: Optional[str], timeout_s: float,
-               env: Mapping[str, str]) -> Union[list[NodeInfo], ProbeError]:
-    """``scontrol show node -o [NODE]``: one node, or every node of the cluster when None."""
-    argv = [scontrol, "show", "node", "-o"] + ([node] if node else [])
-    res = _call(argv, timeout_s, env)
-    if isinstance(res, ProbeError):
-        return res
-    if res.returncode != 0:
-        return ProbeError("slurmctl", "error", f"scontrol exit {res.returncode}: {_first_line(res)}")
-    nodes = parse_nodes(res.stdout)
-    if node is not None and not any(n.name == node for n in nodes):
-        return ProbeError("slurmctl", "invalid", f"scontrol did not describe node {node}")
-    return nodes
-
-
-def update_node(scontrol: str, node: str, state: str, reason: Optional[str], timeout_s: float,
-                env: Mapping[str, str]) -> UpdateOutcome:
-    """``scontrol update nodename=N state=drain|resume [reason=...]``."""
-    argv = [scontrol, "update", f"nodename={node}", f"state={state}"]
-    if reason is not None:
-        argv.append(f"reason={reason}")
-    res = _call(argv, timeout_s, env)
-    if isinstance(res, ProbeError):
-        return UpdateOutcome(False, res.message, timed_out=res.kind == "timeout")
-    if res.returncode != 0:
-        return UpdateOutcome(False, f"scontrol exit {res.returncode}: {_first_line(res)}")
-    return UpdateOutcome(True, "ok")
-
-
-def drain(scontrol: str, node: str, reason: str, timeout_s: float, env: Mapping[str, str]) -> UpdateOutcome:
-    return update_node(scontrol, node, "drain", reason, timeout_s, env)
-
-
-def resume(scontrol: str, node: str, timeout_s: float, env: Mapping[str, str]) -> UpdateOutcome:
-    return update_node(scontrol, node, "resume", None, timeout_s, env)

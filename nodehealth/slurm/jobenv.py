@@ -54,6 +54,12 @@ def job_gpus(environ: Mapping[str, str]) -> Optional[tuple[int, ...]]:
     return None
 
 
+def job_id(environ: Mapping[str, str]) -> Optional[str]:
+    """The job id slurmd gives a prolog/epilog (``SLURM_JOB_ID``, older ``SLURM_JOBID``); None unless a plain number."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
+    return job if job.isdigit() and len(job) <= 20 else None
+
+
 def _field(value: Optional[str]) -> Optional[str]:
     if value is None:
         return None

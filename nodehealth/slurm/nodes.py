@@ -1,0 +1,251 @@
+"""Slurm's view of a node, parsed (pure): ``scontrol show node`` records and ``sinfo`` state words.
+
+``scontrol show node -o`` lines (22.05 and later, and the old ``DOWN*`` layout) and ``sinfo``
+state words become a ``NodeInfo`` with a base state and flags, the reason split from the
+``[user@time]`` suffix Slurm adds, and the Gres GPU count. ``NodeInfo`` is the one shape of a
+Slurm node in nodehealth: the ``slurm_node`` probe's observation, the client's answer, the
+policy's input and (``to_json``/``from_json``) the cached copy in the Slurm state file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+PREFIX = "nodehealth:"  # the start of every drain reason nodehealth sets
+
+# ----------------------------------------------------------------------------- node states
+
+# Suffix characters sinfo and old scontrol append to a state word (man sinfo, NODE STATE CODES).
+_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "!": "POWER_DOWN",
+    "%": "POWERING_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+# sinfo's compound words (long and short forms) -> (base state, flags).
+_SINFO_WORDS = {
+    "drained": ("IDLE", ("DRAIN",)),
+    "drain": ("IDLE", ("DRAIN",)),
+    "draining": ("MIXED", ("DRAIN",)),
+    "drng": ("MIXED", ("DRAIN",)),
+    "alloc": ("ALLOCATED", ()),
+    "allocated": ("ALLOCATED", ()),
+    "mix": ("MIXED", ()),
+    "comp": ("COMPLETING", ()),
+    "maint": ("IDLE", ("MAINTENANCE",)),
+    "resv": ("IDLE", ("RESERVED",)),
+    "reserved": ("IDLE", ("RESERVED",)),
+    "boot": ("IDLE", ("REBOOT_ISSUED",)),
+    "npc": ("IDLE", ("NOT_RESPONDING",)),
+    "down": ("DOWN", ()),
+    "fail": ("DOWN", ("FAIL",)),
+    "failg": ("ALLOCATED", ("FAIL",)),
+    "failing": ("ALLOCATED", ("FAIL",)),
+    "unk": ("UNKNOWN", ()),
+    "pow_dn": ("IDLE", ("POWERED_DOWN",)),
+    "pow_up": ("IDLE", ("POWERING_UP",)),
+    "inval": ("UNKNOWN", ("INVALID_REG",)),
+    "plnd": ("IDLE", ("PLANNED",)),
+}
+_BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING",
+                "FAIL", "DRAIN", "DRAINED", "DRAINING", "RESERVED", "MAINT", "PLANNED", "INVAL"}
+# Flags that mean a person or Slurm itself is working on the node: never resume it.
+HANDS_OFF_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "POWERED_DOWN",
+                             "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "INVALID_REG"})
+_REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A Slurm node state split into its base state and its flags (upper case)."""
+
+    text: str
+    base: str
+    flags: frozenset[str] = frozenset()
+
+    @property
+    def drained(self) -> bool:
+        """The DRAIN flag is set (IDLE+DRAIN, MIXED+DRAIN, DOWN+DRAIN, drained, draining)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags
+
+    @property
+    def hands_off(self) -> bool:
+        """Reboot pending or issued, maintenance, power saving, invalid registration."""
+        return bool(self.flags & HANDS_OFF_FLAGS)
+
+
+def parse_state(text: str) -> NodeState:
+    """``IDLE+DRAIN``, ``MIXED+DRAIN+NOT_RESPONDING``, ``DOWN*``, ``drained``, ``idle~``, ``DRAINED``."""
+    raw = (text or "").strip()
+    word = raw
+    flags: set[str] = set()
+    while word and word[-1] in _SUFFIX_FLAGS:
+        flags.add(_SUFFIX_FLAGS[word[-1]])
+        word = word[:-1]
+    parts = [p for p in word.split("+") if p]
+    if not parts:
+        return NodeState(raw, "UNKNOWN", frozenset(flags))
+    head = parts[0]
+    lowered = head.lower()
+    if head.islower() and lowered in _SINFO_WORDS:
+        base, extra = _SINFO_WORDS[lowered]
+        flags.update(extra)
+    else:
+        base = head.upper()
+    flags.update(p.upper() for p in parts[1:])
+    # Old and sinfo spellings of a drained node: DRAINED/DRAINING/DRAIN as the base word.
+    if base in ("DRAIN", "DRAINED"):
+        base, flags = "IDLE", flags | {"DRAIN"}
+    elif base == "DRAINING":
+        base, flags = "MIXED", flags | {"DRAIN"}
+    elif base == "MAINT":
+        base, flags = "IDLE", flags | {"MAINTENANCE"}
+    elif base == "INVAL":
+        base, flags = "UNKNOWN", flags | {"INVALID_REG"}
+    elif base not in _BASE_STATES and base.lower() in _SINFO_WORDS:
+        b, extra = _SINFO_WORDS[base.lower()]
+        base, flags = b, flags | set(extra)
+    return NodeState(raw, base, frozenset(flags))
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A Slurm node reason: free text and the ``[user@time]`` suffix Slurm adds."""
+
+    full: str
+    text: str
+    user: Optional[str] = None
+    time: Optional[str] = None
+
+    @property
+    def ours(self) -> bool:
+        return is_ours(self.text)
+
+
+def parse_reason(full: Optional[str]) -> Optional[Reason]:
+    if full is None:
+        return None
+    full = full.strip()
+    if not full or full in ("(null)", "none", "None"):
+        return None
+    m = _REASON_SUFFIX.match(full)
+    if m:
+        return Reason(full, m.group("text").strip(), m.group("user") or None, m.group("time") or None)
+    return Reason(full, full)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as ``scontrol show node -o`` (or sinfo) describes it."""
+
+    name: str
+    state: NodeState
+    reason: Optional[Reason] = None
+    gres_gpus: Optional[int] = None
+    fields: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def drained(self) -> bool:
+        return self.state.drained
+
+    @property
+    def drained_by_us(self) -> bool:
+        return self.state.drained and self.reason is not None and self.reason.ours
+
+    @property
+    def drained_by_others(self) -> bool:
+        return self.state.drained and not self.drained_by_us
+
+    def to_json(self) -> dict[str, Any]:
+        """What the Slurm state file caches of this node (the prolog and epilog read it, no Slurm call)."""
+        return {"name": self.name, "gres_gpus": self.gres_gpus, "state": self.state.text,
+                "reason": self.reason.full if self.reason else None}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Optional[NodeInfo]:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str) or not raw["name"]:
+            return None
+        gres = raw.get("gres_gpus")
+        reason = raw.get("reason")
+        return cls(name=raw["name"], state=parse_state(str(raw.get("state") or "")),
+                   reason=parse_reason(reason if isinstance(reason, str) else None),
+                   gres_gpus=gres if isinstance(gres, int) and not isinstance(gres, bool) else None)
+
+
+def gres_gpu_count(gres: Optional[str]) -> Optional[int]:
+    """``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:quadro:1(S:0),vmem:2G`` -> GPU count; None if no GPU gres."""
+    if not gres or gres in ("(null)", "N/A"):
+        return None
+    found = [int(m.group(1)) for m in _GRES_GPU.finditer(gres)]
+    return sum(found) if found else None
+
+
+def node_fields(line: str) -> dict[str, str]:
+    """``Key=Value`` pairs of a node record; ``Reason`` runs to the end of the record."""
+    out: dict[str, str] = {}
+    at = line.find("Reason=")
+    while at > 0 and not line[at - 1].isspace():
+        at = line.find("Reason=", at + 1)
+    head, reason = (line, None) if at < 0 else (line[:at], line[at + len("Reason="):])
+    for token in head.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    if reason is not None:
+        out["Reason"] = reason.strip()
+    return out
+
+
+def parse_nodes(text: str) -> list[NodeInfo]:
+    """All node records of ``scontrol show node`` output, one-line (``-o``) or multi-line.
+
+    A record starts at ``NodeName=``; with the multi-line layout its continuation lines are
+    joined (a ``Reason=`` line runs to its own end of line).
+    """
+    records: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("NodeName="):
+            records.append(line)
+        elif records:
+            if line.startswith("Reason="):
+                # Multi-line layout: keep Reason last so it can run to the end.
+                records[-1] = records[-1] + "\n" + line
+            else:
+                records[-1] = records[-1] + " " + line
+    nodes = []
+    for rec in records:
+        head, _, reason_line = rec.partition("\nReason=")
+        fields = node_fields(head)
+        if reason_line:
+            first, _, rest = reason_line.partition("\n")
+            fields["Reason"] = first.strip()
+            if rest:  # fields after the Reason line (rare): keep those we do not have yet
+                for k, v in node_fields(rest.replace("\n", " ")).items():
+                    fields.setdefault(k, v)
+        name = fields.get("NodeName", "")
+        if not name:
+            continue
+        nodes.append(NodeInfo(name=name, state=parse_state(fields.get("State", "")),
+                              reason=parse_reason(fields.get("Reason")),
+                              gres_gpus=gres_gpu_count(fields.get("Gres")), fields=fields))
+    return nodes
+
+
+def is_ours(reason: Optional[str]) -> bool:
+    """A reason starts like ours (``nodehealth:``, leading blanks allowed)."""
+    return bool(reason) and reason.lstrip().startswith(PREFIX)  # type: ignore[union-attr]

@@ -1,0 +1,116 @@
+"""The Slurm faces' memory between runs: ``<state_dir>/slurm-state.json`` (standard library only).
+
+What nodehealth drained this node for (``DrainRecord``), the clean-run count since, the boot
+id, the breaker's last hold, and the cached Slurm view of this node (``NodeInfo.to_json``),
+which the prolog and epilog use instead of asking slurmctld.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional
+
+from nodehealth.statedir import files, layout
+
+STATE_VERSION = 1
+FILE_NAME = layout.SLURM_STATE
+
+
+@dataclass(frozen=True)
+class DrainRecord:
+    """What nodehealth drained this node for."""
+
+    reason: str
+    check: str
+    action: str
+    boot_id: Optional[str]
+    time: float
+    phase: str
+    job_id: Optional[str] = None
+    confirmed: bool = True  # scontrol accepted the drain
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "check": self.check, "action": self.action, "boot_id": self.boot_id,
+                "time": self.time, "phase": self.phase, "job_id": self.job_id, "confirmed": self.confirmed}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Optional[DrainRecord]:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
+                       action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
+                       time=float(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
+                       job_id=_opt_str(raw.get("job_id")), confirmed=bool(raw.get("confirmed", True)))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class State:
+    """The Slurm faces' memory between runs (``<state_dir>/slurm-state.json``)."""
+
+    clean_runs: int = 0
+    last_status: Optional[str] = None
+    last_run: float = 0.0
+    boot_id: Optional[str] = None
+    drain: Optional[DrainRecord] = None
+    breaker_held: Optional[dict[str, Any]] = None
+    slurm_node: Optional[dict[str, Any]] = None  # cached Gres/state/reason of this node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "clean_runs": self.clean_runs, "last_status": self.last_status,
+                "last_run": self.last_run, "boot_id": self.boot_id,
+                "drain": self.drain.to_json() if self.drain else None,
+                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> State:
+        """A state from its JSON; anything unreadable becomes the empty state."""
+        if not isinstance(raw, Mapping) or raw.get("version") != STATE_VERSION:
+            return cls()
+        try:
+            clean = int(raw.get("clean_runs", 0))
+        except (TypeError, ValueError):
+            clean = 0
+        try:
+            last_run = float(raw.get("last_run", 0.0))
+        except (TypeError, ValueError):
+            last_run = 0.0
+        held = raw.get("breaker_held")
+        node = raw.get("slurm_node")
+        return cls(clean_runs=max(0, clean), last_status=_opt_str(raw.get("last_status")), last_run=last_run,
+                   boot_id=_opt_str(raw.get("boot_id")), drain=DrainRecord.from_json(raw.get("drain")),
+                   breaker_held=dict(held) if isinstance(held, Mapping) else None,
+                   slurm_node=dict(node) if isinstance(node, Mapping) else None)
+
+
+def _opt_str(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
+def path(state_dir: str) -> str:
+    return layout.path(state_dir, FILE_NAME)
+
+
+def load(state_dir: str) -> State:
+    return State.from_json(files.read_json(path(state_dir)))
+
+
+def update(state_dir: str, change: Any, lock_timeout_s: float, log: Any = None) -> Optional[State]:
+    """Re-read the state under its lock, apply ``change`` (State -> State), write it atomically.
+
+    Returns the new state, or None when it could not be written (OSError, logged).
+    """
+    p = path(state_dir)
+    try:
+        with files.locked(p, timeout_s=lock_timeout_s) as got:
+            if not got and log is not None:
+                log(f"state lock {p}.lock busy; writing anyway")
+            new = change(State.from_json(files.read_json(p)))
+            files.write_json(p, new.to_json())
+            return new
+    except OSError as exc:
+        if log is not None:
+            log(f"cannot write state {p}: {exc}", notable=True)
+        return None
