@@ -11,11 +11,13 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+from nodehealth.registry import CHECKS
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples" / "scenarios"
-GPU_CHECKS = ("nvml", "gpu_count", "gpu_driver", "gpu_temperature", "gpu_ecc", "gpu_retired_pages",
-              "gpu_remapped_rows", "gpu_pcie", "gpu_nvlink", "gpu_fabric", "gpu_recovery_action",
-              "gpu_persistence", "gpu_processes")
+# The checks that judge only the (simulated) GPUs, from the registry.
+GPU_CHECKS = tuple(spec.name for spec in CHECKS if "nvml" in spec.needs
+                   and set(spec.needs) <= {"nvml", "pci_gpus", "slurm_node"})
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from test_daemon_util import SCENARIOS, sample
+from test_daemon_util import GPU_CHECKS, SCENARIOS, sample
 
 from nodehealth import runner
 from nodehealth.config import loader as config
@@ -76,10 +76,7 @@ def test_faults_show_in_the_metrics():
 
 
 def test_hung_nvml_sets_the_probe_timeout_metric():
-    checks = {n: {"timeout_s": 1.0} for n in ("nvml", "gpu_count", "gpu_driver", "gpu_temperature", "gpu_ecc",
-                                               "gpu_retired_pages", "gpu_remapped_rows", "gpu_pcie", "gpu_nvlink",
-                                               "gpu_fabric", "gpu_recovery_action", "gpu_persistence",
-                                               "gpu_processes")}
+    checks = {n: {"timeout_s": 1.0} for n in GPU_CHECKS}
     out = _outcome("hung-nvml-call", checks=checks)
     assert probe_timeouts(out.observations)["nvml"] is True
     m = NodeMetrics("gpu001", process=False)
