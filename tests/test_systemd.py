@@ -1,7 +1,9 @@
-"""The systemd unit: `systemd-analyze verify` on a copy whose ExecStart points at this checkout's entry point."""
+"""The systemd unit: its parsed settings, and `systemd-analyze verify` on a copy whose ExecStart points at this
+checkout's entry point."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,14 +15,108 @@ ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "packaging" / "systemd" / "nodehealth.service"
 ANALYZE = shutil.which("systemd-analyze")
 
+Unit = dict[str, dict[str, list[str]]]
+
+
+def parse_unit(text: str) -> Unit:
+    """``{section: {key: [values]}}`` as systemd reads a unit file (systemd.syntax(7)).
+
+    Lines starting with ``#`` or ``;`` are comments; a trailing backslash continues a line; a key
+    may be assigned several times (list settings accumulate) and an empty assignment resets it.
+    """
+    unit: Unit = {}
+    section = None
+    lines = iter(text.splitlines())
+    for raw in lines:
+        line = raw.strip()
+        while line.endswith("\\"):
+            line = line[:-1].rstrip() + " " + next(lines, "").strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            unit.setdefault(section, {})
+            continue
+        assert section is not None, f"assignment outside a section: {raw!r}"
+        key, sep, value = line.partition("=")
+        assert sep, f"not a key=value line: {raw!r}"
+        values = unit[section].setdefault(key.strip(), [])
+        value = value.strip()
+        if value:
+            values.append(value)
+        else:
+            values.clear()
+    return unit
+
+
+def last(unit: Unit, key: str, section: str = "Service") -> str:
+    """The value a single-valued setting takes: its last assignment ('' when unset)."""
+    values = unit.get(section, {}).get(key, [])
+    return values[-1] if values else ""
+
+
+def words(unit: Unit, key: str, section: str = "Service") -> list[str]:
+    return [w for v in unit.get(section, {}).get(key, []) for w in v.split()]
+
+
+_TIME = re.compile(r"^(\d+(\.\d+)?\s*(us|ms|s|sec|m|min|h|hr)?\s*)+$")
+
+
+def positive_time(value: str) -> bool:
+    """A systemd time span above zero ("0" switches a timeout or the watchdog off)."""
+    return bool(_TIME.match(value)) and any(c in "123456789" for c in value)
+
+
+# What the daemon needs from its unit: (setting, predicate on the parsed unit).
+REQUIRED = (
+    ("Type", lambda u: last(u, "Type") == "notify"),
+    ("WatchdogSec", lambda u: positive_time(last(u, "WatchdogSec"))),
+    ("Restart", lambda u: last(u, "Restart") == "on-failure"),
+    ("RestartPreventExitStatus", lambda u: "2" in words(u, "RestartPreventExitStatus")),
+    ("ExecReload", lambda u: last(u, "ExecReload") == "/bin/kill -HUP $MAINPID"),
+    ("ProtectSystem", lambda u: last(u, "ProtectSystem") == "strict"),
+    ("ReadWritePaths", lambda u: "/run/nodehealth" in words(u, "ReadWritePaths")),
+    ("ProtectHome", lambda u: last(u, "ProtectHome") == "yes"),
+    ("PrivateTmp", lambda u: last(u, "PrivateTmp") == "yes"),
+    ("NoNewPrivileges", lambda u: last(u, "NoNewPrivileges") == "yes"),
+    ("DeviceAllow", lambda u: {"/dev/kmsg", "char-nvidia-frontend"}
+     <= {v.split()[0] for v in u.get("Service", {}).get("DeviceAllow", [])}),
+    ("MemoryMax", lambda u: last(u, "MemoryMax") not in ("", "infinity")),
+    ("CPUQuota", lambda u: last(u, "CPUQuota").endswith("%")),
+)
+
+
+def unmet(unit: Unit) -> list[str]:
+    """The settings of REQUIRED the unit does not satisfy."""
+    return [key for key, ok in REQUIRED if not ok(unit)]
+
 
 def test_unit_has_what_the_daemon_needs():
-    text = UNIT.read_text()
-    for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "ProtectSystem=strict", "ProtectHome=yes",
-                 "PrivateTmp=yes", "NoNewPrivileges=yes", "ReadWritePaths=/run/nodehealth", "DeviceAllow=/dev/kmsg",
-                 "DeviceAllow=char-nvidia-frontend", "MemoryMax=", "CPUQuota=", "RestartPreventExitStatus=2",
-                 "ExecReload=/bin/kill -HUP $MAINPID"):
-        assert line in text, line
+    unit = parse_unit(UNIT.read_text())
+    assert unmet(unit) == []
+    assert last(unit, "ExecStart").startswith("/usr/bin/nodehealth daemon")
+    assert last(unit, "WantedBy", "Install") == "multi-user.target"
+
+
+def _commented_out(key: str) -> str:
+    return "".join(f"# {line}" if line.startswith(f"{key}=") else line
+                   for line in UNIT.read_text().splitlines(keepends=True))
+
+
+@pytest.mark.parametrize("key", [key for key, _ in REQUIRED])
+def test_a_commented_out_setting_is_missing(key):
+    text = _commented_out(key)
+    assert f"# {key}=" in text  # the line is still in the file, as a comment
+    assert unmet(parse_unit(text)) == [key]
+
+
+def test_parser_reads_systemd_syntax():
+    unit = parse_unit("[Service]\n; a comment\nDeviceAllow=/dev/a rw\nDeviceAllow=\nDeviceAllow=/dev/b \\\n  r\n"
+                      "WatchdogSec=0\n[Install]\nWantedBy=x.target\n")
+    assert unit["Service"]["DeviceAllow"] == ["/dev/b r"]  # the empty assignment reset the list
+    assert "WatchdogSec" in unmet(unit) and last(unit, "WantedBy", "Install") == "x.target"
+    with pytest.raises(AssertionError):
+        parse_unit("Type=notify\n")
 
 
 @pytest.mark.real
