@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -17,6 +18,8 @@ PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 RULES = ROOT / "deploy" / "prometheus" / "nodehealth-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "nodehealth-rules.test.yml"
+SCRAPE = ROOT / "deploy" / "prometheus" / "scrape.yml"
+ALERT = re.compile(r"^\s*- alert: (\w+)\s*$", re.M)
 
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
 
@@ -38,17 +41,45 @@ def test_promtool_test_rules():
 
 @pytest.mark.real
 @needs_promtool
-def test_every_alert_has_a_unit_test():
-    import re
+def test_promtool_check_config():
+    """The scrape config as shipped, with the rule file it names (promtool resolves it beside the config)."""
+    res = subprocess.run([PROMTOOL, "check", "config", str(SCRAPE)], capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"SUCCESS: {SCRAPE} is valid prometheus config file syntax" in out, out
+    assert "SUCCESS: 1 rule files found" in out and f"SUCCESS: {len(_alerts())} rules found" in out, out
 
-    alerts = set(re.findall(r"^\s*- alert: (\w+)", RULES.read_text(), re.M))
-    tested = set()
-    lines = RULE_TESTS.read_text().splitlines()
-    for i, line in enumerate(lines):
-        m = re.match(r"\s*alertname: (\w+)", line)
-        if m and i + 1 < len(lines) and lines[i + 1].strip() == "exp_alerts:":
-            tested.add(m.group(1))
-    assert alerts and alerts == tested, alerts ^ tested
+
+def _alerts() -> list[str]:
+    return ALERT.findall(RULES.read_text())
+
+
+def _rule_tests_with(tmp: Path, rules: str) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` on a copy of the rule tests run against ``rules`` (the tests' ../ layout kept)."""
+    (tmp / "tests").mkdir(exist_ok=True)
+    (tmp / RULES.name).write_text(rules)
+    tests = tmp / "tests" / RULE_TESTS.name
+    tests.write_text(RULE_TESTS.read_text())
+    return subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True)
+
+
+@pytest.mark.real
+@needs_promtool
+def test_every_alert_has_a_unit_test(tmp_path: Path):
+    """Renaming any one alert makes the rule tests fail on that alert: each is expected to fire somewhere."""
+    text = RULES.read_text()
+    alerts = _alerts()
+    assert len(alerts) == len(set(alerts)) > 0, alerts
+    res = _rule_tests_with(tmp_path, text)
+    assert res.returncode == 0, res.stdout + res.stderr
+    untested = []
+    for name in alerts:
+        renamed, n = re.subn(rf"^(\s*- alert: ){name}\s*$", rf"\g<1>{name}Renamed", text, flags=re.M)
+        assert n == 1, name
+        res = _rule_tests_with(tmp_path, renamed)
+        if res.returncode == 0 or f"alertname: {name}," not in res.stdout + res.stderr:
+            untested.append(name)
+    assert not untested, f"no rule test expects these alerts to fire: {untested}"
 
 
 def _query(port: int, expr: str) -> list[dict]:
