@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import pytest
 
+from nodehealth.checks.job_forensics import ecc_increments, job_forensics
 from nodehealth.model import Action, Status
 from nodehealth.observations import (
     EccCounts,
@@ -19,7 +20,7 @@ from nodehealth.observations import (
     XidObservation,
     XidRecord,
 )
-from nodehealth.slurm.policy import counters_record, ecc_increments, gpu_counters, job_forensics
+from nodehealth.statedir.counters import counters_record, gpu_counters
 from nodehealth.xid.events import Severity, XidEvent
 
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]

@@ -6,52 +6,60 @@ import json
 import os
 from pathlib import Path
 
+from nodehealth.slurm import jobenv
 from nodehealth.statedir import files as statefile
-from nodehealth.statedir import ledger
+from nodehealth.statedir import layout, ledger
 
 ENV = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "0,1",
        "SLURMD_NODENAME": "gpu017"}
 
 
+def line(rec: dict) -> str:
+    return json.dumps(rec, separators=(",", ":")) + "\n"
+
+
 def test_record_from_environment() -> None:
-    rec = ledger.from_environ("start", ENV, 100.0, boot_id="b1")
-    assert rec is not None
-    obj = json.loads(rec.line())
-    assert obj == {"v": 1, "event": "start", "job_id": "12", "user": "alice", "uid": 1000, "gpus": [0, 1],
+    rec = jobenv.record("start", ENV, 100.0, boot_id="b1")
+    assert rec == {"v": 1, "event": "start", "job_id": "12", "user": "alice", "uid": 1000, "gpus": [0, 1],
                    "node": "gpu017", "time": 100.0, "boot_id": "b1"}
-    assert rec.line().endswith("\n") and rec.line().count("\n") == 1
-    assert ledger.parse_line(rec.line()) == rec
+    parsed = ledger.parse_line(line(rec))
+    assert parsed == ledger.JobRecord("start", "12", 100.0, "alice", 1000, (0, 1), "gpu017", "b1")
+    assert parsed.line() == line(rec)  # what readers write back is what the writer wrote
 
 
 def test_no_job_no_record() -> None:
-    assert ledger.from_environ("start", {}, 1.0) is None
+    assert jobenv.record("start", {}, 1.0) is None
 
 
 def test_environment_is_data() -> None:
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": 'ev"il\n{"v":1,"event":"end"}', "SLURM_JOB_UID": "x",
            "CUDA_VISIBLE_DEVICES": "0;reboot"}
-    rec = ledger.from_environ("start", env, 1.0)
+    rec = jobenv.record("start", env, 1.0)
     assert rec is not None
-    line = rec.line()
-    assert line.count("\n") == 1
-    obj = json.loads(line)
+    text = line(rec)
+    assert text.count("\n") == 1
+    obj = json.loads(text)
     assert obj["uid"] is None and obj["gpus"] is None
     assert '"' not in obj["user"] and "\n" not in obj["user"]
 
 
-def test_jobs_on_gpu() -> None:
-    recs = [
+def test_holder_is_the_one_rule() -> None:
+    jobs = ledger.entries([
         ledger.JobRecord("start", "1", 10.0, gpus=(0, 1)),
         ledger.JobRecord("end", "1", 20.0),
         ledger.JobRecord("start", "2", 15.0, gpus=(2,)),
         ledger.JobRecord("start", "3", 25.0, gpus=(0,)),
-        ledger.JobRecord("start", "4", 26.0, gpus=None),
-    ]
-    assert ledger.jobs_on_gpu(recs, 0, 12.0) == ["1"]
-    assert ledger.jobs_on_gpu(recs, 0, 21.0) == []
-    assert ledger.jobs_on_gpu(recs, 2, 30.0) == ["4", "2"]
-    assert ledger.jobs_on_gpu(recs, 0, 30.0) == ["4", "3"]
-    assert ledger.jobs_on_gpu(recs, None, 16.0) == ["2", "1"]
+    ])
+    assert ledger.holder(jobs, 0, 12.0) == "1"
+    assert ledger.holder(jobs, 0, 21.0) == "1"  # just after its end: teardown is still the job's
+    assert ledger.holder(jobs, 0, 21.0, slack_s=0.0) is None
+    assert ledger.holder(jobs, 0, 60.0, slack_s=0.0) == "3"
+    assert ledger.holder(jobs, 2, 30.0) == "2"
+    assert ledger.holder(jobs, None, 16.0) is None  # two jobs on the node: the GPU decides, else no one
+    assert ledger.holder(jobs, None, 12.0) == "1"
+    overlapping = ledger.entries([*map(lambda r: ledger.JobRecord(*r), [
+        ("start", "5", 40.0, None, None, (3,)), ("start", "6", 41.0, None, None, None)])])
+    assert ledger.holder(overlapping, 3, 50.0) is None  # two candidates name no one
 
 
 def test_parse_skips_junk() -> None:
@@ -65,10 +73,10 @@ def test_append_is_bounded_and_atomic(tmp_path: Path) -> None:
     path = str(tmp_path / "state" / ledger.FILE_NAME)
     max_bytes = 4096
     for i in range(500):
-        rec = ledger.from_environ("start" if i % 2 == 0 else "end", dict(ENV, SLURM_JOB_ID=str(i)), float(i))
+        rec = jobenv.record("start" if i % 2 == 0 else "end", dict(ENV, SLURM_JOB_ID=str(i)), float(i))
         assert rec is not None
-        statefile.ledger_append(path, rec.line(), max_bytes)
-        assert os.path.getsize(path) <= max_bytes + len(rec.line())
+        ledger.append(str(tmp_path / "state"), rec, max_bytes)
+        assert os.path.getsize(path) <= max_bytes + len(line(rec))
     recs = ledger.parse(Path(path).read_text())
     assert recs and recs[-1].job_id == "499"
     ids = [int(r.job_id) for r in recs]
@@ -90,7 +98,19 @@ def test_state_file_atomic_and_locked(tmp_path: Path) -> None:
 
 
 def test_boot_id(tmp_path: Path) -> None:
-    p = tmp_path / "boot_id"
+    p = tmp_path / "sys" / "kernel" / "random" / "boot_id"
+    p.parent.mkdir(parents=True)
     p.write_text("6f1c2a1e-aaaa-bbbb-cccc-0123456789ab\n")
-    assert statefile.read_boot_id(str(p)) == "6f1c2a1e-aaaa-bbbb-cccc-0123456789ab"
-    assert statefile.read_boot_id(str(tmp_path / "missing")) is None
+    assert layout.read_boot_id(str(tmp_path)) == "6f1c2a1e-aaaa-bbbb-cccc-0123456789ab"
+    assert layout.read_boot_id(str(tmp_path / "missing")) is None
+
+
+def test_short_append_is_an_error(tmp_path: Path, monkeypatch) -> None:
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data)[: len(data) // 2]))
+    try:
+        statefile.append_line(str(tmp_path / "l"), "0123456789\n")
+    except statefile.ShortWrite:
+        pass
+    else:
+        raise AssertionError("a short append must raise")

@@ -16,13 +16,15 @@ from typing import Any, Optional
 
 import pytest
 
+from nodehealth.config import lean
 from nodehealth.faces import fast
 from nodehealth.statedir import verdict as daemon_state
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
 HEAVY = ("pynvml", "psutil", "prometheus_client", "nodehealth.runner", "nodehealth.probes", "nodehealth.config.loader",
-         "nodehealth.registry", "hostlist", "nodehealth.slurm.policy", "nodehealth.statedir.ledger", "nodehealth.model")
+         "nodehealth.config.schema", "nodehealth.registry", "dataclasses", "hostlist", "nodehealth.slurm.policy",
+         "nodehealth.slurm.act", "nodehealth.faces.common", "nodehealth.model")
 
 RUN = """
 import json, sys, time
@@ -43,7 +45,8 @@ class Node:
         self.scontrol.write_text(FAKE.format(python=sys.executable, d=str(d)))
         self.scontrol.chmod(0o755)
         (d / "nodes.json").write_text(json.dumps({"n1": ["IDLE", None]}))
-        self.boot = d / "boot_id"
+        self.boot = d / "proc" / "sys" / "kernel" / "random" / "boot_id"  # under [paths] procfs_root
+        self.boot.parent.mkdir(parents=True)
         self.boot.write_text("boot-1\n")
         self.scenario = d / "scenario.toml"
         self.scenario.write_text((SCEN / "healthy.toml").read_text())
@@ -53,8 +56,8 @@ class Node:
     def write_config(self, extra: str = "") -> None:
         self.config.write_text(
             f'node_name = "n1"\n[phases.prolog]\nbudget_s = 12\n[nvml]\nsimulate = "{self.scenario}"\n'
-            f'[paths]\nstate_dir = "{self.state}"\n[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n'
-            f'[resume]\nboot_id_path = "{self.boot}"\n[checks.nvml]\ntimeout_s = 3\n' + extra)
+            f'[paths]\nstate_dir = "{self.state}"\nprocfs_root = "{self.d / "proc"}"\n'
+            f'[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n[checks.nvml]\ntimeout_s = 3\n' + extra)
 
     def hang(self) -> None:
         self.scenario.write_text(HUNG.read_text())
@@ -216,25 +219,40 @@ def test_fast_path_copies_the_latest_counters_as_the_job_baseline(node: Node, he
 
 
 def test_settings_reader_defaults_overrides_and_bad_values(tmp_path: Path) -> None:
-    from nodehealth.config.loader import DEFAULT_PATH
-
-    assert fast.DEFAULT_CONFIG == DEFAULT_PATH
     cfg = tmp_path / "c.toml"
     cfg.write_text('[daemon]\nstate_max_age_s = 30\n[[override]]\nhosts = "n[1-3]"\npaths.state_dir = "/x"\n'
-                   '[[override]]\nhosts = "m1"\npaths.state_dir = "/y"\n[[override]]\nhosts = "n1"\n'
-                   "gpu.expected_count = 4\n")
-    s, why = fast.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n2"})
+                   'phases.prolog.budget_s = 4\n[[override]]\nhosts = "m1"\npaths.state_dir = "/y"\n'
+                   '[[override]]\nhosts = "n1"\ngpu.expected_count = 4\n[[override]]\nhosts = "n2"\n'
+                   '[override.slurm]\ntimeout_s = 1\n')
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n2"})
     assert s is not None and s.state_dir == "/x" and s.max_age_s == 30.0 and s.unknown == "pass", why
-    s, _ = fast.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "q9"})
+    assert (s.prolog_budget_s, s.slurm_timeout_s, s.procfs_root) == (4.0, 1.0, "/proc")
+    s, _ = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "q9"})
     assert s is not None and s.state_dir == "/run/nodehealth"
+    assert (s.prolog_budget_s, s.slurm_timeout_s) == (20.0, 3.0)
     cfg.write_text("[daemon]\nstate_max_age_s = true\n")
-    s, why = fast.read_settings({"NODEHEALTH_CONFIG": str(cfg)})
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg)})
     assert s is None and "daemon.state_max_age_s" in why
+    cfg.write_text("[phases.prolog]\nbudget_s = 0.5\n")  # below the loader's minimum: the cold path says so
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg)})
+    assert s is None and "phases.prolog.budget_s has an unexpected value" in why
+    cfg.write_text('[[override]]\nhosts = "n1"\npolicy.unknown = "maybe"\n')
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"})
+    assert s is None and "override policy.unknown has an unexpected value" in why
     cfg.write_text("[daemon\n")
-    s, why = fast.read_settings({"NODEHEALTH_CONFIG": str(cfg)})
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg)})
     assert s is None and "invalid TOML" in why
-    s, why = fast.read_settings({"NODEHEALTH_CONFIG": str(tmp_path / "nope.toml")})
+    s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(tmp_path / "nope.toml")})
     assert s is None and "no such file" in why
+
+
+def test_unreadable_boot_id_under_procfs_root_runs_the_cold_path(node: Node, healthy_report: dict[str, Any]) -> None:
+    node.write_state(healthy_report)
+    node.boot.unlink()
+    out, err = node.prolog()
+    assert out["rc"] == 0, err
+    assert f"this boot's id is unknown ({node.boot})" in err, err
+    assert "nodehealth.runner" in out["modules"]
 
 
 def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy_report: dict[str, Any]) -> None:
@@ -244,14 +262,17 @@ def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy
     assert out["rc"] == 0 and "configuration error" in err, err
 
 
-def test_fast_ledger_record_is_the_ledgers_format() -> None:
+def test_fast_ledger_record_is_the_ledgers_format(tmp_path: Path) -> None:
+    from nodehealth.faces.log import Log
     from nodehealth.slurm import jobenv
     from nodehealth.statedir import ledger
 
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "al\nice\"", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "3,1",
            "SLURMD_NODENAME": "gpu01"}
-    rec = ledger.from_environ("start", env, 1732912345.1234, boot_id="b")
-    assert rec is not None
-    assert jobenv.record("start", env, 1732912345.1234, boot_id="b") == rec.to_json()
-    assert fast.LEDGER_FILE == ledger.FILE_NAME
+    s = lean.Settings()
+    s.state_dir = str(tmp_path)
+    fast.append_ledger(s, env, "gpu01", "b", Log("prolog"))
+    (got,) = ledger.read(str(tmp_path))
+    assert got.event == "start" and got.job_id == "12" and got.gpus == (1, 3) and got.uid == 1000
+    assert got.user == "al ice" and got.node == "gpu01" and got.boot_id == "b"
     assert jobenv.record("start", {}, 1.0) is None

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodehealth.model import Action, CheckResult, Report, Status
-from nodehealth.slurm import policy as sp
+from nodehealth.slurm import jobenv, policy
+from nodehealth.slurm import nodes as sn
+from nodehealth.statedir import slurmstate
 
 FIX = Path(__file__).parent / "fixtures" / "real-world" / "scontrol"
 
@@ -35,7 +37,7 @@ def _cases() -> list[str]:
 @pytest.mark.parametrize("name", _cases())
 def test_real_scontrol_output(name: str) -> None:
     expected = json.loads((FIX / "expected.json").read_text())[name]
-    nodes = sp.parse_nodes((FIX / name).read_text())
+    nodes = sn.parse_nodes((FIX / name).read_text())
     assert [n.name for n in nodes] == [e["name"] for e in expected["nodes"]]
     for node, exp in zip(nodes, expected["nodes"]):
         assert node.state.text == exp["state"]
@@ -55,7 +57,7 @@ def test_real_scontrol_output(name: str) -> None:
 
 
 def test_real_gres_counts() -> None:
-    nodes = {n.name: n for n in sp.parse_nodes((FIX / "irush_slurm1711_four_nodes_one_drained.txt").read_text())}
+    nodes = {n.name: n for n in sn.parse_nodes((FIX / "irush_slurm1711_four_nodes_one_drained.txt").read_text())}
     assert nodes["cortex-01"].gres_gpus == 8
     assert nodes["dumfries-002"].gres_gpus == 4
     assert nodes["oxygen-04"].gres_gpus is None
@@ -100,7 +102,7 @@ LINE_2205 = (
     ("idle$", "IDLE", {"MAINTENANCE"}, False),
 ])
 def test_states(state: str, base: str, flags: set[str], drained: bool) -> None:
-    st_ = sp.parse_state(state)
+    st_ = sn.parse_state(state)
     assert st_.base == base.upper() or st_.base == base
     assert set(st_.flags) == flags
     assert st_.drained is drained
@@ -109,7 +111,7 @@ def test_states(state: str, base: str, flags: set[str], drained: bool) -> None:
 def test_2205_one_line_with_our_reason() -> None:
     reason = " Reason=nodehealth: gpu_count: 7 of 8 GPUs [root@2026-11-29T21:45:19]"
     line = LINE_2205.format(state="MIXED+DRAIN", reason=reason)
-    (node,) = sp.parse_nodes(line)
+    (node,) = sn.parse_nodes(line)
     assert node.name == "vm" and node.gres_gpus == 8
     assert node.drained_by_us and not node.drained_by_others
     assert node.reason is not None
@@ -119,7 +121,7 @@ def test_2205_one_line_with_our_reason() -> None:
 
 def test_reason_with_equals_and_brackets_runs_to_end() -> None:
     line = LINE_2205.format(state="IDLE+DRAIN", reason=" Reason=Kill task failed a=b [slurm@2026-11-29T21:45:19]")
-    (node,) = sp.parse_nodes(line)
+    (node,) = sn.parse_nodes(line)
     assert node.reason is not None and node.reason.text == "Kill task failed a=b"
     assert node.drained_by_others
 
@@ -127,7 +129,7 @@ def test_reason_with_equals_and_brackets_runs_to_end() -> None:
 def test_multiple_one_line_records() -> None:
     text = "\n".join(LINE_2205.replace("NodeName=vm", f"NodeName=n{i}").format(state="IDLE", reason="")
                      for i in range(3))
-    assert [n.name for n in sp.parse_nodes(text)] == ["n0", "n1", "n2"]
+    assert [n.name for n in sn.parse_nodes(text)] == ["n0", "n1", "n2"]
 
 
 # ----------------------------------------------------------------------------- ownership, reasons
@@ -145,18 +147,18 @@ def test_multiple_one_line_records() -> None:
     (None, False),
 ])
 def test_ownership(reason: str | None, ours: bool) -> None:
-    assert sp.is_ours(reason) is ours
+    assert sn.is_ours(reason) is ours
 
 
 def test_format_reason() -> None:
     r = res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU)
-    assert sp.format_reason(r) == "nodehealth: gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
-    assert sp.format_reason(r, more=2).endswith("(+2 more)")
+    assert policy.format_reason(r) == "nodehealth: gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
+    assert policy.format_reason(r, more=2).endswith("(+2 more)")
 
 
 def test_reason_sanitised_and_capped() -> None:
     nasty = 'GPU 1: "bad"\nstate=resume; rm -rf / `x` $(y) \\ \x00\x1b[31m' + "z" * 500
-    text = sp.format_reason(res("gpu_x", Status.FAIL, nasty), limit=120)
+    text = policy.format_reason(res("gpu_x", Status.FAIL, nasty), limit=120)
     assert len(text) <= 120
     assert text.startswith("nodehealth: gpu_x: GPU 1: bad state")
     for bad in ('"', "'", "\n", "\x00", "\x1b", "`", "$", ";", "=", "\\"):
@@ -166,7 +168,7 @@ def test_reason_sanitised_and_capped() -> None:
 
 @given(st.text(max_size=600), st.integers(min_value=40, max_value=300))
 def test_sanitize_never_breaks_scontrol(text: str, limit: int) -> None:
-    out = sp.format_reason(res("c", Status.FAIL, text), limit=limit)
+    out = policy.format_reason(res("c", Status.FAIL, text), limit=limit)
     assert len(out) <= limit
     assert out.startswith("nodehealth: ")
     assert out == out.strip()
@@ -177,104 +179,105 @@ def test_sanitize_never_breaks_scontrol(text: str, limit: int) -> None:
 # ----------------------------------------------------------------------------- decisions
 
 
-def node(state: str, reason: str | None = None, name: str = "n1") -> sp.NodeInfo:
-    return sp.NodeInfo(name=name, state=sp.parse_state(state), reason=sp.parse_reason(reason))
+def node(state: str, reason: str | None = None, name: str = "n1") -> sn.NodeInfo:
+    return sn.NodeInfo(name=name, state=sn.parse_state(state), reason=sn.parse_reason(reason))
 
 
 FAULT = res("gpu_count", Status.FAIL, "7 of 8 GPUs visible", Action.REBOOT)
-REASON = sp.format_reason(FAULT)
+REASON = policy.format_reason(FAULT)
 
 
 def test_worst_failure_and_unknown_policy() -> None:
     rep = report(res("a", Status.OK), res("b", Status.UNKNOWN), res("c", Status.WARN))
-    assert sp.worst_failure(rep, "pass") is None
-    assert sp.worst_failure(rep, "fail") is not None
+    assert policy.worst_failure(rep, "pass") is None
+    assert policy.worst_failure(rep, "fail") is not None
     rep2 = report(res("a", Status.FAIL, action=Action.RESTART_APP), res("b", Status.FAIL, action=Action.INSPECT))
-    worst = sp.worst_failure(rep2)
+    worst = policy.worst_failure(rep2)
     assert worst is not None and worst.name == "b"
-    assert sp.fault_count(rep2) == 2
+    assert policy.fault_count(rep2) == 2
 
 
 def test_drain_never_overwrites_other_reasons() -> None:
     for other in ("admin maintenance [alice@2026-01-01T00:00:00]", "Kill task failed [slurm@now]",
                   "Prolog error [root@now]", "other-tool: disk [root@now]"):
-        d = sp.decide_drain(node("IDLE+DRAIN", other), FAULT, REASON)
+        d = policy.decide_drain(node("IDLE+DRAIN", other), FAULT, REASON)
         assert d.action == "none", other
-    d = sp.decide_drain(node("DOWN+NOT_RESPONDING", "Not responding [slurm@now]"), FAULT, REASON)
+    d = policy.decide_drain(node("DOWN+NOT_RESPONDING", "Not responding [slurm@now]"), FAULT, REASON)
     assert d.action == "none"
 
 
 def test_drain_cases() -> None:
-    assert sp.decide_drain(node("IDLE"), FAULT, REASON).action == "drain"
-    assert sp.decide_drain(None, FAULT, REASON).action == "drain"
-    assert sp.decide_drain(node("MIXED+DRAIN", REASON + " [root@t]"), FAULT, REASON).action == "none"
+    assert policy.decide_drain(node("IDLE"), FAULT, REASON).action == "drain"
+    assert policy.decide_drain(None, FAULT, REASON).action == "drain"
+    assert policy.decide_drain(node("MIXED+DRAIN", REASON + " [root@t]"), FAULT, REASON).action == "none"
     # ours, but for another fault: update our own reason
-    assert sp.decide_drain(node("IDLE+DRAIN", "nodehealth: other [root@t]"), FAULT, REASON).action == "drain"
+    assert policy.decide_drain(node("IDLE+DRAIN", "nodehealth: other [root@t]"), FAULT, REASON).action == "drain"
     # an old reason left on an undrained node is not a drain
-    assert sp.decide_drain(node("IDLE", "old admin note [a@t]"), FAULT, REASON).action == "drain"
+    assert policy.decide_drain(node("IDLE", "old admin note [a@t]"), FAULT, REASON).action == "drain"
 
 
-def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> sp.State:
-    rec = sp.DrainRecord(reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0, phase="prolog")
-    return sp.State(clean_runs=clean, drain=rec)
+def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> slurmstate.State:
+    rec = slurmstate.DrainRecord(reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0,
+                                 phase="prolog")
+    return slurmstate.State(clean_runs=clean, drain=rec)
 
 
 def test_resume_needs_n_clean_runs() -> None:
     ours = node("IDLE+DRAIN", REASON + " [root@t]")
-    assert sp.decide_resume(ours, drained_state(2), 3, "boot-a", ("reboot",)).action == "none"
-    assert sp.decide_resume(ours, drained_state(3), 3, "boot-a", ("reboot",)).action == "resume"
+    assert policy.decide_resume(ours, drained_state(2), 3, "boot-a", ("reboot",)).action == "none"
+    assert policy.decide_resume(ours, drained_state(3), 3, "boot-a", ("reboot",)).action == "resume"
 
 
 def test_resume_never_for_others_or_hands_off() -> None:
     s = drained_state(10)
-    assert sp.decide_resume(node("IDLE+DRAIN", "admin [a@t]"), s, 3, "b", ()).action == "none"
-    assert sp.decide_resume(node("IDLE", None), s, 3, "b", ()).action == "none"
-    assert sp.decide_resume(node("IDLE+DRAIN+REBOOT_REQUESTED", REASON), s, 3, "b", ()).action == "none"
-    assert sp.decide_resume(node("IDLE+DRAIN+MAINTENANCE", REASON), s, 3, "b", ()).action == "none"
-    assert sp.decide_resume(None, s, 3, "b", ()).action == "none"
+    assert policy.decide_resume(node("IDLE+DRAIN", "admin [a@t]"), s, 3, "b", ()).action == "none"
+    assert policy.decide_resume(node("IDLE", None), s, 3, "b", ()).action == "none"
+    assert policy.decide_resume(node("IDLE+DRAIN+REBOOT_REQUESTED", REASON), s, 3, "b", ()).action == "none"
+    assert policy.decide_resume(node("IDLE+DRAIN+MAINTENANCE", REASON), s, 3, "b", ()).action == "none"
+    assert policy.decide_resume(None, s, 3, "b", ()).action == "none"
 
 
 def test_reboot_class_needs_new_boot_id() -> None:
     ours = node("IDLE+DRAIN", REASON)
     s = drained_state(5, action="reboot", boot="boot-a")
-    assert sp.decide_resume(ours, s, 3, "boot-a", ("reboot",)).action == "none"
-    assert sp.decide_resume(ours, s, 3, None, ("reboot",)).action == "none"
-    assert sp.decide_resume(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
+    assert policy.decide_resume(ours, s, 3, "boot-a", ("reboot",)).action == "none"
+    assert policy.decide_resume(ours, s, 3, None, ("reboot",)).action == "none"
+    assert policy.decide_resume(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
     # not reboot-class by config: clean runs are enough
-    assert sp.decide_resume(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
+    assert policy.decide_resume(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
     # the record was lost with /run (a reboot): clean runs are enough
-    assert sp.decide_resume(ours, sp.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "resume"
+    assert policy.decide_resume(ours, slurmstate.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "resume"
 
 
 def test_after_run_counter() -> None:
-    s = sp.State(clean_runs=2)
-    assert sp.after_run(s, report(res("a", Status.WARN)), "pass", 5.0, "b").clean_runs == 3
-    assert sp.after_run(s, report(res("a", Status.FAIL)), "pass", 5.0, "b").clean_runs == 0
-    assert sp.after_run(s, report(res("a", Status.UNKNOWN)), "pass", 5.0, "b").clean_runs == 2
-    assert sp.after_run(s, report(res("a", Status.UNKNOWN)), "fail", 5.0, "b").clean_runs == 0
-    assert sp.after_run(s, report(res("a", Status.SKIPPED)), "pass", 5.0, "b").boot_id == "b"
+    s = slurmstate.State(clean_runs=2)
+    assert policy.after_run(s, report(res("a", Status.WARN)), "pass", 5.0, "b").clean_runs == 3
+    assert policy.after_run(s, report(res("a", Status.FAIL)), "pass", 5.0, "b").clean_runs == 0
+    assert policy.after_run(s, report(res("a", Status.UNKNOWN)), "pass", 5.0, "b").clean_runs == 2
+    assert policy.after_run(s, report(res("a", Status.UNKNOWN)), "fail", 5.0, "b").clean_runs == 0
+    assert policy.after_run(s, report(res("a", Status.SKIPPED)), "pass", 5.0, "b").boot_id == "b"
 
 
 def test_breaker() -> None:
     nodes = [node("IDLE+DRAIN", "nodehealth: x [root@t]", f"n{i}") for i in range(9)] + [node("IDLE", None, "me")]
-    br = sp.breaker(nodes, 0.25, 3, exclude="me")
+    br = policy.breaker(nodes, 0.25, 3, exclude="me")
     assert br.tripped and br.ours == 9 and br.total == 10
     assert "HOLDING" in br.describe()
-    assert not sp.breaker(nodes, 0.95, 3, exclude="me").tripped
-    assert not sp.breaker(nodes, 0.25, 10, exclude="me").tripped
+    assert not policy.breaker(nodes, 0.95, 3, exclude="me").tripped
+    assert not policy.breaker(nodes, 0.25, 10, exclude="me").tripped
     # admin drains do not count; neither does this node's own drain
     mixed = [node("IDLE+DRAIN", "admin [a@t]", f"a{i}") for i in range(9)] + [node("IDLE+DRAIN", REASON, "me")]
-    assert not sp.breaker(mixed, 0.25, 1, exclude="me").tripped
-    assert not sp.breaker([], 0.25, 1).tripped
+    assert not policy.breaker(mixed, 0.25, 1, exclude="me").tripped
+    assert not policy.breaker([], 0.25, 1).tripped
 
 
 def test_state_round_trip_and_garbage() -> None:
-    s = sp.State(clean_runs=4, last_status="OK", last_run=3.5, boot_id="b",
-                 drain=sp.DrainRecord("nodehealth: x", "x", "reboot", "b", 1.0, "prolog", "12"),
+    s = slurmstate.State(clean_runs=4, last_status="OK", last_run=3.5, boot_id="b",
+                 drain=slurmstate.DrainRecord("nodehealth: x", "x", "reboot", "b", 1.0, "prolog", "12"),
                  breaker_held={"ours": 9}, slurm_node={"name": "n1", "gres_gpus": 8})
-    assert sp.State.from_json(json.loads(json.dumps(s.to_json()))) == s
+    assert slurmstate.State.from_json(json.loads(json.dumps(s.to_json()))) == s
     for junk in (None, [], "x", {"version": 99}, {"version": 1, "clean_runs": "many", "drain": {"nope": 1}}):
-        got = sp.State.from_json(junk)
+        got = slurmstate.State.from_json(junk)
         assert got.clean_runs == 0 and got.drain is None
 
 
@@ -291,16 +294,16 @@ def test_state_round_trip_and_garbage() -> None:
     ({}, None),
 ])
 def test_job_gpus(env: dict[str, str], gpus: tuple[int, ...] | None) -> None:
-    assert sp.job_gpus(env) == gpus
+    assert jobenv.job_gpus(env) == gpus
 
 
 def test_scope_processes_to_job_gpus() -> None:
     procs = res("gpu_processes", Status.FAIL, "GPU 5: 1 compute process(es)", Action.RESTART_APP,
                 gpus={"5": "GPU 5: 1 compute process(es) (pid 42, 1024 MiB) before/after a job (epilog)"})
     rep = report(procs, res("gpu_ecc", Status.OK))
-    other = sp.scope_processes(rep, (0, 1))
+    other = policy.scope_processes(rep, (0, 1))
     assert other.status == Status.OK
     assert "other jobs" in other.results[0].summary
-    mine = sp.scope_processes(rep, (5,))
+    mine = policy.scope_processes(rep, (5,))
     assert mine.status == Status.FAIL and mine.results[0].gpu == 5
-    assert sp.scope_processes(rep, None).status == Status.FAIL
+    assert policy.scope_processes(rep, None).status == Status.FAIL

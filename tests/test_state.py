@@ -69,7 +69,7 @@ def test_missing_file_and_unknown_boot(tmp_path):
     got, why = state.read(str(tmp_path / "nowhere"), max_age_s=90, boot_id=BOOT)
     assert got is None and "missing" in why
     _write(tmp_path)
-    got, why = state.read(str(tmp_path), max_age_s=90, now=1001.0, boot_id_path=str(tmp_path / "no-boot-id"))
+    got, why = state.read(str(tmp_path), max_age_s=90, now=1001.0, procfs_root=str(tmp_path / "no-proc"))
     assert got is None and "boot" in why
 
 

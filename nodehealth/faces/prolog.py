@@ -10,7 +10,7 @@ Fast path first (``nodehealth.faces.fast``): when the daemon's verdict is fresh 
 ``[daemon] state_max_age_s``, this boot, XID follower alive) the prolog decides from it
 without NVML and without importing the runner, the probes or the config loader. Otherwise
 (no daemon, stale, corrupt, another boot ...) the cold path runs the prolog checks itself
-and logs why the fast path was not taken.
+and logs why the fast path was not taken. Its deadline counts from the process start.
 
 This module imports nothing from nodehealth at module level: what the fast path pays for is
 decided in ``main``.
@@ -27,9 +27,13 @@ def main() -> int:
     answer = fast.prolog(os.environ)
     if isinstance(answer, int):
         return answer
-    from nodehealth.faces.common import guarded, job_face
+    from nodehealth.faces.common import fast_fault, guarded, job_face
 
-    return guarded("prolog", lambda: job_face("prolog", "prolog", "start", fast_miss=answer))
+    if isinstance(answer, fast.Fault):
+        fault = answer
+        return guarded("prolog", lambda: fast_fault(fault.report, os.environ, fault.verdict))
+    miss = answer
+    return guarded("prolog", lambda: job_face("prolog", "prolog", "start", fast_miss=miss))
 
 
 if __name__ == "__main__":

@@ -144,12 +144,6 @@ def wait_all(children: Sequence[Child], timeout_s: float,
     return [outcomes[i] for i in range(len(children))]
 
 
-def run_in_child(fn: Callable[[], Any], timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> Outcome:
-    """Run ``fn`` in a child and wait for it at most ``timeout_s`` seconds."""
-    return wait_all([start(fn, clock)], timeout_s, clock)[0]
-
-
 def _decode(data: bytes, elapsed: float) -> Outcome:
     if not data:
         return Outcome(False, "the child exited without an answer", False, elapsed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from nodehealth.observations import ProbeError
 
@@ -119,18 +119,17 @@ def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
 
 def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.xid import store as xid_store
+    from nodehealth.xid.patterns import KMSG_PATH
+    from nodehealth.xid.settings import xid_settings
 
-    settings = ctx.config.checks.get("gpu_xid")
-    kmsg_path = getattr(settings, "kmsg_path", "/dev/kmsg")
-    if ctx.config.nvml.simulate and kmsg_path == "/dev/kmsg":
+    settings = xid_settings(ctx.config)
+    if ctx.config.nvml.simulate and settings.kmsg_path == KMSG_PATH:
         # Simulated GPUs: this host's kernel log does not describe them.
         return ProbeError("xid", "unavailable", "simulated GPUs: the host's kernel log is not theirs "
                           "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)")
     return xid_store.gather(
-        ctx.config.paths.state_dir, ctx.config.paths.procfs_root,
-        kmsg_path, tuple(getattr(settings, "severity_overrides", ())),
-        getattr(settings, "store_max_events", xid_store.DEFAULT_MAX_EVENTS),
-        getattr(settings, "kernel_facility_only", False), timeout_s)
+        ctx.config.paths.state_dir, ctx.config.paths.procfs_root, settings.kmsg_path,
+        settings.severity_overrides, settings.store_max_events, settings.kernel_facility_only, timeout_s)
 
 
 PROBES: dict[str, Probe] = {

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from nodehealth.model import Action, CheckResult, Report, Status
 from nodehealth.slurm.jobenv import sanitize
-from nodehealth.slurm.nodes import PREFIX, NodeInfo, is_ours
+from nodehealth.slurm.nodes import PREFIX, NodeInfo
 from nodehealth.statedir.slurmstate import State
 
 REASON_MAX = 200
@@ -149,8 +149,6 @@ class Decision:
 
     action: str
     why: str
-    reason: Optional[str] = None  # the drain reason to set
-    result: Optional[CheckResult] = None
 
 
 def decide_drain(node: Optional[NodeInfo], fault: CheckResult, reason: str) -> Decision:
@@ -162,10 +160,10 @@ def decide_drain(node: Optional[NodeInfo], fault: CheckResult, reason: str) -> D
     if node is not None and node.reason is not None and not node.reason.ours and (
             node.drained or node.state.base == "DOWN"):
         return Decision("none", f"node already out of service for another reason ({node.reason.full!r}); "
-                        "left untouched", result=fault)
+                        "left untouched")
     if node is not None and node.drained_by_us and node.reason is not None and node.reason.text == reason:
-        return Decision("none", "already drained by nodehealth for this fault", result=fault)
-    return Decision("drain", f"{fault.name} {fault.status.name}", reason=reason, result=fault)
+        return Decision("none", "already drained by nodehealth for this fault")
+    return Decision("drain", f"{fault.name} {fault.status.name}")
 
 
 def reboot_class(action: str, reboot_actions: Sequence[str]) -> bool:

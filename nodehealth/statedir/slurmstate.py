@@ -7,7 +7,7 @@ which the prolog and epilog use instead of asking slurmctld.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from nodehealth.statedir import files, layout
@@ -27,11 +27,10 @@ class DrainRecord:
     time: float
     phase: str
     job_id: Optional[str] = None
-    confirmed: bool = True  # scontrol accepted the drain
 
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "check": self.check, "action": self.action, "boot_id": self.boot_id,
-                "time": self.time, "phase": self.phase, "job_id": self.job_id, "confirmed": self.confirmed}
+                "time": self.time, "phase": self.phase, "job_id": self.job_id}
 
     @classmethod
     def from_json(cls, raw: Any) -> Optional[DrainRecord]:
@@ -41,7 +40,7 @@ class DrainRecord:
             return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
                        action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
                        time=float(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
-                       job_id=_opt_str(raw.get("job_id")), confirmed=bool(raw.get("confirmed", True)))
+                       job_id=_opt_str(raw.get("job_id")))
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -25,16 +25,17 @@ import json
 import os
 import time
 
+from nodehealth.statedir import layout
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
     from typing import Any, Optional
 
     from nodehealth.model import Report
 
-FILE_NAME = "daemon-state.json"
+FILE_NAME = layout.DAEMON_STATE
 KIND = "nodehealth-daemon-state"
 VERSION = 1
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_BYTES = 4 << 20  # a report is a few KiB; anything this large is not ours
 CLOCK_SKEW_S = 5.0  # a file written this far "in the future" is not trusted
 XID_STATES = ("alive", "dead", "absent", "off")
@@ -61,9 +62,6 @@ class DaemonState:
         """The node verdict the daemon reached: OK, WARN, UNKNOWN or FAIL."""
         return str(self.report.get("status", "UNKNOWN"))
 
-    def failures(self) -> list[dict[str, Any]]:
-        return [c for c in self.report.get("checks", ()) if isinstance(c, dict) and c.get("status") == "FAIL"]
-
     def to_report(self) -> Report:
         """The verdict as a ``nodehealth.model.Report`` (imports the model: a few ms)."""
         return report_from_json(self.report)
@@ -74,23 +72,14 @@ class DaemonState:
 
 
 def path_in(state_dir: str) -> str:
-    return os.path.join(state_dir, FILE_NAME)
-
-
-def read_boot_id(path: str = BOOT_ID_PATH) -> Optional[str]:
-    try:
-        with open(path, "rb") as f:
-            text = f.read(128).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    return text or None
+    return layout.path(state_dir, FILE_NAME)
 
 
 def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: Optional[float] = None,
-         require_xid: bool = True, boot_id_path: str = BOOT_ID_PATH) -> tuple[Optional[DaemonState], str]:
+         require_xid: bool = True, procfs_root: str = layout.PROCFS_ROOT) -> tuple[Optional[DaemonState], str]:
     """The daemon's verdict if it may be used now, else ``(None, why)``.
 
-    ``boot_id``: this boot's id (read from ``boot_id_path`` when None); a verdict from another
+    ``boot_id``: this boot's id (read under ``procfs_root`` when None); a verdict from another
     boot is never used. ``require_xid``: the XID follower must have been alive when the
     verdict was written (``absent`` = a daemon without a follower, ``off`` = disabled in
     config are refused too); False accepts any follower state except ``dead``.
@@ -124,7 +113,7 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
             or not isinstance(report.get("checks"), list) or not isinstance(report.get("status"), str)
             or not isinstance(file_boot, str) or follower not in XID_STATES):
         return None, f"daemon state {path} is incomplete (missing or malformed fields)"
-    current_boot = read_boot_id(boot_id_path) if boot_id is None else boot_id
+    current_boot = layout.read_boot_id(procfs_root) if boot_id is None else boot_id
     if current_boot is None:
         return None, "this boot's id is unknown; daemon state not trusted"
     if file_boot != current_boot:
