@@ -67,12 +67,13 @@ def write_daemon_state(cfg: Path) -> None:
     """A fresh daemon verdict for the config's node, with the daemon's own writer."""
     from nodehealth import runner
     from nodehealth.config.loader import load
+    from nodehealth.statedir import layout
     from nodehealth.statedir import verdict as daemon_state
-    from nodehealth.statedir.files import read_boot_id, write_atomic
+    from nodehealth.statedir.files import write_atomic
 
     c = load(str(cfg))
     report = runner.run(c, phase="daemon", node="bench").to_json()
-    boot = read_boot_id(c.resume.boot_id_path) or "unknown"
+    boot = layout.read_boot_id(c.paths.procfs_root) or "unknown"
     write_atomic(daemon_state.path_in(c.paths.state_dir),
                  daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1))
 

@@ -74,7 +74,8 @@ class SlurmCluster:
         self.env.pop("NODEHEALTH_CONFIG", None)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.state_dir = self.root / "nodehealth-state"
-        self.boot_id = self.root / "boot_id"
+        self.procfs = self.root / "proc"  # [paths] procfs_root: only this boot's id lives there
+        self.boot_id = self.procfs / "sys" / "kernel" / "random" / "boot_id"
         self.nh_config = self.root / "nodehealth.toml"
         self.scenario_file = self.root / "scenario.toml"
         self.nodehealth = nodehealth or {}
@@ -90,6 +91,7 @@ class SlurmCluster:
         os.replace(tmp, self.scenario_file)
 
     def set_boot_id(self, value: str) -> None:
+        self.boot_id.parent.mkdir(parents=True, exist_ok=True)
         self.boot_id.write_text(value + "\n")
 
     def _write_nodehealth(self) -> None:
@@ -102,9 +104,9 @@ class SlurmCluster:
             "[phases.epilog]", "budget_s = 10",
             "[phases.healthcheck]", "budget_s = 10",
             "[nvml]", f'simulate = "{self.scenario_file}"',
-            "[paths]", f'state_dir = "{self.state_dir}"',
+            "[paths]", f'state_dir = "{self.state_dir}"', f'procfs_root = "{self.procfs}"',
             "[slurm]", 'scontrol = "/usr/bin/scontrol"', f"timeout_s = {timeout}", f'conf = "{self.conf}"',
-            "[resume]", f"clean_runs = {clean}", f'boot_id_path = "{self.boot_id}"',
+            "[resume]", f"clean_runs = {clean}",
             "[drain]", f"max_share = {self.nodehealth.get('max_share', 0.25)}", "breaker_min_drained = 3",
         ]
         # Host checks added by other work (mounts, shared dirs, IB) are not what these tests are about.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodehealth.cli import main
+from nodehealth.config import lean, sample, schema
 from nodehealth.config import loader as C
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +23,7 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_defaults_when_default_file_is_absent(monkeypatch):
-    monkeypatch.setattr(C, "DEFAULT_PATH", "/nonexistent/nodehealth.toml")
+    monkeypatch.setattr(lean, "DEFAULT_PATH", "/nonexistent/nodehealth.toml")
     cfg = C.load(environ={})
     assert cfg.source == "<defaults>"
     assert cfg.phases.prolog.budget_s == 20.0
@@ -58,6 +60,7 @@ BAD = [
     ("expected-count-negative", "[gpu]\nexpected_count = -1\n", "gpu.expected_count: -1 is below the minimum 0"),
     ("array-item-type", "[checks.gpu_driver]\nallowed = [550]\n", "checks.gpu_driver.allowed[0]: expected a string"),
     ("table-expected", "gpu = 3\n", "gpu: expected a table"),
+    ("boot-id-path-is-gone", "[resume]\nboot_id_path = \"/tmp/boot_id\"\n", "resume.boot_id_path: unknown key"),
     ("xid-severity-unknown", "[checks.gpu_xid]\nseverity_overrides = [\"63=fatal\"]\n",
      "checks.gpu_xid: XID 63: severity override: unknown severity 'fatal'"),
     ("xid-override-malformed", "[checks.gpu_xid]\nseverity_overrides = [\"sixty=drain\"]\n",
@@ -117,9 +120,9 @@ def test_nested_table_keeps_parent_default_for_other_keys(tmp_path):
 
 
 def test_node_name_precedence():
-    assert C.node_name("cfgname", {"SLURMD_NODENAME": "gpu007"}) == "gpu007"
-    assert C.node_name("cfgname", {}) == "cfgname"
-    assert C.node_name("", {}) and "." not in C.node_name("", {})
+    assert lean.node_name("cfgname", {"SLURMD_NODENAME": "gpu007"}) == "gpu007"
+    assert lean.node_name("cfgname", {}) == "cfgname"
+    assert lean.node_name("", {}) and "." not in lean.node_name("", {})
 
 
 def test_override_selected_by_slurmd_nodename(tmp_path):
@@ -133,15 +136,15 @@ def test_simulate_path_is_relative_to_config_file(tmp_path):
 
 
 def test_sample_config_is_current_and_valid():
-    sample = ROOT / "etc" / "nodehealth.toml"
-    assert sample.read_text() == C.document(), "regenerate: nodehealth config defaults > etc/nodehealth.toml"
-    cfg = C.load(str(sample))
-    assert cfg == C.resolve({}, str(sample))
+    path = ROOT / "etc" / "nodehealth.toml"
+    assert path.read_text() == sample.document(), "regenerate: nodehealth config defaults > etc/nodehealth.toml"
+    cfg = C.load(str(path))
+    assert cfg == C.resolve({}, str(path))
 
 
 def test_sample_config_documents_every_key():
-    text = C.document()
-    for spec_name, settings in C.Config().checks.items():
+    text = sample.document()
+    for spec_name, settings in schema.Config().checks.items():
         assert f"[checks.{spec_name}]" in text
         for field in settings.__dataclass_fields__:
             assert f"# {field} = " in text, (spec_name, field)
@@ -163,3 +166,114 @@ def test_config_check_cli_bad_file_is_one_line_exit_2(tmp_path):
     assert proc.stderr.strip().count("\n") == 0
     assert path in proc.stderr and "gpu.expected_count" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- the fast path's lean reader
+
+
+def _schema_field(key: str) -> tuple[object, dataclasses.Field]:
+    """The dataclass field a dotted key names in the schema, and its default in ``Config()``."""
+    *tables, name = key.split(".")
+    obj: object = schema.Config()
+    for table in tables:
+        obj = getattr(obj, table)
+    fields = {f.name: f for f in dataclasses.fields(obj)}  # type: ignore[arg-type]
+    return getattr(obj, name), fields[name]
+
+
+@pytest.mark.parametrize("key", [k[0] for k in lean.KEYS])
+def test_lean_keys_are_the_schemas_keys_with_one_default(key):
+    _, attr, kind, default, lo, hi, choices = lean.BY_KEY[key]
+    value, field = _schema_field(key)
+    assert value == default and type(value) is type(default), (key, value, default)
+    assert (field.metadata["min"], field.metadata["max"], field.metadata["choices"]) == (lo, hi, choices)
+    assert {"str": str, "bool": bool, "int": int, "number": float}[kind] is type(default)
+    assert getattr(lean.Settings(), attr) == default
+
+
+LEAN_CASES = {
+    "empty": "",
+    "every-key": """
+node_name = "gpu001"
+[phases.prolog]
+budget_s = 12
+[slurm]
+timeout_s = 1.5
+[paths]
+state_dir = "/var/lib/nh"
+procfs_root = "/host/proc"
+[daemon]
+state_max_age_s = 45
+xid_follow = false
+[ledger]
+enabled = false
+max_bytes = 8192
+[policy]
+unknown = "fail"
+""",
+    "overrides": """
+[phases.prolog]
+budget_s = 15
+[[override]]
+hosts = "gpu[001-004]"
+phases.prolog.budget_s = 11
+slurm.timeout_s = 2
+[[override]]
+hosts = "gpu002"
+[override.paths]
+procfs_root = "/p2"
+[override.daemon]
+state_max_age_s = 10.5
+[[override]]
+hosts = "gpu[100-200]"
+policy.unknown = "fail"
+""",
+}
+
+
+@pytest.mark.parametrize("host", ["gpu001", "gpu002", "gpu150"])
+@pytest.mark.parametrize("case", list(LEAN_CASES))
+def test_lean_reader_agrees_with_the_full_loader(tmp_path, case, host):
+    path = write(tmp_path, LEAN_CASES[case])
+    env = {"NODEHEALTH_CONFIG": path, "SLURMD_NODENAME": host}
+    cfg = C.load(environ=env)
+    s, why = lean.read_settings(env)
+    assert s is not None, why
+    for key, attr, *_ in lean.KEYS:
+        obj: object = cfg
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        assert getattr(s, attr) == obj, (key, getattr(s, attr), obj)
+
+
+@pytest.mark.parametrize("text", [
+    "[phases.prolog]\nbudget_s = 0.5\n",
+    "[slurm]\ntimeout_s = 61\n",
+    "[ledger]\nmax_bytes = 100\n",
+    "[ledger]\nmax_bytes = 8192.0\n",
+    "[policy]\nunknown = \"maybe\"\n",
+    "[paths]\nprocfs_root = 1\n",
+    "[[override]]\nhosts = \"gpu001\"\nslurm.timeout_s = 0\n",
+])
+def test_lean_reader_refuses_what_the_loader_refuses(tmp_path, text):
+    path = write(tmp_path, text)
+    env = {"NODEHEALTH_CONFIG": path, "SLURMD_NODENAME": "gpu001"}
+    with pytest.raises(C.ConfigError):
+        C.load(environ=env)
+    s, why = lean.read_settings(env)
+    assert s is None and "has an unexpected value" in why
+
+
+def test_lean_reader_and_loader_read_the_same_file(tmp_path, monkeypatch):
+    default = write(tmp_path, "[phases.prolog]\nbudget_s = 16\n")
+    monkeypatch.setattr(lean, "DEFAULT_PATH", default)
+    s, _ = lean.read_settings({})
+    assert s is not None and s.prolog_budget_s == 16.0 == C.load(environ={}).phases.prolog.budget_s
+    assert C.node_name is lean.node_name and C.config_path is lean.config_path
+
+
+def test_lean_module_imports_only_the_standard_librarys_basics():
+    code = ("import sys; before = set(sys.modules); import nodehealth.config.lean; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert set(out) <= {"__future__", "nodehealth", "nodehealth.config", "nodehealth.config.lean"}, out

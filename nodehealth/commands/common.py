@@ -7,7 +7,8 @@ import os
 import sys
 from typing import IO, Optional
 
-from nodehealth.config.loader import Config, ConfigError, load
+from nodehealth.config.loader import ConfigError, load
+from nodehealth.config.schema import Config
 from nodehealth.probes import ProbeSetupError, validate
 
 

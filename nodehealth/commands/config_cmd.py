@@ -6,7 +6,9 @@ import argparse
 import json
 
 from nodehealth.commands.common import UsageError, fail_usage
-from nodehealth.config.loader import ConfigError, document, load, node_name, to_toml_dict
+from nodehealth.config.lean import node_name
+from nodehealth.config.loader import ConfigError, load, to_toml_dict
+from nodehealth.config.sample import document
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -34,7 +34,7 @@ from nodehealth.xid.parse import (
 )
 
 if TYPE_CHECKING:
-    from nodehealth.config.loader import Config
+    from nodehealth.config.schema import Config
 
 EXIT_OK = 0
 EXIT_USAGE = 2

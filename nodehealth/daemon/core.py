@@ -17,7 +17,9 @@ import time
 from typing import Any, Callable, Optional
 
 from nodehealth import runner
-from nodehealth.config.loader import Config, ConfigError, load, node_name
+from nodehealth.config.lean import node_name
+from nodehealth.config.loader import ConfigError, load
+from nodehealth.config.schema import Config
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
@@ -91,9 +93,9 @@ class Daemon:
         self.observations: Optional[Observations] = None
         self.xid_events = 0
         self.lock = threading.Lock()
-        from nodehealth.statedir.files import read_boot_id
+        from nodehealth.statedir import layout
 
-        self.boot_id = read_boot_id(cfg.resume.boot_id_path)
+        self.boot_id = layout.read_boot_id(cfg.paths.procfs_root)
 
     # ------------------------------------------------------------------ life cycle
 

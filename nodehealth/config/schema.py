@@ -1,0 +1,176 @@
+"""The configuration's schema: one frozen dataclass per table, every key declared with ``setting()``.
+
+Each key carries its default, doc, unit and bounds here (``nodehealth.config.sample`` documents
+them, ``nodehealth.config.loader`` validates against them). The keys the prolog's fast path
+reads take their default, bounds and choices from ``nodehealth.config.lean.KEYS`` through
+``_lean``, so the lean reader and the full loader cannot disagree on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from nodehealth.checks.base import CheckSettings, setting
+from nodehealth.config import lean
+from nodehealth.registry import CHECKS
+from nodehealth.statedir import layout
+
+
+def _lean(key: str, doc: str, unit: str = "") -> Any:
+    """``setting()`` for a key of ``lean.KEYS``: its default, range and choices come from there."""
+    _, _, _, default, lo, hi, choices = lean.BY_KEY[key]
+    return setting(default, doc, unit=unit, min=lo, max=hi, choices=choices)
+
+
+# Every phase's budget has the range of the prolog's, which the lean reader checks too.
+_BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    budget_s: float = setting(30.0, "total time for one run of this phase's checks", unit="s",
+                              min=_BUDGET_MIN, max=_BUDGET_MAX)
+
+
+def _phase(budget: float) -> Any:
+    return field(default_factory=lambda: PhaseSettings(budget_s=budget),
+                 metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None})
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Budgets per face. Keep prolog's well under Slurm's PrologEpilogTimeout."""
+
+    prolog: PhaseSettings = _phase(lean.default("phases.prolog.budget_s"))
+    epilog: PhaseSettings = _phase(30.0)
+    healthcheck: PhaseSettings = _phase(50.0)
+    manual: PhaseSettings = _phase(30.0)
+    daemon: PhaseSettings = _phase(30.0)
+
+
+@dataclass(frozen=True)
+class Policy:
+    unknown: str = _lean(
+        "policy.unknown", "what an UNKNOWN result (nodehealth could not tell) does to the exit code and "
+        "drain decision: pass = treat as healthy and log loudly, fail = treat as a fault")
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    expected_count: Union[int, str] = setting(
+        "auto", "GPUs this node must have: a number, or \"auto\" = this node's Gres=gpu:N in "
+        "Slurm, else the NVIDIA GPUs on the PCI bus", min=0, max=64)
+
+
+@dataclass(frozen=True)
+class NvmlSettings:
+    simulate: str = setting(
+        "", "scenario file of simulated GPUs (docs/simulation.md); a relative path is relative "
+        "to this config file; empty = the real NVML")
+
+
+@dataclass(frozen=True)
+class Paths:
+    sysfs_root: str = setting("/sys", "root of sysfs (PCI devices, InfiniBand ports)")
+    procfs_root: str = _lean("paths.procfs_root", "root of procfs (mounts, this boot's id)")
+    state_dir: str = _lean("paths.state_dir", "where nodehealth keeps its state")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    scontrol: str = setting("/usr/bin/scontrol", "absolute path of scontrol (Slurm faces run with no PATH)")
+    timeout_s: float = _lean("slurm.timeout_s", "deadline for one scontrol call", unit="s")
+    conf: str = setting(
+        "", "slurm.conf to use (exported as SLURM_CONF to scontrol when the environment has none: "
+        "HealthCheckProgram runs with an empty environment); empty = Slurm's default")
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """[drain]: when the Slurm faces take a node out of service."""
+
+    enabled: bool = setting(True, "drain the node (scontrol update state=drain) on a fault; false = only "
+                            "exit codes and logs")
+    max_share: float = setting(
+        0.25, "drain-storm breaker: when more than this share of the cluster's nodes is already drained "
+        "by nodehealth, drain no more (log and report instead)", min=0, max=1)
+    breaker_min_drained: int = setting(
+        3, "the breaker never trips while fewer nodes than this are drained by nodehealth (small clusters)",
+        min=1, max=100000)
+    reason_max_len: int = setting(200, "longest drain reason written to Slurm", unit="chars", min=40, max=1000)
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    """[resume]: when a node nodehealth drained goes back into service (health check face)."""
+
+    enabled: bool = setting(True, "resume nodes drained by nodehealth once they are clean again")
+    clean_runs: int = setting(3, "consecutive clean health-check runs needed before resuming", min=1, max=1000)
+    reboot_actions: tuple[str, ...] = setting(
+        ("reboot",), "fault actions that clear only after a reboot (the boot id must change before resume)",
+        choices=("restart_app", "reset_gpu", "reboot", "inspect"))
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """[ledger]: the job ledger the prolog and epilog append to (docs/operations.md)."""
+
+    enabled: bool = _lean("ledger.enabled", f"append job start/end records to <state_dir>/{layout.LEDGER}")
+    max_bytes: int = _lean("ledger.max_bytes", "size at which the ledger is compacted to its newest half",
+                           unit="bytes")
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """[daemon]: the long-running watcher (``nodehealth daemon``, docs/daemon.md)."""
+
+    interval_s: float = setting(30.0, "time between two rounds of the daemon phase's checks", unit="s",
+                                min=1, max=3600)
+    listen: str = setting("0.0.0.0:10915", "HOST:PORT of the Prometheus /metrics endpoint (\"[::]:10915\" for "
+                          "IPv6; port 10915 is outside the 9100-9999 exporter range); empty = no endpoint")
+    state_max_age_s: float = _lean(
+        "daemon.state_max_age_s", f"the prolog uses the daemon's verdict (<state_dir>/{layout.DAEMON_STATE}) "
+        "only when it is younger than this; older means the prolog runs its own checks", unit="s")
+    textfile_dir: str = setting(
+        "", "node_exporter textfile collector directory: the daemon and the short-lived faces also write "
+        "their metrics there (nodehealth-<face>.prom, atomically); empty = off")
+    slurm_actions: bool = setting(
+        True, "drain on a fault and resume when clean from the daemon, through the same policy as the "
+        "health check face ([drain], [resume]); false = only publish")
+    xid_follow: bool = _lean("daemon.xid_follow", "follow the kernel log for XID events while the daemon runs")
+
+
+def default_checks() -> dict[str, CheckSettings]:
+    """Every registered check's settings at their defaults."""
+    return {spec.name: spec.settings_class() for spec in CHECKS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration for one node."""
+
+    node_name: str = _lean(
+        "node_name", "this node's name; SLURMD_NODENAME wins over it, the short hostname is the fallback")
+    phases: Phases = field(default_factory=Phases)
+    policy: Policy = field(default_factory=Policy)
+    gpu: GpuSettings = field(default_factory=GpuSettings)
+    nvml: NvmlSettings = field(default_factory=NvmlSettings)
+    paths: Paths = field(default_factory=Paths)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    drain: DrainSettings = field(default_factory=DrainSettings)
+    resume: ResumeSettings = field(default_factory=ResumeSettings)
+    ledger: LedgerSettings = field(default_factory=LedgerSettings)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    checks: Mapping[str, CheckSettings] = field(default_factory=default_checks)
+    source: str = field(default="<defaults>", compare=False)
+
+    def check(self, name: str) -> CheckSettings:
+        return self.checks[name]
+
+    def enabled(self) -> dict[str, bool]:
+        out = {}
+        for spec in CHECKS:
+            value = self.checks[spec.name].enabled
+            out[spec.name] = spec.default_enabled if value is None else value
+        return out
