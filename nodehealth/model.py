@@ -151,6 +151,21 @@ class Report:
     def failures(self) -> tuple[CheckResult, ...]:
         return tuple(r for r in self.results if r.status == Status.FAIL)
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Report:
+        """Rebuild a ``Report`` from ``Report.to_json()`` output (the daemon's verdict file)."""
+        results = []
+        for c in raw.get("checks", ()):
+            gpu = c.get("gpu")
+            results.append(CheckResult(name=str(c["name"]), status=Status[str(c["status"])],
+                                       summary=str(c["summary"]), action=Action(c.get("action", "none")),
+                                       gpu=gpu if isinstance(gpu, int) else None,
+                                       details=dict(c.get("details") or {}),
+                                       duration_s=float(c.get("duration_s", 0.0))))
+        return cls(node=str(raw.get("node", "")), phase=str(raw.get("phase", "daemon")), results=tuple(results),
+                   duration_s=float(raw.get("duration_s", 0.0)), version=str(raw.get("version", "")),
+                   started_at=float(raw.get("started_at", 0.0)))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "node": self.node,

@@ -9,9 +9,10 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
 
 from nodehealth.slurm.nodes import NodeInfo
+from nodehealth.statedir.ledger import JobEntry
 
 if TYPE_CHECKING:
     from nodehealth.xid.events import XidEvent
@@ -228,20 +229,10 @@ class IbPort:
 # --------------------------------------------------------------------------- XID watch
 
 
-@dataclass(frozen=True)
-class JobLedgerEntry:
-    """One Slurm job as the job ledger records it (``nodehealth.xid.jobfacts``).
-
-    ``gpus``: NVML indices of the job's GPUs; None when the ledger did not say (then the job
-    is taken to cover every GPU of the node). ``start``/``end``: Unix seconds; ``end`` None
-    while the job runs.
-    """
-
-    job_id: str
-    start: float
-    end: Optional[float] = None
-    user: Optional[str] = None
-    gpus: Optional[tuple[int, ...]] = None
+# One Slurm job as the job ledger places it in time (``nodehealth.statedir.ledger``): ``job_id``,
+# ``start`` and ``end`` (Unix seconds; ``end`` None while it runs), ``user``, ``gpus`` (NVML
+# indices; None when the ledger did not say: the job is then taken to cover every GPU).
+JobLedgerEntry = JobEntry
 
 
 @dataclass(frozen=True)
@@ -299,3 +290,27 @@ class Observations:
     infiniband: Union[tuple[IbPort, ...], ProbeError, None] = None
     xid: Union[XidObservation, ProbeError, None] = None
     job: Union[JobObservation, ProbeError, None] = None
+
+
+# Per-GPU counters recorded at job start and compared at job end: (key, uncorrectable?).
+COUNTER_KEYS = (("volatile_uncorrected", True), ("remapped_uncorrectable", True),
+                ("volatile_corrected", False), ("remapped_correctable", False))
+
+
+def gpu_counters(gpus: Iterable[GpuObservation]) -> dict[str, dict[str, Any]]:
+    """ECC and row-remap counters per GPU index (as text) from NVML ``GpuObservation``s.
+
+    None where NVML did not report the counter. The prolog records this at job start (the
+    job baseline), the epilog at job end; ``job_forensics`` compares the two.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for g in gpus:
+        ecc, rows = g.ecc, g.remapped_rows
+        out[str(g.index)] = {
+            "uuid": g.uuid,
+            "volatile_uncorrected": ecc.volatile_uncorrected,
+            "volatile_corrected": ecc.volatile_corrected,
+            "remapped_uncorrectable": rows.uncorrectable if rows is not None else None,
+            "remapped_correctable": rows.correctable if rows is not None else None,
+        }
+    return out

@@ -19,8 +19,9 @@ from nodehealth.observations import (
     RemappedRows,
     XidObservation,
     XidRecord,
+    gpu_counters,
 )
-from nodehealth.statedir.counters import counters_record, gpu_counters
+from nodehealth.statedir.counters import counters_record
 from nodehealth.xid.events import Severity, XidEvent
 
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]

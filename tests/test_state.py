@@ -30,7 +30,7 @@ def test_fresh_state_round_trips_the_report(tmp_path):
     got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1030.0)
     assert why == "fresh" and got is not None
     assert got.status == "FAIL" and got.age_s == 30.0 and got.xid_follower == "alive"
-    rep = got.to_report()
+    rep = Report.from_json(got.report)
     assert rep == _report(Status.FAIL)  # rebuilt, not the object written: every field survived the file
     assert [r.name for r in rep.failures] == ["gpu_remapped_rows"]
     assert rep.results[1].action == Action.RESET_GPU and rep.results[1].gpu == 3 and rep.status == Status.FAIL

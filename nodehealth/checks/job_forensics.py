@@ -14,8 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nodehealth.checks.base import CheckSettings, Context
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
-from nodehealth.observations import JobObservation, Observations, ProbeError
-from nodehealth.statedir.counters import COUNTER_KEYS, gpu_counters
+from nodehealth.observations import COUNTER_KEYS, JobObservation, Observations, ProbeError, gpu_counters
 
 NAME = "job_forensics"  # the result's name, and so the drain reason's ``nodehealth: job_forensics: ...``
 FORENSICS = NAME

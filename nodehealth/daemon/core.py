@@ -23,14 +23,13 @@ from nodehealth.config.schema import Config
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
-from nodehealth.faces.common import write_counters
 from nodehealth.metrics import NodeMetrics, write_textfile
 from nodehealth.model import Report, Status
-from nodehealth.observations import NvmlSnapshot, Observations
+from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.registry import BY_NAME
+from nodehealth.statedir import counters
 from nodehealth.statedir import verdict as state_file
-
-XID_CHECK = "gpu_xid"
+from nodehealth.xid.settings import CHECK as XID_CHECK
 
 
 class StartError(Exception):
@@ -271,7 +270,9 @@ class Daemon:
     def write_counters(self, cfg: Config, obs: Observations) -> None:
         """The latest per-GPU ECC/remap reading, the baseline a fast-path prolog copies for its job."""
         try:
-            write_counters(cfg.paths.state_dir, obs, self.boot_id, "daemon")
+            if isinstance(obs.nvml, NvmlSnapshot):
+                counters.write_latest(cfg.paths.state_dir, gpu_counters(obs.nvml.gpus), self.boot_id,
+                                      "daemon")
         except OSError as exc:
             self.log(f"cannot write the GPU counter reading: {exc}", "err")
 
@@ -310,12 +311,6 @@ class Daemon:
             return "absent" if self.cfg.daemon.xid_follow else "off"
         return self.xid.state()
 
-    def gpu_map(self) -> dict[str, int]:
-        obs = self.observations
-        if obs is None or not isinstance(obs.nvml, NvmlSnapshot):
-            return {}
-        return {g.pci_bus_id: g.index for g in obs.nvml.gpus if g.pci_bus_id}
-
     def on_xid(self, event: Any) -> None:
         """From the follower thread: count it; a drain-class XID is judged and acted on now.
 
@@ -324,12 +319,12 @@ class Daemon:
         then published (state file, metrics) and handed to the Slurm policy, without waiting
         for the next round.
         """
-        from nodehealth.xid.catalog import normalize_pci
+        from nodehealth.xid.attribution import attribute, gpu_map
         from nodehealth.xid.events import Severity
 
-        index = event.gpu
-        if index is None and event.pci is not None:
-            index = next((i for p, i in self.gpu_map().items() if normalize_pci(p) == event.pci), None)
+        obs = self.observations
+        gpus = gpu_map(obs.nvml.gpus) if obs is not None and isinstance(obs.nvml, NvmlSnapshot) else {}
+        index = attribute(event, gpus).gpu
         action = event.action.value if event.action is not None else "unknown"
         gpu = str(index) if index is not None else (event.pci or "unknown")
         self.metrics.count_xid(gpu, event.xid, action)

@@ -21,7 +21,7 @@ from nodehealth.config.loader import ConfigError, load, phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
-from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
+from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, gpu_counters
 from nodehealth.platform.deadline import Deadline, process_age_s
 from nodehealth.slurm import act, jobenv
 from nodehealth.slurm.client import Scontrol, me
@@ -107,7 +107,7 @@ def save_counters(run: Run, obs: Observations, source: str) -> Optional[dict[str
     """Keep the latest per-GPU counters current (a fast-path prolog copies them); returns them."""
     if not isinstance(obs.nvml, NvmlSnapshot):
         return None
-    now = counters.gpu_counters(obs.nvml.gpus)
+    now = gpu_counters(obs.nvml.gpus)
     try:
         counters.write_latest(run.cfg.paths.state_dir, now, run.boot_id, source)
     except OSError as exc:

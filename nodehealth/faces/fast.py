@@ -95,9 +95,10 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
     bad = [c for c in checks if isinstance(c, dict) and (
         c.get("status") == "FAIL" or (s.unknown == "fail" and c.get("status") == "UNKNOWN"))]
     if bad:
+        from nodehealth.model import Report
         from nodehealth.slurm.policy import scope_processes, worst_failure
 
-        report = scope_processes(st.to_report(), gpus)
+        report = scope_processes(Report.from_json(st.report), gpus)
         if worst_failure(report, s.unknown) is not None:
             return Fault(report, st)
     job = jobenv.job_id(environ)

@@ -3,7 +3,8 @@
 ``<state_dir>/gpu-counters.json`` holds the latest reading any face or the daemon took from
 NVML; ``<state_dir>/jobs/<job id>.json`` the counters of a job's GPUs at its start (written by
 the prolog from its own reading, or copied from the latest one on the fast path). The epilog's
-job forensics (``nodehealth.checks.job_forensics``) compares the two.
+job forensics (``nodehealth.checks.job_forensics``) compares the two. The per-GPU record is
+``nodehealth.observations.gpu_counters`` of an NVML snapshot; this module stores it.
 """
 
 from __future__ import annotations
@@ -15,32 +16,10 @@ from nodehealth.statedir import files, layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping, Optional, Sequence
+    from typing import Any, Mapping, Optional, Sequence
 
 COUNTERS_VERSION = 1
 MAX_JOB_FILES = 512  # baselines of jobs whose epilog never ran are pruned past this many
-# Per-GPU counters recorded at job start and compared at job end: (key, uncorrectable?).
-COUNTER_KEYS = (("volatile_uncorrected", True), ("remapped_uncorrectable", True),
-                ("volatile_corrected", False), ("remapped_correctable", False))
-
-
-def gpu_counters(gpus: Iterable[Any]) -> dict[str, dict[str, Any]]:
-    """ECC and row-remap counters per GPU index (as text) from NVML ``GpuObservation``s.
-
-    None where NVML did not report the counter. The prolog records this at job start (the
-    job baseline), the epilog at job end; ``job_forensics`` compares the two.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for g in gpus:
-        ecc, rows = g.ecc, g.remapped_rows
-        out[str(g.index)] = {
-            "uuid": g.uuid,
-            "volatile_uncorrected": ecc.volatile_uncorrected,
-            "volatile_corrected": ecc.volatile_corrected,
-            "remapped_uncorrectable": rows.uncorrectable if rows is not None else None,
-            "remapped_correctable": rows.correctable if rows is not None else None,
-        }
-    return out
 
 
 def counters_record(counters: Mapping[str, Any], now: float, boot_id: Optional[str], source: str,

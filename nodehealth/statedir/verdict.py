@@ -31,8 +31,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
     from typing import Any, Optional
 
-    from nodehealth.model import Report
-
 FILE_NAME = layout.DAEMON_STATE
 KIND = "nodehealth-daemon-state"
 VERSION = 1
@@ -61,10 +59,6 @@ class DaemonState:
     def status(self) -> str:
         """The node verdict the daemon reached: OK, WARN, UNKNOWN or FAIL."""
         return str(self.report.get("status", "UNKNOWN"))
-
-    def to_report(self) -> Report:
-        """The verdict as a ``nodehealth.model.Report`` (imports the model: a few ms)."""
-        return report_from_json(self.report)
 
     def __repr__(self) -> str:
         return (f"DaemonState(status={self.status}, age_s={self.age_s:.1f}, xid={self.xid_follower}, "
@@ -142,19 +136,3 @@ def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower
            "pid": os.getpid() if pid is None else pid, "round": round,
            "xid": {"follower": xid_follower, "since": xid_since}, "report": report}
     return json.dumps(obj, separators=(",", ":")) + "\n"
-
-
-def report_from_json(raw: dict[str, Any]) -> Report:
-    """Rebuild a ``Report`` from ``Report.to_json()`` output."""
-    from nodehealth.model import Action, CheckResult, Report, Status
-
-    results = []
-    for c in raw.get("checks", ()):
-        gpu = c.get("gpu")
-        results.append(CheckResult(name=str(c["name"]), status=Status[str(c["status"])], summary=str(c["summary"]),
-                                   action=Action(c.get("action", "none")), gpu=gpu if isinstance(gpu, int) else None,
-                                   details=dict(c.get("details") or {}),
-                                   duration_s=float(c.get("duration_s", 0.0))))
-    return Report(node=str(raw.get("node", "")), phase=str(raw.get("phase", "daemon")), results=tuple(results),
-                  duration_s=float(raw.get("duration_s", 0.0)), version=str(raw.get("version", "")),
-                  started_at=float(raw.get("started_at", 0.0)))
