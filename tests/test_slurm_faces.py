@@ -223,3 +223,28 @@ def test_face_with_slurmctld_hung_returns_within_its_budget(tmp_path: Path, monk
     # slow interpreter start counts against the budget as slurmd would count it, not against the test.
     assert got["age_s"] <= budget + 0.1, (got, out.stderr)
     assert "did not answer" in out.stderr or "no time left" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("scenario,unreachable_counted", [("healthy.toml", False), ("remap-pending.toml", True)])
+def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, unreachable_counted: bool) -> None:
+    """With slurmctld down, a healthy round is no Slurm action (it was counted as "unreachable" every
+    round); a fault that cannot be drained is."""
+    from nodehealth import runner
+    from nodehealth.config.loader import load
+    from nodehealth.daemon.hooks import ActSlurm
+    from nodehealth.slurm.act import Outcome
+
+    f = Fake(tmp_path, monkeypatch, scenario=scenario)
+    f.scontrol.write_text("#!/bin/sh\necho 'slurm_load_node: Unable to contact slurm controller' >&2\nexit 1\n")
+    cfg = load()
+    report = runner.execute(cfg, phase="daemon", node="n1").report
+    lines: list[str] = []
+    view = ActSlurm(lambda msg, *a, **k: lines.append(msg)).after_round(cfg, report, "n1", "boot-1")
+    assert view is not None
+    assert (view.last_action == Outcome.UNREACHABLE.value) is unreachable_counted, (view, lines)
+    assert f.state()["clean_runs"] == (1 if not unreachable_counted else 0)
+    # The health check takes the same path and says the same.
+    rc = healthcheck.main()
+    assert rc == (1 if unreachable_counted else 0)
+    assert f.state()["clean_runs"] == (2 if not unreachable_counted else 0)
