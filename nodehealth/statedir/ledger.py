@@ -17,14 +17,13 @@ Record (format version 1)::
 GPUs or the list is not known; ``time`` is Unix time in seconds. Unknown keys are ignored by
 readers, so later versions may add keys.
 
-Standard library only, and no ``dataclasses``/``typing`` at run time: the prolog's fast path
+Standard library only (``json``), and no ``dataclasses``/``typing``/``collections`` at run time: the prolog's fast path
 appends through ``append``.
 """
 
 from __future__ import annotations
 
 import json
-from collections import namedtuple
 
 from nodehealth.statedir import files, layout
 
@@ -38,11 +37,51 @@ TAIL_BYTES = 2 << 20  # readers look at this much of the end of the file ([ledge
 SLACK_S = 30.0  # an event this soon after a job's end may still be that job's (teardown)
 
 
-class JobRecord(namedtuple("JobRecord", "event job_id time user uid gpus node boot_id",
-                           defaults=(None, None, None, None, None))):
+class _Record:
+    """A small immutable record (a ``namedtuple`` costs the fast path its class generation)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        names = self.__slots__
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} arguments")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in values:
+                raise TypeError(f"{type(self).__name__}: unexpected or repeated argument {k!r}")
+            values[k] = v
+        for k in names:
+            object.__setattr__(self, k, values.get(k))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _tuple(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Record) and type(other) is type(self) and self._tuple() == other._tuple()
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+
+class JobRecord(_Record):
     """One ledger line: ``event`` is ``start`` or ``end``; ``gpus`` a tuple or None (not known)."""
 
-    __slots__ = ()
+    __slots__ = ("event", "job_id", "time", "user", "uid", "gpus", "node", "boot_id")
+    event: str
+    job_id: str
+    time: float
+    user: Optional[str]
+    uid: Optional[int]
+    gpus: Optional[tuple[int, ...]]
+    node: Optional[str]
+    boot_id: Optional[str]
 
     def to_json(self) -> dict[str, Any]:
         return {"v": FORMAT_VERSION, "event": self.event, "job_id": self.job_id, "user": self.user,
@@ -53,10 +92,15 @@ class JobRecord(namedtuple("JobRecord", "event job_id time user uid gpus node bo
         return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
 
 
-class JobEntry(namedtuple("JobEntry", "job_id start end user gpus")):
+class JobEntry(_Record):
     """One job placed in time: its latest start, its end (None: still running), user and GPUs."""
 
-    __slots__ = ()
+    __slots__ = ("job_id", "start", "end", "user", "gpus")
+    job_id: str
+    start: float
+    end: Optional[float]
+    user: Optional[str]
+    gpus: Optional[tuple[int, ...]]
 
 
 def from_json(raw: Any) -> Optional[JobRecord]:
