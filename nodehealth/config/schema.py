@@ -133,8 +133,8 @@ class DaemonSettings:
         "daemon.state_max_age_s", f"the prolog uses the daemon's verdict (<state_dir>/{layout.DAEMON_STATE}) "
         "only when it is younger than this; older means the prolog runs its own checks", unit="s")
     textfile_dir: str = setting(
-        "", "node_exporter textfile collector directory: the daemon and the short-lived faces also write "
-        "their metrics there (nodehealth-<face>.prom, atomically); empty = off")
+        "", "node_exporter textfile collector directory: the daemon also writes its metrics there after "
+        "each round (nodehealth-daemon.prom, atomically); empty = off")
     slurm_actions: bool = setting(
         True, "drain on a fault and resume when clean from the daemon, through the same policy as the "
         "health check face ([drain], [resume]); false = only publish")
