@@ -13,7 +13,7 @@ from typing import Any, Mapping, Union
 
 from nodehealth.checks.base import CheckSettings, setting
 from nodehealth.config import lean
-from nodehealth.registry import CHECKS
+from nodehealth.registry import CHECKS, Phases
 from nodehealth.statedir import layout
 
 
@@ -21,32 +21,6 @@ def _lean(key: str, doc: str, unit: str = "") -> Any:
     """``setting()`` for a key of ``lean.KEYS``: its default, range and choices come from there."""
     _, _, _, default, lo, hi, choices = lean.BY_KEY[key]
     return setting(default, doc, unit=unit, min=lo, max=hi, choices=choices)
-
-
-# Every phase's budget has the range of the prolog's, which the lean reader checks too.
-_BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
-
-
-@dataclass(frozen=True)
-class PhaseSettings:
-    budget_s: float = setting(30.0, "total time for one run of this phase's checks", unit="s",
-                              min=_BUDGET_MIN, max=_BUDGET_MAX)
-
-
-def _phase(budget: float) -> Any:
-    return field(default_factory=lambda: PhaseSettings(budget_s=budget),
-                 metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None})
-
-
-@dataclass(frozen=True)
-class Phases:
-    """Budgets per face. Keep prolog's well under Slurm's PrologEpilogTimeout."""
-
-    prolog: PhaseSettings = _phase(lean.default("phases.prolog.budget_s"))
-    epilog: PhaseSettings = _phase(30.0)
-    healthcheck: PhaseSettings = _phase(50.0)
-    manual: PhaseSettings = _phase(30.0)
-    daemon: PhaseSettings = _phase(30.0)
 
 
 @dataclass(frozen=True)
