@@ -1,19 +1,31 @@
-"""Metrics: names, labels and values from simulated nodes; exposition valid for promtool; textfile."""
+"""Metrics: the family table, values and labels from simulated nodes, the golden exposition,
+docs/metrics.md generated from the table, exposition valid for promtool, the textfile.
+
+After an intended change to the table, ``pytest tests/test_metrics.py --update-golden``
+rewrites tests/golden/metrics-exposition.txt and the tables of docs/metrics.md; review the diff.
+"""
 
 from __future__ import annotations
 
+import gzip
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
-from test_daemon_util import GPU_CHECKS, SCENARIOS, sample
+from test_daemon_util import ROOT, SCENARIOS, sample
 
-from nodehealth import runner
+from nodehealth import registry, runner
 from nodehealth.config import loader as config
-from nodehealth.metrics import NodeMetrics, SlurmView, face_textfile, probe_timeouts, textfile_path
+from nodehealth.metrics import NodeMetrics, SlurmView, probe_timeouts, textfile_path, write_textfile
+from nodehealth.metrics.families import BY_NAME, COUNTER, FAMILIES, GAUGE, GPU, INFO, Family, new, one
+from nodehealth.metrics.renderers import GPU_VALUES
 
 PROMTOOL = shutil.which("promtool")
+GOLDEN = Path(__file__).resolve().parent / "golden" / "metrics-exposition.txt"
+DOC = ROOT / "docs" / "metrics.md"
 
 
 def _outcome(name: str, **over):
@@ -22,61 +34,260 @@ def _outcome(name: str, **over):
     return runner.execute(cfg, phase="daemon", node="gpu001")
 
 
-def _text(name: str = "healthy-8x-h100", **over) -> str:
+def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
+    """A daemon's metrics after one round of ``name`` and one call of every other update."""
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False)
     m.update_round(out.report, out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained"))
-    return m.payload().decode()
+    m.set_xid_follower("alive")
+    m.reloaded(True)
+    m.state_written(True)
+    m.state_written(False)
+    return m
 
 
-def test_every_family_is_named_by_the_convention_and_documented():
-    text = _text()
-    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
-    assert all(n.startswith("nodehealth_") for n in names), names
-    doc = (SCENARIOS.parent.parent / "docs" / "metrics.md").read_text()
-    missing = sorted(n for n in names if f"`{n}`" not in doc and f"`{n}_total`" not in doc)
-    assert not missing, f"not in docs/metrics.md: {missing}"
+def _text(name: str = "healthy-8x-h100", **over) -> str:
+    return _metrics(name, **over).payload().decode()
+
+
+def _parse(text: str) -> dict[str, dict]:
+    """Exposition text -> {family: {"help", "type", "samples": [(sample name, {label: value}, value)]}}."""
+    fams: dict[str, dict] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            current = fams.setdefault(name, {"help": help_text, "type": None, "samples": []})
+        elif line.startswith("# TYPE "):
+            name, _, typ = line[7:].partition(" ")
+            assert current is not None and name in fams, line
+            fams[name]["type"] = typ
+        elif line and not line.startswith("#"):
+            m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+            assert m, line
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            assert current is not None, line
+            current["samples"].append((m.group(1), labels, float(m.group(3))))
+    return fams
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def test_table_rows_follow_the_naming_rules():
+    names = [f.name for f in FAMILIES]
+    assert len(names) == len(set(names)), "a family declared twice"
+    for f in FAMILIES:
+        assert re.fullmatch(r"nodehealth(_[a-z0-9]+)+", f.name), f.name
+        assert f.type in (GAUGE, COUNTER, INFO), f
+        assert f.name.endswith("_total") == (f.type == COUNTER), f"{f.name}: counters and only counters end in _total"
+        assert f.name.endswith("_info") == (f.type == INFO), f"{f.name}: info families and only they end in _info"
+        assert f.help and not f.help.endswith("."), f.name
+        assert len(f.labels) == len(set(f.labels)) and all(re.fullmatch(r"[a-z_]+", x) for x in f.labels), f
+        assert set(f.values) <= set(f.labels), f"{f.name}: values for a label it does not have"
+        stem = f.base
+        if f.unit:
+            assert stem.endswith("_" + f.unit), f"{f.name}: unit {f.unit} but the name does not end in it"
+        for unit in ("seconds", "celsius", "watts", "bytes", "ratio"):
+            assert not stem.endswith("_" + unit) or f.unit == unit, f"{f.name}: name ends in {unit}, unit not set"
+
+
+def test_series_takes_exactly_the_table_labels():
+    fam = new("nodehealth_probe_timed_out")
+    fam.add(["nvml"], True)
+    assert fam.samples[0].labels == {"probe": "nvml"} and fam.samples[0].value == 1.0
+    with pytest.raises(ValueError):
+        fam.add(["nvml", "extra"], 1)
+    with pytest.raises(KeyError):
+        new("nodehealth_no_such_family")
+    counter = one("nodehealth_rounds_total", 3)
+    assert (counter.name, counter.samples[0].name, counter.samples[0].value) == (
+        "nodehealth_rounds", "nodehealth_rounds_total", 3.0)
+
+
+def test_the_gpu_value_readers_fill_per_gpu_families_of_the_table():
+    for name, _ in GPU_VALUES:
+        assert BY_NAME[name].labels == GPU, name
+
+
+# ----------------------------------------------------------------------------- the page against the table
+
+
+def test_every_rendered_family_is_the_table_row():
+    for scenario in ("healthy-8x-h100", "v100-retired-pages-pending", "gpu-lost", "nvml-not-installed"):
+        fams = _parse(_text(scenario))
+        for name, fam in fams.items():
+            row = BY_NAME.get(name)
+            assert row is not None, f"{scenario}: {name} rendered but not in the table"
+            assert fam["help"] == row.help, name
+            assert fam["type"] == (GAUGE if row.type == INFO else row.type), name
+            for sample_name, labels, _ in fam["samples"]:
+                assert sample_name == name, (name, sample_name)
+                assert tuple(sorted(labels)) == tuple(sorted(row.labels)), (name, labels)
+                for label, allowed in row.values.items():
+                    assert labels[label] in allowed, f"{name}: {label}={labels[label]!r} not in {allowed}"
+
+
+def test_every_family_of_the_table_has_a_producer():
+    """One rendering with every update made shows a sample of every family of the table."""
+    m = _metrics()
+    m.round_started_now()
+    fams = _parse(m.payload().decode())
+    empty = sorted(f.name for f in FAMILIES if not fams.get(f.name, {}).get("samples"))
+    assert not empty, f"families of the table without a sample (no producer?): {empty}"
+
+
+def _golden_text() -> str:
+    """Names, types, label names and HELP lines of the page, without values, sorted by name."""
+    m = _metrics()
+    m.round_started_now()
+    out = []
+    for name, fam in sorted(_parse(m.payload().decode()).items()):
+        out += [f"# HELP {name} {fam['help']}", f"# TYPE {name} {fam['type']}"]
+        for labels in sorted({",".join(sorted(labels)) for _, labels, _ in fam["samples"]}):
+            out.append(f"{name}{{{labels}}}" if labels else name)
+    return "\n".join(out) + "\n"
+
+
+def test_exposition_matches_golden(request):
+    got = _golden_text()
+    if request.config.getoption("--update-golden"):
+        GOLDEN.write_text(got)
+    assert got == GOLDEN.read_text(), ("the /metrics page changed (name, type, label or HELP); if intended: "
+                                       "pytest tests/test_metrics.py --update-golden, and review the diff")
+
+
+# ----------------------------------------------------------------------------- docs/metrics.md
+
+_BLOCK = re.compile(r"(<!-- families: (\w+) .*?-->\n)(.*?)(<!-- end families -->)", re.S)
+
+
+def _doc_labels(f: Family) -> str:
+    def one_label(label: str) -> str:
+        values = f.values.get(label)
+        return f"`{label}`" + (" (" + ", ".join(f"`{v}`" for v in values) + ")" if values else "")
+
+    if f.labels[:len(GPU)] == GPU:
+        return ", ".join(["*GPU*", *(one_label(x) for x in f.labels[len(GPU):])])
+    return ", ".join(one_label(x) for x in f.labels)
+
+
+def _doc_table(section: str) -> str:
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for f in FAMILIES:
+        if f.section == section:
+            meaning = f.help + (f"; {f.note}" if f.note else "")
+            rows.append(f"| `{f.name}` | {f.type} | {_doc_labels(f)} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def _generated_doc(text: str) -> str:
+    return _BLOCK.sub(lambda m: m.group(1) + _doc_table(m.group(2)) + m.group(4), text)
+
+
+def test_docs_tables_are_generated_from_the_table(request):
+    text = DOC.read_text()
+    sections = [m.group(2) for m in _BLOCK.finditer(text)]
+    assert sorted(sections) == sorted({f.section for f in FAMILIES}), "one generated table per section"
+    want = _generated_doc(text)
+    if request.config.getoption("--update-golden"):
+        DOC.write_text(want)
+        text = want
+    assert text == want, "docs/metrics.md is not what the table says: pytest tests/test_metrics.py --update-golden"
+
+
+def test_docs_name_no_family_the_table_lacks():
+    named = set(re.findall(r"`(nodehealth_[a-z0-9_]+)", DOC.read_text()))
+    assert named and not named - set(BY_NAME), sorted(named - set(BY_NAME))
+    assert set(BY_NAME) <= named
+
+
+# ----------------------------------------------------------------------------- values
 
 
 def test_per_gpu_values_and_labels():
     text = _text()
-    lab = {"gpu": "3", "pci_bus_id": "0000:5d:00.0", "model": "NVIDIA H100 80GB HBM3"}
-    for name in ("nodehealth_gpu_temperature_celsius", "nodehealth_gpu_power_watts", "nodehealth_gpu_utilization_ratio",
-                 "nodehealth_gpu_memory_used_bytes", "nodehealth_gpu_memory_total_bytes",
-                 "nodehealth_gpu_pcie_link_width", "nodehealth_gpu_pcie_link_generation"):
-        assert sample(text, name, **lab) is not None, name
-    assert 'uuid="GPU-' in text
+    lab = {"gpu": "3", "uuid": "GPU-00000003-5151-4e4f-8d48-000000000003", "pci_bus_id": "0000:5d:00.0",
+           "model": "NVIDIA H100 80GB HBM3"}
+    # The simulator's H100 defaults (nodehealth/sim/nvml.py), GPU 3 of healthy-8x-h100.
+    for name, value in (("nodehealth_gpu_temperature_celsius", 34), ("nodehealth_gpu_temperature_slowdown_celsius", 87),
+                        ("nodehealth_gpu_power_watts", 71.5), ("nodehealth_gpu_power_limit_watts", 700),
+                        ("nodehealth_gpu_utilization_ratio", 0), ("nodehealth_gpu_memory_used_bytes", 0),
+                        ("nodehealth_gpu_memory_total_bytes", 81559 << 20), ("nodehealth_gpu_pcie_link_width", 16),
+                        ("nodehealth_gpu_pcie_link_width_max", 16), ("nodehealth_gpu_pcie_link_generation", 5),
+                        ("nodehealth_gpu_ecc_enabled", 1), ("nodehealth_gpu_persistence_mode_enabled", 1),
+                        ("nodehealth_gpu_fabric_state", 3), ("nodehealth_gpu_recovery_action", 0),
+                        ("nodehealth_gpu_processes", 0), ("nodehealth_gpu_lost", 0)):
+        assert sample(text, name, **lab) == value, name
+    assert sample(text, "nodehealth_gpu_info", gpu="3", driver_version="550.127.05") == 1
+    assert sample(text, "nodehealth_nvml_devices") == 8
+    assert sample(text, "nodehealth_nvml_simulated") == 1
     assert sample(text, "nodehealth_gpu_ecc_errors_total", gpu="0", type="uncorrected", scope="volatile") == 0
-    assert sample(text, "nodehealth_gpu_remapped_rows", gpu="0", cause="correctable") is not None
+    assert sample(text, "nodehealth_gpu_remapped_rows", gpu="0", cause="correctable") == 0
     assert sample(text, "nodehealth_gpu_row_remap_pending", gpu="0") == 0
-    assert sample(text, "nodehealth_gpu_nvlink_up", gpu="0", link="0") == 1
-    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="0", link="0", type="replay") is not None
+    assert sample(text, "nodehealth_gpu_nvlink_up", gpu="0", link="17") == 1
+    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="0", link="0", type="replay") == 0
+    assert sample(text, "nodehealth_gpu_throttle_reason_active", gpu="0", reason="gpu_idle") == 1
     assert sample(text, "nodehealth_gpu_throttle_reason_active", gpu="0", reason="hw_thermal_slowdown") == 0
     assert sample(text, "nodehealth_check_status", check="nvml") == 0
-    assert sample(text, "nodehealth_check_duration_seconds", check="nvml") is not None
+    assert sample(text, "nodehealth_node_status") == 0 and sample(text, "nodehealth_node_failing_checks") == 0
     assert sample(text, "nodehealth_xid_errors_total", gpu="5", xid="79", action="reboot") == 1
+    assert sample(text, "nodehealth_xid_follower_up", state="alive") == 1
     assert sample(text, "nodehealth_gpu_job_info", gpu="0", job_id="4242") == 1
     assert sample(text, "nodehealth_slurm_node_drained_by_nodehealth") == 1
     assert sample(text, "nodehealth_slurm_breaker_open") == 0
+    assert sample(text, "nodehealth_slurm_actions_total", action="drained") == 1
+    assert sample(text, "nodehealth_config_reloads_total", result="ok") == 1
+    assert sample(text, "nodehealth_config_reloads_total", result="error") == 0
+    assert sample(text, "nodehealth_state_write_errors_total") == 1
     assert sample(text, "nodehealth_rounds_total") == 1
+    assert sample(text, "nodehealth_build_info", node="gpu001", face="daemon") == 1
+
+
+def test_check_duration_is_the_report_duration():
+    out = _outcome("healthy-8x-h100")
+    m = NodeMetrics("gpu001", process=False)
+    m.update_round(out.report, out.observations)
+    text = m.payload().decode()
+    for r in out.report.results:
+        assert sample(text, "nodehealth_check_duration_seconds", check=r.name) == pytest.approx(r.duration_s)
+    assert sample(text, "nodehealth_round_duration_seconds") == pytest.approx(out.report.duration_s)
 
 
 def test_faults_show_in_the_metrics():
-    assert sample(_text("row-remap-pending"), "nodehealth_gpu_row_remap_pending", gpu="1") == 1
-    assert sample(_text("row-remap-pending"), "nodehealth_check_status", check="gpu_remapped_rows") == 4
-    assert sample(_text("nvlink-down"), "nodehealth_gpu_nvlink_up", link="0") is not None
-    hot = _text("hot-gpu-thermal-slowdown")
-    assert any(sample(hot, "nodehealth_gpu_throttle_reason_active", gpu=str(g), reason=r) == 1
-               for g in range(8) for r in ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown"))
-    pcie = _text("pcie-degraded")
-    assert any((sample(pcie, "nodehealth_gpu_pcie_link_width", gpu=str(g)) or 16) < 16 for g in range(8))
+    remap = _text("row-remap-pending")
+    assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="1") == 1
+    assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="0") == 0
+    assert sample(remap, "nodehealth_gpu_remapped_rows", gpu="1", cause="uncorrectable") == 1
+    assert sample(remap, "nodehealth_check_status", check="gpu_remapped_rows") == 4
+    assert sample(remap, "nodehealth_node_status") == 4 and sample(remap, "nodehealth_node_failing_checks") == 1
+    nvl = _text("nvlink-down")  # GPU 3 links 5 and 11 down
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="5") == 0
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="11") == 0
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="4") == 1
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="2", link="5") == 1
+    hot = _text("hot-gpu-thermal-slowdown")  # GPU 2: hw and sw thermal slowdown
+    for reason in ("hw_thermal_slowdown", "sw_thermal_slowdown"):
+        assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason=reason) == 1
+        assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="1", reason=reason) == 0
+    assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason="hw_slowdown") == 0
+    assert sample(hot, "nodehealth_gpu_temperature_celsius", gpu="2") == 89
+    pcie = _text("pcie-degraded")  # GPU 7 at x8
+    assert sample(pcie, "nodehealth_gpu_pcie_link_width", gpu="7") == 8
+    assert sample(pcie, "nodehealth_gpu_pcie_link_width_max", gpu="7") == 16
+    assert sample(pcie, "nodehealth_gpu_pcie_link_width", gpu="6") == 16
+    v100 = _text("v100-retired-pages-pending")  # GPU 1: 2 dbe pages, pending; no row remapping
+    assert sample(v100, "nodehealth_gpu_retired_pages", gpu="1", cause="dbe") == 2
+    assert sample(v100, "nodehealth_gpu_retired_pages_pending", gpu="1") == 1
+    assert sample(v100, "nodehealth_gpu_retired_pages_pending", gpu="0") == 0
+    assert sample(v100, "nodehealth_gpu_remapped_rows", gpu="1") is None  # unsupported: no sample, not 0
 
 
 def test_hung_nvml_sets_the_probe_timeout_metric():
-    checks = {n: {"timeout_s": 1.0} for n in GPU_CHECKS}
+    checks = {s.name: {"timeout_s": 1.0} for s in registry.CHECKS if "nvml" in s.needs and "daemon" in s.phases}
     out = _outcome("hung-nvml-call", checks=checks)
     assert probe_timeouts(out.observations)["nvml"] is True
     m = NodeMetrics("gpu001", process=False)
@@ -85,6 +296,19 @@ def test_hung_nvml_sets_the_probe_timeout_metric():
     assert sample(text, "nodehealth_probe_timed_out", probe="nvml") == 1
     assert sample(text, "nodehealth_probe_timeouts_total", probe="nvml") == 1
     assert sample(text, "nodehealth_check_status", check="nvml") == 4
+
+
+def test_running_round_and_start_time_come_from_the_clock():
+    now = [100.0]
+    m = NodeMetrics("gpu001", process=False, clock=lambda: now[0])
+    assert sample(m.payload().decode(), "nodehealth_round_running_seconds") == 0
+    m.round_started_now()
+    now[0] = 107.5
+    text = m.payload().decode()
+    assert sample(text, "nodehealth_round_running_seconds") == 7.5
+    assert sample(text, "nodehealth_start_time_seconds") == 100
+    m.state_written(True)
+    assert sample(m.payload().decode(), "nodehealth_state_last_write_timestamp_seconds") == 107.5
 
 
 def test_payload_cached_until_an_update():
@@ -96,8 +320,6 @@ def test_payload_cached_until_an_update():
 
 
 def test_gzip_payload_is_the_same_text_and_follows_updates():
-    import gzip
-
     out = _outcome("healthy-8x-h100")
     m = NodeMetrics("gpu001", process=False)
     m.update_round(out.report, out.observations)
@@ -109,21 +331,21 @@ def test_gzip_payload_is_the_same_text_and_follows_updates():
 
 
 def test_textfile_atomic_and_requires_the_directory(tmp_path):
-    out = _outcome("healthy-8x-h100")
-    path = face_textfile(str(tmp_path), "prolog", "gpu001", out.report, out.observations)
-    assert path == textfile_path(str(tmp_path), "prolog")
-    body = open(path).read()
-    assert 'face="prolog"' in body and "nodehealth_gpu_temperature_celsius" in body
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temp file left behind
+    payload = _metrics().payload()
+    path = write_textfile(str(tmp_path), "daemon", payload)
+    assert path == textfile_path(str(tmp_path), "daemon") == str(tmp_path / "nodehealth-daemon.prom")
+    assert open(path, "rb").read() == payload
+    assert os.listdir(tmp_path) == ["nodehealth-daemon.prom"]  # no temp file left behind
     with pytest.raises(FileNotFoundError):
-        face_textfile(str(tmp_path / "missing"), "prolog", "gpu001", out.report, out.observations)
+        write_textfile(str(tmp_path / "missing"), "daemon", payload)
 
 
 @pytest.mark.real
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
 @pytest.mark.parametrize("scenario", ["healthy-8x-h100", "row-remap-pending", "nvlink-down", "gpu-lost",
                                       "volatile-uncorrectable-ecc", "cpu-node-no-gpu"])
-def test_promtool_check_metrics_on_rendered_scenarios(scenario, tmp_path):
+def test_promtool_check_metrics_on_rendered_scenarios(scenario):
+    assert PROMTOOL is not None
     text = _text(scenario)
     res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr

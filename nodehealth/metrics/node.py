@@ -1,0 +1,241 @@
+"""``NodeMetrics``: the daemon's metrics, kept up to date by its threads, rendered for scrapes.
+
+The daemon never renders on a scrape what it could render after a round: ``NodeMetrics``
+keeps the last round's Report and observations, renders them once (``payload()`` re-renders
+only after an update), and adds a small live tail (process figures, time in the current
+round). So a scrape never waits on NVML, on a round, or on much Python either.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import Metric
+
+from nodehealth import __version__
+from nodehealth.metrics.families import new, one
+from nodehealth.metrics.renderers import b, gpu_families, job_family, probe_timeouts, report_families
+from nodehealth.model import Report
+from nodehealth.observations import NvmlSnapshot, Observations
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What the daemon's Slurm hook last saw and did (None fields: not known)."""
+
+    drained: Optional[bool] = None
+    drained_by_nodehealth: Optional[bool] = None
+    breaker_open: Optional[bool] = None
+    reason: Optional[str] = None
+    last_action: str = ""  # drained, resumed, held, ... (see nodehealth.daemon.hooks)
+
+
+class NodeMetrics:
+    """The daemon's metrics, updated from its threads, rendered for scrapes and the textfile.
+
+    Thread-safe: the round thread calls ``update_round``, the XID follower ``count_xid``, the
+    HTTP threads ``payload``; a lock guards the state and the cached rendering.
+    """
+
+    def __init__(self, node: str, process: bool = True, clock: Any = time.time) -> None:
+        self.node, self.clock = node, clock
+        self._lock = threading.Lock()
+        self.report: Optional[Report] = None
+        self.observations: Optional[Observations] = None
+        self.rounds = 0
+        self.round_errors = 0
+        self.last_round_at: Optional[float] = None
+        self.last_round_duration: Optional[float] = None
+        self.round_started: Optional[float] = None  # set while a round runs
+        self.timed_out: dict[str, bool] = {}
+        self.timeouts: dict[str, int] = {}
+        self.xids: dict[tuple[str, str, str], int] = {}
+        self.xid_follower = "off"
+        self.slurm: Optional[SlurmView] = None
+        self.slurm_actions: dict[str, int] = {}
+        self.jobs: dict[int, str] = {}
+        self.reloads: dict[str, int] = {"ok": 0, "error": 0}
+        self.last_reload_ok: Optional[bool] = None
+        self.state_write_errors = 0
+        self.state_written_at: Optional[float] = None
+        self.started_at = clock()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collect(self.families))
+        self.live = CollectorRegistry(auto_describe=False)
+        if process:
+            ProcessCollector(registry=self.live)
+        self.live.register(_Collect(self.live_families))
+        self._payload: Optional[bytes] = None
+        self._payload_gz: Optional[tuple[bytes, bytes]] = None
+
+    # ------------------------------------------------------------------ updates
+
+    def _changed(self) -> None:
+        self._payload = None
+
+    def round_started_now(self) -> None:
+        with self._lock:
+            self.round_started = self.clock()
+
+    def update_round(self, report: Report, observations: Optional[Observations]) -> None:
+        """A round ended: publish its Report and observations, count probe timeouts."""
+        with self._lock:
+            self.report, self.observations = report, observations
+            self.rounds += 1
+            self.last_round_at = report.started_at + report.duration_s
+            self.last_round_duration = report.duration_s
+            self.round_started = None
+            self.timed_out = probe_timeouts(observations)
+            for probe, timed in self.timed_out.items():
+                self.timeouts.setdefault(probe, 0)
+                if timed:
+                    self.timeouts[probe] += 1
+            self._changed()
+
+    def update_report(self, report: Report) -> None:
+        """A verdict changed between rounds (a drain-class XID): publish it, no round counted."""
+        with self._lock:
+            self.report = report
+            self._changed()
+
+    def round_failed(self) -> None:
+        with self._lock:
+            self.round_errors += 1
+            self.round_started = None
+            self._changed()
+
+    def count_xid(self, gpu: str, xid: int, action: str) -> None:
+        with self._lock:
+            key = (gpu, str(xid), action)
+            self.xids[key] = self.xids.get(key, 0) + 1
+            self._changed()
+
+    def set_xid_follower(self, state: str) -> None:
+        with self._lock:
+            if state != self.xid_follower:
+                self.xid_follower = state
+                self._changed()
+
+    def set_slurm(self, view: Optional[SlurmView]) -> None:
+        with self._lock:
+            self.slurm = view
+            if view is not None and view.last_action:
+                self.slurm_actions[view.last_action] = self.slurm_actions.get(view.last_action, 0) + 1
+            self._changed()
+
+    def set_jobs(self, jobs: Mapping[int, str]) -> None:
+        with self._lock:
+            if dict(jobs) != self.jobs:
+                self.jobs = dict(jobs)
+                self._changed()
+
+    def reloaded(self, ok: bool) -> None:
+        with self._lock:
+            self.reloads["ok" if ok else "error"] += 1
+            self.last_reload_ok = ok
+            self._changed()
+
+    def state_written(self, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.state_written_at = self.clock()
+            else:
+                self.state_write_errors += 1
+            self._changed()
+
+    # ------------------------------------------------------------------ rendering
+
+    def payload(self) -> bytes:
+        """The exposition text: the cached round part plus the live tail."""
+        with self._lock:
+            if self._payload is None:
+                self._payload = generate_latest(self.registry)
+            body = self._payload
+        return body + generate_latest(self.live)
+
+    def payload_gzip(self) -> bytes:
+        """The same text gzip-encoded (what Prometheus asks for): the round part is compressed
+        once per change, the small live tail per scrape; two gzip members concatenated are one
+        valid gzip stream (RFC 1952)."""
+        with self._lock:
+            if self._payload is None:
+                self._payload = generate_latest(self.registry)
+            if self._payload_gz is None or self._payload_gz[0] is not self._payload:
+                self._payload_gz = (self._payload, gzip.compress(self._payload, compresslevel=6, mtime=0))
+            body = self._payload_gz[1]
+        return body + gzip.compress(generate_latest(self.live), compresslevel=1, mtime=0)
+
+    def families(self) -> Iterator[Metric]:
+        """Called by generate_latest with the lock held (from payload)."""
+        build = new("nodehealth_build_info")
+        build.add([__version__, self.node, "daemon"], 1)
+        yield build
+        yield one("nodehealth_rounds_total", self.rounds)
+        yield one("nodehealth_round_errors_total", self.round_errors)
+        if self.last_round_at is not None:
+            yield one("nodehealth_round_last_timestamp_seconds", self.last_round_at)
+            yield one("nodehealth_round_duration_seconds", self.last_round_duration or 0.0)
+        timed, total = new("nodehealth_probe_timed_out"), new("nodehealth_probe_timeouts_total")
+        for probe in sorted(set(self.timed_out) | set(self.timeouts)):
+            timed.add([probe], b(self.timed_out.get(probe)))
+            total.add([probe], self.timeouts.get(probe, 0))
+        yield from (timed, total)
+        if self.report is not None:
+            yield from report_families(self.report)
+        obs = self.observations
+        snap = obs.nvml if obs is not None and isinstance(obs.nvml, NvmlSnapshot) else None
+        if snap is not None:
+            yield one("nodehealth_nvml_simulated", b(snap.simulated))
+            yield one("nodehealth_nvml_probe_duration_seconds", snap.elapsed_s)
+            yield from gpu_families(snap)
+        yield job_family(self.jobs, snap)
+        xid = new("nodehealth_xid_errors_total")
+        for (gpu, num, action), n in sorted(self.xids.items()):
+            xid.add([gpu, num, action], n)
+        follower = new("nodehealth_xid_follower_up")
+        follower.add([self.xid_follower], b(self.xid_follower == "alive"))
+        yield from (xid, follower)
+        s = self.slurm
+        if s is not None:
+            for name, value in (("nodehealth_slurm_node_drained", s.drained),
+                                ("nodehealth_slurm_node_drained_by_nodehealth", s.drained_by_nodehealth),
+                                ("nodehealth_slurm_breaker_open", s.breaker_open)):
+                if value is not None:
+                    yield one(name, b(value))
+        acts = new("nodehealth_slurm_actions_total")
+        for action, n in sorted(self.slurm_actions.items()):
+            acts.add([action], n)
+        yield acts
+        rel = new("nodehealth_config_reloads_total")
+        for result, n in sorted(self.reloads.items()):
+            rel.add([result], n)
+        yield rel
+        if self.last_reload_ok is not None:
+            yield one("nodehealth_config_last_reload_success", b(self.last_reload_ok))
+        yield one("nodehealth_state_write_errors_total", self.state_write_errors)
+        if self.state_written_at is not None:
+            yield one("nodehealth_state_last_write_timestamp_seconds", self.state_written_at)
+        yield one("nodehealth_start_time_seconds", self.started_at)
+
+    def live_families(self) -> Iterator[Metric]:
+        with self._lock:
+            started = self.round_started
+        yield one("nodehealth_round_running_seconds", max(0.0, self.clock() - started) if started is not None else 0.0)
+
+
+class _Collect:
+    """Adapts a generator function to the registry's collector interface."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(list(self.fn()))
