@@ -10,13 +10,14 @@ from typing import Optional
 import pytest
 
 from nodehealth.model import Action
+from nodehealth.observations import GpuObservation
+from nodehealth.xid.attribution import attribute, gpu_map, normalize_pci
 from nodehealth.xid.catalog import (
     DEFAULT_CATALOG_PATH,
     application_xid_bursts,
     enrich,
     judge,
     load_catalog,
-    normalize_pci,
     parse_recovery_action,
 )
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, Severity, XidEvent
@@ -227,7 +228,9 @@ def test_enrich_fills_verdict_gpu_and_job() -> None:
     event = parse_line("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, "
                        "name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!")
     assert event is not None
-    enriched = enrich(event, CATALOG, gpu_by_pci={"00000000:9B:00.0": 4, "00000000:1A:00.0": 0}, job_id="81234")
+    gpus = gpu_map([GpuObservation(index=4, uuid="GPU-4", pci_bus_id="00000000:9B:00.0"),
+                    GpuObservation(index=0, uuid="GPU-0", pci_bus_id="00000000:1A:00.0")])
+    enriched = attribute(enrich(event, CATALOG, job_id="81234"), gpus)
     assert enriched is not event
     assert event.severity is None, "enrich returns a new event"
     data = enriched.to_json()
@@ -242,7 +245,7 @@ def test_enrich_fills_verdict_gpu_and_job() -> None:
 
 def test_enrich_keeps_existing_job_and_unknown_gpu() -> None:
     event = XidEvent(xid=13, pci="0000:3b:00", job_id="7")
-    enriched = enrich(event, CATALOG, gpu_by_pci={"0000:1a:00": 0})
+    enriched = attribute(enrich(event, CATALOG), {"0000:1a:00": (0, None)})
     assert (enriched.job_id, enriched.gpu) == ("7", None)
     assert enriched.severity is Severity.APPLICATION
 
@@ -251,7 +254,7 @@ def test_fallen_off_bus_is_treated_like_xid79() -> None:
     event = parse_line("NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.")
     assert event is not None
     assert event.kind == KIND_FALLEN_OFF_BUS
-    enriched = enrich(event, CATALOG, gpu_by_pci={"0000:01:00": 0})
+    enriched = attribute(enrich(event, CATALOG), {"0000:01:00": (0, None)})
     assert (enriched.xid, enriched.severity, enriched.action, enriched.gpu) == (79, Severity.DRAIN, Action.REBOOT, 0)
     assert enriched.to_json()["kind"] == "fallen_off_bus"
 

@@ -1,9 +1,10 @@
-"""The kernel-log parser: real published lines, every format by hand, bad input, fuzzing."""
+"""The kernel-log parser: real published lines, every format by hand, bad input, fuzzing.
+
+The parser is pure; reading the kernel log (``KmsgReader``) is tested in test_xid_watch.py."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any, cast
@@ -13,15 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
-from nodehealth.xid.parse import (
-    MAX_LINE_BYTES,
-    KernelLogUnavailable,
-    ScanStats,
-    parse_line,
-    read_kmsg_backlog,
-    scan,
-    split_lines,
-)
+from nodehealth.xid.parse import MAX_LINE_BYTES, ScanStats, parse_line, scan, split_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world"
 
@@ -292,37 +285,6 @@ def test_split_lines_feeds_scan_the_too_long_count() -> None:
               b"\nNVRM: Xid (PCI:0000:3b:00): 48\n"]
     assert [e.xid for e in scan(split_lines(chunks), stats)] == [48]
     assert stats.too_long == 1
-
-
-def test_read_kmsg_backlog_from_a_file_of_records(tmp_path: Path) -> None:
-    records = tmp_path / "kmsg"
-    records.write_bytes(
-        b"6,1,0,-;Linux version 6.1.0\n"
-        b"4,2,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
-        b" SUBSYSTEM=pci\n"
-    )
-    events = list(scan(read_kmsg_backlog(str(records))))
-    assert [(e.seq, e.xid, e.pci) for e in events] == [(2, 79, "0000:3b:00")]
-
-
-def test_read_kmsg_backlog_missing_path_names_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(KernelLogUnavailable, match=r"cannot read .*nope: No such file"):
-        list(read_kmsg_backlog(str(tmp_path / "nope")))
-
-
-def test_read_kmsg_backlog_read_error_names_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(KernelLogUnavailable, match="Is a directory"):
-        list(read_kmsg_backlog(str(tmp_path)))
-
-
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg is not readable here")
-def test_read_real_kmsg_backlog_returns_records() -> None:
-    stats = ScanStats()
-    lines = list(read_kmsg_backlog())
-    list(scan(lines, stats))
-    assert lines, "the kernel log since boot is never empty"
-    assert stats.lines == len(lines)
-    assert stats.skipped == 0
 
 
 @settings(max_examples=300, deadline=None)

@@ -19,11 +19,10 @@ from nodehealth.cli import main
 from nodehealth.model import Action, Status
 from nodehealth.observations import GpuObservation, NvmlSnapshot, ProbeError, XidObservation, XidRecord
 from nodehealth.statedir import ledger
-from nodehealth.xid.attribution import job_from_cgroup, job_from_environ, job_from_ledger, ledger_entries
-from nodehealth.xid.jobfacts import live_job, read_ledger
-from nodehealth.xid.kmsg import KmsgReader, boot_id
-from nodehealth.xid.parse import KernelLogUnavailable
-from nodehealth.xid.store import StoreState, XidStore, gather, load_state, save_state, store_path
+from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
+from nodehealth.xid.parse import ScanStats, scan
+from nodehealth.xid.process_job import job_from_cgroup, job_from_environ, live_job
+from nodehealth.xid.store import StoreState, XidStore, boot_id, gather, load_state, save_state, store_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 NO_XID_LOG = FIXTURES / "xid_logs" / "hf_m4logs_jeanzay_dmesg_T_no_xid.log"
@@ -114,6 +113,46 @@ def test_reader_kernel_facility_filter_is_a_setting(node: Node) -> None:
 def test_reader_names_path_and_reason_when_the_log_is_missing(tmp_path: Path) -> None:
     with pytest.raises(KernelLogUnavailable, match=r"cannot read .*nope: No such file"):
         list(KmsgReader(str(tmp_path / "nope")).lines())
+
+
+def test_reader_read_error_names_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(KernelLogUnavailable, match="Is a directory"):
+        list(KmsgReader(str(tmp_path)).lines())
+
+
+def test_reader_backlog_of_a_file_of_records_feeds_the_parser(tmp_path: Path) -> None:
+    records = tmp_path / "kmsg"
+    records.write_bytes(
+        b"6,1,0,-;Linux version 6.1.0\n"
+        b"4,2,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        b" SUBSYSTEM=pci\n"
+    )
+    reader = KmsgReader(str(records))
+    events = list(scan(reader.lines()))
+    assert [(e.seq, e.xid, e.pci) for e in events] == [(2, 79, "0000:3b:00")]
+    assert reader.complete and reader.last_seq == 2
+
+
+def _kmsg_readable() -> bool:
+    try:
+        with open("/dev/kmsg", "rb", buffering=0) as fh:
+            fh.read(64 * 1024)
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not _kmsg_readable(), reason="needs a readable /dev/kmsg (root or CAP_SYSLOG)")
+def test_reader_reads_the_real_kmsg_backlog() -> None:
+    reader = KmsgReader("/dev/kmsg")
+    stats = ScanStats()
+    lines = list(reader.lines())
+    list(scan(lines, stats))
+    assert lines, "the kernel log since boot is never empty"
+    assert reader.complete and reader.last_seq is not None
+    assert stats.lines == len(lines)
+    assert stats.skipped == 0
 
 
 def test_boot_id_from_injectable_procfs(node: Node) -> None:
@@ -252,20 +291,28 @@ def test_probe_bad_override_is_a_probe_error(node: Node) -> None:
     assert isinstance(obs, ProbeError) and "63:drain" in obs.message
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
 def test_probe_as_non_root_is_unknown_naming_the_reason_not_a_crash(tmp_path: Path) -> None:
-    """A real permission failure: a child running as nobody opens a root-only kernel log."""
+    """A real permission failure: a process that is not root opens a kernel log it may not read.
+
+    As root, a forked child drops to nobody and opens a root-only file (root itself reads
+    anything); as any other user, the test process opens a file it has no read permission on.
+    """
     state = tmp_path / "state"
     state.mkdir()
     os.chmod(state, 0o777)
     os.chmod(tmp_path, 0o755)
     kmsg = tmp_path / "kmsg"
     kmsg.write_text(record(1, XID_79))
+    if os.geteuid() != 0:
+        os.chmod(kmsg, 0o000)
+        o = gather(str(state), "/proc", str(kmsg), (), 1000, False, 3.0)
+        reason = o.message if isinstance(o, ProbeError) else o.notes[0]
+        assert f"cannot read {kmsg}: Permission denied (reading the kernel log needs root or CAP_SYSLOG)" in reason
+        assert _check(o).status == Status.UNKNOWN  # type: ignore[attr-defined]
+        return
     os.chmod(kmsg, 0o600)
     # Fork and drop to nobody in the child: no interpreter has to be executable by nobody
     # (a pyenv or venv under /root is not).
-    from nodehealth.xid.store import gather
-
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -464,16 +511,16 @@ def test_attribution_from_the_ledger_by_gpu_and_time(node: Node) -> None:
             ledger.JobRecord("start", "300", t0 + 600, user="carol", gpus=(0, 1)))
     with open(node.state / ledger.FILE_NAME, "a") as fh:
         fh.write("garbage line\n")
-    entries = read_ledger(str(node.state))
+    entries = ledger.entries(ledger.read(str(node.state)))
     assert {e.job_id: (e.start, e.end, e.gpus) for e in entries} == {
         "100": (t0, t0 + 500, (0, 1)), "200": (t0 + 10, None, (2, 3)), "300": (t0 + 600, None, (0, 1))}
-    assert job_from_ledger(entries, 1, t0 + 100) == "100"
-    assert job_from_ledger(entries, 3, t0 + 100) == "200"
-    assert job_from_ledger(entries, 1, t0 + 510) == "100", "just after its end, nobody else on the GPU"
-    assert job_from_ledger(entries, 1, t0 + 700) == "300"
-    assert job_from_ledger(entries, 5, t0 + 100) is None
-    assert job_from_ledger(entries, None, t0 + 100) is None, "two jobs on the node: not guessed"
-    assert job_from_ledger(entries, 1, None) is None
+    assert ledger.holder(entries, 1, t0 + 100) == "100"
+    assert ledger.holder(entries, 3, t0 + 100) == "200"
+    assert ledger.holder(entries, 1, t0 + 510) == "100", "just after its end, nobody else on the GPU"
+    assert ledger.holder(entries, 1, t0 + 700) == "300"
+    assert ledger.holder(entries, 5, t0 + 100) is None
+    assert ledger.holder(entries, None, t0 + 100) is None, "two jobs on the node: not guessed"
+    assert ledger.holder(entries, 1, None) is None
 
     # Through the store and the check: the pid is long gone, the GPU comes from NVML.
     node.log(record(1, XID_119.replace("0000:9b:00", "0000:3b:00"), usec=120 * 1_000_000 + 1000 * 1_000_000))
@@ -491,10 +538,10 @@ def test_attribution_from_the_ledger_by_gpu_and_time(node: Node) -> None:
 def test_ledger_entries_pair_start_and_end_and_restart() -> None:
     records = [ledger.JobRecord("start", "7", 10.0, gpus=(0,)), ledger.JobRecord("end", "7", 20.0),
                ledger.JobRecord("end", "8", 30.0)]
-    (entry,) = ledger_entries(records)
+    (entry,) = ledger.entries(records)
     assert (entry.job_id, entry.start, entry.end, entry.gpus) == ("7", 10.0, 20.0, (0,))
     requeued = [*records, ledger.JobRecord("start", "7", 40.0, gpus=(1,))]
-    (entry,) = ledger_entries(requeued)
+    (entry,) = ledger.entries(requeued)
     assert (entry.start, entry.end, entry.gpus) == (40.0, None, (1,))
 
 

@@ -3,45 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import Context, result
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
-from nodehealth.xid.attribution import attribute, gpu_map
-from nodehealth.xid.catalog import application_xid_bursts, catalog_for
+from nodehealth.xid.attribution import attribute, gpu_at, gpu_map
+from nodehealth.xid.catalog import application_xid_bursts
 from nodehealth.xid.events import Severity
+from nodehealth.xid.settings import XidSettings
 
 DETAIL_EVENTS = 50  # the most recent events listed in the result's details
 
-
-@dataclass(frozen=True)
-class Settings(CheckSettings):
-    window_s: float = setting(
-        0.0, "FAIL on drain-class XIDs this recent; 0 = every one since boot (until a reboot clears "
-        "it, or `nodehealth xid clear`)", unit="s", min=0)
-    warning_window_s: float = setting(
-        86400.0, "WARN on warning-class XIDs this recent; 0 = every one since boot", unit="s",
-        min=0)
-    severity_overrides: tuple[str, ...] = setting(
-        (), "the site's severity per XID, \"XID=severity\" with severity application, warning or "
-        "drain, e.g. [\"63=drain\", \"94=application\"]; replaces the catalog's (docs/xid.md)")
-    application_max_events: int = setting(
-        20, "WARN when one GPU logs more application XIDs (13, 31, 43, 45) than this within "
-        "application_window_s", unit="events", min=0, max=100000)
-    application_window_s: float = setting(
-        3600.0, "window of the application-XID rate", unit="s", min=1)
-    kmsg_path: str = setting("/dev/kmsg", "kernel log device the XID watch reads")
-
-    def validate(self) -> None:
-        catalog_for(tuple(self.severity_overrides))  # ValueError names the bad entry
-    kernel_facility_only: bool = setting(
-        False, "count only kernel-facility records of the kernel log (lines written to /dev/kmsg "
-        "from user space, as by tests, are then ignored)")
-    store_max_events: int = setting(
-        1000, "most XID events the event store keeps (oldest non-drain events go first)",
-        unit="events", min=10, max=100000)
+# The [checks.gpu_xid] keys: declared once, in nodehealth.xid.settings (the probe and the
+# daemon's follower read the same table).
+Settings = XidSettings
 
 
 def _within(record: XidRecord, now: float, window_s: float) -> bool:
@@ -125,13 +101,14 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
         window_s=settings.application_window_s, application_xids=app_xids) if app_xids else []
 
     findings = _findings(drain, Status.FAIL) + _findings(warning, Status.WARN)
-    gpu_by_pci = {pci: idx for pci, (idx, _) in gpus.items()}
     for b in bursts:
-        where = f"GPU {gpu_by_pci[b.pci]} ({b.pci})" if b.pci in gpu_by_pci else f"GPU {b.pci or '(unnamed)'}"
+        found = gpu_at(b.pci, gpus)
+        index = found[0] if found is not None else None
+        where = f"GPU {index} ({b.pci})" if index is not None else f"GPU {b.pci or '(unnamed)'}"
         xids = ", ".join(str(n) for n in b.xids)
         findings.append(Finding(
             Status.WARN, f"{where}: {b.count} application XIDs ({xids}) within {b.window_s:g} s "
-            f"(more than {b.max_events}): look at the jobs and the GPU", Action.INSPECT, gpu_by_pci.get(b.pci or "")))
+            f"(more than {b.max_events}): look at the jobs and the GPU", Action.INSPECT, index))
     if not x.complete:
         why = x.notes[0] if x.notes else "the kernel log was not read to its end before the deadline"
         findings.append(Finding(Status.UNKNOWN, f"kernel log not fully read: {why}"))

@@ -18,23 +18,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
-from nodehealth.xid.attribution import attribute, gpu_map
+from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
-from nodehealth.xid.parse import (
-    KMSG_PATH,
-    KernelLogUnavailable,
-    ScanStats,
-    read_kmsg_backlog,
-    scan,
-    split_lines,
-)
+from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
+from nodehealth.xid.parse import ScanStats, scan, split_lines
+from nodehealth.xid.patterns import KMSG_PATH
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
+    from nodehealth.xid.store import XidStore
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -120,26 +116,21 @@ def _config(command: str, args: argparse.Namespace) -> Optional[Config]:
     except UsageError as exc:
         _error(command, str(exc))
         return None
-    if getattr(args, "state_dir", None):
+    if args.state_dir:
         cfg = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, state_dir=args.state_dir))
     return cfg
 
 
-def _store(cfg: Config) -> Any:
-    from nodehealth.xid import store as xid_store
+def _store(cfg: Config) -> XidStore:
+    from nodehealth.xid.store import XidStore
 
-    settings = cfg.checks.get("gpu_xid")
-    return xid_store.XidStore(
-        cfg.paths.state_dir, cfg.paths.procfs_root, getattr(settings, "kmsg_path", KMSG_PATH),
-        tuple(getattr(settings, "severity_overrides", ())),
-        getattr(settings, "store_max_events", xid_store.DEFAULT_MAX_EVENTS),
-        getattr(settings, "kernel_facility_only", False))
+    return XidStore.configured(cfg)
 
 
 _NVML_TIMEOUT_S = 5.0
 
 
-def _gpus(cfg: Config) -> Mapping[str, tuple[int, Optional[str]]]:
+def _gpus(cfg: Config) -> GpuMap:
     """PCI address → (NVML index, UUID) from a bounded NVML probe; empty when NVML does not answer."""
     from nodehealth.observations import NvmlSnapshot
     from nodehealth.probes import PROBES, ProbeContext, ProbeSetupError
@@ -192,7 +183,7 @@ def run_scan(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.journal and args.source is not None:
         return _error("scan", "--journal and --from cannot be combined")
-    gpus: Mapping[str, tuple[int, Optional[str]]] = {} if args.no_nvml else _gpus(cfg)
+    gpus: GpuMap = {} if args.no_nvml else _gpus(cfg)
     # The blamed process and the job ledger describe this node's current boot: only its own
     # live log (kmsg, journal) is matched against them.
     live = args.source is None
@@ -204,7 +195,7 @@ def run_scan(args: argparse.Namespace) -> int:
 
             lines: Iterable[bytes] = journal_lines()
         elif args.source is None:
-            lines = read_kmsg_backlog(args.kmsg)
+            lines = KmsgReader(args.kmsg).lines()
         elif args.source == "-":
             lines = split_lines(_file_chunks(sys.stdin.buffer))
         else:
@@ -235,15 +226,16 @@ def run_scan(args: argparse.Namespace) -> int:
 Attributor = Callable[[XidEvent], XidEvent]
 
 
-def _attributor(cfg: Config, gpus: Mapping[str, tuple[int, Optional[str]]], live: bool) -> Attributor:
+def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
     """GPU index/UUID from NVML; for this node's live log also the job (live process, ledger)."""
     if not live:
         return lambda event: attribute(event, gpus)
-    from nodehealth.xid.jobfacts import live_job, read_ledger
+    from nodehealth.statedir import ledger as job_ledger
     from nodehealth.xid.kmsg import boot_time
+    from nodehealth.xid.process_job import live_job
 
     btime = boot_time(cfg.paths.procfs_root)
-    ledger = read_ledger(cfg.paths.state_dir)
+    ledger = job_ledger.entries(job_ledger.read(cfg.paths.state_dir))
 
     def fn(event: XidEvent) -> XidEvent:
         if event.pid is not None and event.job_id is None:

@@ -1,32 +1,9 @@
-"""XID events, the XID catalog and the judgements made with them (pure; no I/O)."""
+"""The XID feature: from a kernel-log line to the ``gpu_xid`` check's observation.
 
-from nodehealth.xid.catalog import (
-    ApplicationXidBurst,
-    Catalog,
-    CatalogEntry,
-    RecoveryAction,
-    application_xid_bursts,
-    enrich,
-    judge,
-    load_catalog,
-    normalize_pci,
-    parse_recovery_action,
-)
-from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
-
-__all__ = [
-    "KIND_FALLEN_OFF_BUS",
-    "KIND_XID",
-    "ApplicationXidBurst",
-    "Catalog",
-    "CatalogEntry",
-    "RecoveryAction",
-    "Severity",
-    "XidEvent",
-    "application_xid_bursts",
-    "enrich",
-    "judge",
-    "load_catalog",
-    "normalize_pci",
-    "parse_recovery_action",
-]
+Pure: ``events`` (the event type), ``patterns`` (every kernel-log pattern with its real sample
+lines), ``parse`` (lines to events), ``catalog`` (severity and action per XID, from
+``nodehealth/data/xid_catalog.toml``), ``attribution`` (PCI address → GPU, ledger → job),
+``settings`` (the ``[checks.gpu_xid]`` keys). Reading the system: ``kmsg`` (the one kernel-log
+reader), ``process_job`` (a live process's Slurm job), ``store`` (the per-boot event store and
+the ``xid`` probe's body), ``follower`` (the daemon's follower thread). docs/xid.md.
+"""

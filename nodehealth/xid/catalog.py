@@ -1,14 +1,14 @@
 """The XID catalog (data in ``nodehealth/data/xid_catalog.toml``) and the judgements made with it.
 
 Pure apart from ``load_catalog`` reading its TOML file: ``enrich`` turns a parsed event into
-one with severity, action, GPU index and job; ``application_xid_bursts`` finds GPUs whose
-application XIDs repeat faster than the configured rate.
+one with severity, action and mnemonic; ``application_xid_bursts`` finds GPUs whose
+application XIDs repeat faster than the configured rate. The payload patterns it judges by
+(XID 154's recovery action, "Fatal") are entries of ``nodehealth.xid.patterns``.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Union
 
 from nodehealth.model import Action
 from nodehealth.xid.events import Severity, XidEvent
+from nodehealth.xid.patterns import FATAL, RECOVERY_ACTION
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -239,22 +240,9 @@ def _action(value: object, label: str) -> Action:
         raise ValueError(f"{label}: {exc}") from None
 
 
-# The payload of XID 154. Samples:
-#   GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)
-#   GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)
-#   GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)
-#   GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)
-#   GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)
-_RECOVERY_RE = re.compile(
-    r"recovery action changed from\s+(?P<old>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<old_name>[^)]*)\))?"
-    r"\s*to\s+(?P<new>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<new_name>[^)]*)\))?",
-    re.IGNORECASE,
-)
-
-
 def parse_recovery_action(message: str) -> Optional[tuple[int, str]]:
     """The new recovery action (code, name as printed) an XID 154 payload names, or None."""
-    m = _RECOVERY_RE.search(message)
+    m = RECOVERY_ACTION.regex.search(message)
     if not m:
         return None
     return int(m.group("new"), 0), (m.group("new_name") or "").strip()
@@ -283,9 +271,6 @@ def recovery_verdict(message: str, catalog: Catalog) -> Optional[RecoveryAction]
     return None
 
 
-_FATAL_RE = re.compile(r"\bFatal\b")
-
-
 def judge(event: XidEvent, catalog: Catalog) -> tuple[Severity, Action]:
     """Our severity and action for one event (pure; see ``enrich``).
 
@@ -299,60 +284,24 @@ def judge(event: XidEvent, catalog: Catalog) -> tuple[Severity, Action]:
         if verdict is not None:
             return verdict.severity, verdict.action
     fatal_severity, fatal_action = entry.fatal_severity, entry.fatal_action
-    if fatal_severity is not None and fatal_action is not None and _FATAL_RE.search(event.message):
+    if fatal_severity is not None and fatal_action is not None and FATAL.regex.search(event.message):
         return fatal_severity, fatal_action
     return entry.severity, entry.action
 
 
-def enrich(
-    event: XidEvent,
-    catalog: Catalog,
-    gpu_by_pci: Mapping[str, int] = _EMPTY,
-    job_id: Optional[str] = None,
-) -> XidEvent:
-    """A copy of ``event`` with severity, action, mnemonic, GPU index and job filled in.
-
-    ``gpu_by_pci`` maps ``dddd:bb:dd`` (lower case; a full ``dddd:bb:dd.f`` key works too)
-    to the NVML index. ``job_id`` is kept from the event when not given.
+def enrich(event: XidEvent, catalog: Catalog, job_id: Optional[str] = None) -> XidEvent:
+    """A copy of ``event`` with the catalog's severity, action and mnemonic (and ``job_id``
+    when given; the event's own is kept otherwise). GPU and job attribution:
+    ``nodehealth.xid.attribution``.
     """
     severity, action = judge(event, catalog)
-    gpu = event.gpu
-    if gpu is None and event.pci is not None:
-        gpu = _gpu_index(event.pci, gpu_by_pci)
     return replace(
         event,
         severity=severity,
         action=action,
         mnemonic=catalog.entry(event.xid).mnemonic,
-        gpu=gpu,
         job_id=job_id if job_id is not None else event.job_id,
     )
-
-
-def _gpu_index(pci: str, gpu_by_pci: Mapping[str, int]) -> Optional[int]:
-    found = gpu_by_pci.get(pci)
-    if found is not None:
-        return found
-    for key, index in gpu_by_pci.items():
-        # NVML spells bus ids "00000000:3B:00.0" (8-digit domain, upper case, function).
-        if normalize_pci(key) == pci:
-            return index
-    return None
-
-
-def normalize_pci(bus_id: str) -> str:
-    """``dddd:bb:dd`` in lower case from any PCI bus id spelling (NVML's 8-digit domain too)."""
-    text = bus_id.strip().lower()
-    if text.startswith("pci:"):
-        text = text[4:]
-    text = text.split(".", 1)[0]
-    parts = text.split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    if len(parts) != 3:
-        return text
-    domain = parts[0].lstrip("0").rjust(4, "0")
-    return f"{domain}:{parts[1]}:{parts[2]}"
 
 
 @dataclass(frozen=True)

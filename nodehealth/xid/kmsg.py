@@ -1,11 +1,12 @@
-"""Where kernel-log lines come from: ``/dev/kmsg`` (backlog, then follow), a file, journald.
+"""The one kernel-log reader: ``/dev/kmsg`` (backlog, then follow), and journald.
 
 ``KmsgReader`` reads ``/dev/kmsg`` records without ever blocking for longer than its poll
 interval, so a stop event or a deadline ends it promptly. It remembers the sequence number of
 the last record it handed out (``last_seq``) and skips records at or below the position it was
-started from: together with the boot id that is the follower's position across restarts.
-A plain file or a FIFO of records works the same way (tests, replay); at end of file a
-follower waits for more.
+started from: together with the boot id that is the store's position across restarts. A plain
+file or a FIFO of records works the same way (tests, replay, ``nodehealth xid scan --kmsg``);
+at end of file a follower waits for more. Records are recognised by the pattern table's one
+record regex (``nodehealth.xid.patterns.KMSG_RECORD``); the lines go to the pure parser.
 """
 
 from __future__ import annotations
@@ -20,35 +21,41 @@ import time
 from collections.abc import Iterator
 from typing import Optional
 
-from nodehealth.xid.parse import KMSG_PATH, KernelLogUnavailable, _reason, split_lines
+from nodehealth.xid.parse import split_lines
+from nodehealth.xid.patterns import KMSG_PATH, KMSG_RECORD
 
-BOOT_ID_PATH = ("sys", "kernel", "random", "boot_id")
 _READ_SIZE = 64 * 1024  # /dev/kmsg fails a read shorter than the record with EINVAL
 POLL_S = 0.25
 
-# 6,1234,94571234,-;NVRM: Xid ...    (priority, sequence, microseconds since boot, flags)
-_RECORD_RE = re.compile(rb"^(\d{1,4}),(\d{1,20}),\d{1,20},[^;]{0,16};")
+# The record regex on the bytes the reader sees (the same pattern text as the parser's).
+_RECORD_RE = re.compile(KMSG_RECORD.regex.pattern.encode())
 KERNEL_FACILITY = 0
 
 
-def boot_id(procfs_root: str = "/proc") -> str:
-    """This boot's id (``<procfs_root>/sys/kernel/random/boot_id``).
+class KernelLogUnavailable(Exception):
+    """The kernel log could not be read; the message names the path and the reason."""
 
-    Raises ``KernelLogUnavailable`` naming the path when it cannot be read.
-    """
-    path = os.path.join(procfs_root, *BOOT_ID_PATH)
+
+def _reason(path: str, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        reason += " (reading the kernel log needs root or CAP_SYSLOG)"
+    return f"cannot read {path}: {reason}"
+
+
+def open_log(path: str) -> int:
+    """``path`` opened non-blocking for reading; ``KernelLogUnavailable`` names why it cannot be."""
     try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            value = fh.read().strip()
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise KernelLogUnavailable(f"cannot read the boot id from {path}: {exc.strerror or exc}") from None
-    if not value:
-        raise KernelLogUnavailable(f"cannot read the boot id from {path}: empty")
-    return value
+        raise KernelLogUnavailable(_reason(path, exc)) from None
 
 
 def boot_time(procfs_root: str = "/proc") -> Optional[float]:
-    """Unix time of this boot (``btime`` in ``<procfs_root>/stat``), None when unknown."""
+    """Unix time of this boot (``btime`` in ``<procfs_root>/stat``), None when unknown.
+
+    A record's microseconds since boot plus this is when it was logged.
+    """
     try:
         with open(os.path.join(procfs_root, "stat"), encoding="ascii", errors="replace") as fh:
             for line in fh:
@@ -87,10 +94,7 @@ class KmsgReader:
         come, until ``stop`` is set or the deadline passes. Raises ``KernelLogUnavailable``
         when the log cannot be opened or read.
         """
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise KernelLogUnavailable(_reason(self.path, exc)) from None
+        fd = open_log(self.path)
         try:
             records = stat.S_ISCHR(os.fstat(fd).st_mode)
             skipping = False
@@ -101,11 +105,11 @@ class KmsgReader:
                     if not (skipping and line.startswith(b" ")):
                         yield line
                     continue
-                seq = int(m.group(2))
+                seq = int(m.group("seq"))
                 skipping = self.after_seq is not None and seq <= self.after_seq
                 if self.last_seq is None or seq > self.last_seq:
                     self.last_seq = seq
-                if not skipping and self.kernel_only and int(m.group(1)) >> 3 != KERNEL_FACILITY:
+                if not skipping and self.kernel_only and int(m.group("pri")) >> 3 != KERNEL_FACILITY:
                     skipping = True
                 if not skipping:
                     yield line

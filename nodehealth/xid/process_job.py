@@ -1,21 +1,45 @@
-"""The facts job attribution needs: a live process's Slurm job, and the job ledger.
+"""The Slurm job of a live process: what XID attribution learns from ``/proc/<pid>``.
 
-The matching itself is pure (``nodehealth.xid.attribution``); this module only reads
-``<procfs_root>/<pid>/{stat,cgroup,environ}`` and the job ledger file (its records parsed
-by ``nodehealth.statedir.ledger``).
+When the driver blames a process and it is still alive when the record is read, its job is
+the ``job_<id>`` component of ``<procfs_root>/<pid>/cgroup`` (Slurm's cgroup plugins, v1 and
+v2 layouts), else ``SLURM_JOB_ID`` in ``<procfs_root>/<pid>/environ``. The parsers of those
+files are pure; ``live_job`` reads them. The matching of events to GPUs and to the job ledger
+is ``nodehealth.xid.attribution``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
-from nodehealth.observations import JobLedgerEntry
-from nodehealth.statedir import ledger
-from nodehealth.xid.attribution import job_from_cgroup, job_from_environ, ledger_entries
-
-LEDGER_TAIL_BYTES = 2 << 20  # [ledger] max_bytes is 1 MiB by default
 _MAX_PROC_READ = 1 << 20
+
+# Slurm cgroup paths, v1 and v2 (0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0,
+# 4:devices:/slurm/uid_1000/job_81234/step_batch).
+_CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
+
+
+def job_from_cgroup(text: str) -> Optional[str]:
+    """The Slurm job id in the contents of ``/proc/<pid>/cgroup``, or None."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = _CGROUP_JOB_RE.search(path.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def job_from_environ(data: bytes) -> Optional[str]:
+    """``SLURM_JOB_ID`` (or the older ``SLURM_JOBID``) from ``/proc/<pid>/environ`` bytes."""
+    found: dict[str, str] = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key in (b"SLURM_JOB_ID", b"SLURM_JOBID"):
+            text = value.decode("ascii", errors="replace").strip()
+            if text.isdigit():
+                found[key.decode()] = text
+    return found.get("SLURM_JOB_ID") or found.get("SLURM_JOBID")
 
 
 def _read(path: str, limit: int = _MAX_PROC_READ) -> Optional[bytes]:
@@ -61,28 +85,3 @@ def live_job(pid: int, procfs_root: str = "/proc", event_uptime_s: Optional[floa
     if environ is not None:
         return job_from_environ(environ)
     return None
-
-
-def ledger_path(state_dir: str) -> str:
-    return os.path.join(state_dir, ledger.FILE_NAME)
-
-
-def read_ledger(state_dir: str, tail_bytes: int = LEDGER_TAIL_BYTES) -> tuple[JobLedgerEntry, ...]:
-    """The job ledger as one entry per job; empty when there is no ledger.
-
-    Only the last ``tail_bytes`` of the file are read (the ledger is compacted well below
-    that); a line cut by that limit, like any invalid line, is skipped.
-    """
-    try:
-        with open(ledger_path(state_dir), "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            start = max(0, size - tail_bytes)
-            fh.seek(start)
-            data = fh.read(tail_bytes)
-    except OSError:
-        return ()
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if start > 0 and lines:
-        lines = lines[1:]
-    records = [r for r in (ledger.parse_line(line) for line in lines if line.strip()) if r is not None]
-    return ledger_entries(records)

@@ -35,25 +35,29 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from nodehealth.model import Action
 from nodehealth.observations import ProbeError, XidObservation, XidRecord
+from nodehealth.statedir import files, layout
+from nodehealth.statedir import ledger as job_ledger
 from nodehealth.xid.catalog import Catalog, catalog_for, enrich
 from nodehealth.xid.events import Severity, XidEvent
-from nodehealth.xid.jobfacts import live_job, read_ledger
-from nodehealth.xid.kmsg import KmsgReader, boot_id, boot_time
-from nodehealth.xid.parse import KMSG_PATH, KernelLogUnavailable, ScanStats, _reason, scan
+from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time, open_log
+from nodehealth.xid.parse import ScanStats, scan
+from nodehealth.xid.patterns import KMSG_PATH
+from nodehealth.xid.process_job import live_job
+from nodehealth.xid.settings import XidSettings, xid_settings
 
-STORE_FILE = "xid-events.json"
-LOCK_FILE = "xid-events.lock"
+if TYPE_CHECKING:
+    from nodehealth.config.schema import Config
+
 FORMAT = 1
-DEFAULT_MAX_EVENTS = 1000
+DEFAULT_MAX_EVENTS = XidSettings().store_max_events
 MAX_MESSAGE_CHARS = 1000
 REBOOT_CLEARS = frozenset({Action.REBOOT, Action.RESET_GPU})
 
@@ -83,7 +87,19 @@ class StoreState:
 
 
 def store_path(state_dir: str) -> str:
-    return os.path.join(state_dir, STORE_FILE)
+    return layout.path(state_dir, layout.XID_EVENTS)
+
+
+def boot_id(procfs_root: str = layout.PROCFS_ROOT) -> str:
+    """This boot's id (``statedir.layout.read_boot_id``): the store's events and position belong to it.
+
+    Raises ``KernelLogUnavailable`` naming the path when it cannot be read: without it no
+    position can be trusted.
+    """
+    value = layout.read_boot_id(procfs_root)
+    if value is None:
+        raise KernelLogUnavailable(f"cannot read the boot id from {layout.boot_id_path(procfs_root)}")
+    return value
 
 
 def load_state(state_dir: str) -> tuple[StoreState, tuple[str, ...]]:
@@ -127,22 +143,11 @@ def _valid_stored(item: Any) -> bool:
 
 
 def save_state(state_dir: str, state: StoreState) -> None:
-    """Write the state atomically (temp file in the same directory, fsync, rename)."""
+    """Write the state atomically (``statedir.files.write_atomic``: temp file, fsync, rename)."""
     path = store_path(state_dir)
-    data = json.dumps(state.to_json(), separators=(",", ":")).encode()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".xid-events.", suffix=".tmp", dir=state_dir)
+        files.write_atomic(path, json.dumps(state.to_json(), separators=(",", ":")))
     except OSError as exc:
-        raise StoreError(f"cannot write in {state_dir}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -151,7 +156,7 @@ def locked(state_dir: str, deadline: Optional[float] = None) -> Iterator[None]:
     """Hold the store's lock; ``deadline`` (monotonic) bounds the wait (StoreError after it)."""
     try:
         os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        fd = os.open(os.path.join(state_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(layout.path(state_dir, layout.XID_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise StoreError(f"cannot open the event store lock in {state_dir}: {exc.strerror or exc}") from None
     try:
@@ -283,11 +288,7 @@ def clear_events(state: StoreState, catalog: Catalog, now: float) -> tuple[int, 
 
 
 def _check_readable(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise KernelLogUnavailable(_reason(path, exc)) from None
-    os.close(fd)
+    os.close(open_log(path))
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,16 @@ class XidStore:
         self.max_events = max_events
         self.kernel_only = kernel_only
         self.now = now
+
+    @classmethod
+    def configured(cls, cfg: Config, now: Callable[[], float] = time.time) -> XidStore:
+        """The store as ``cfg`` sets it up: ``[paths]`` and the ``[checks.gpu_xid]`` settings.
+
+        Raises ValueError or OSError when the XID catalog (with the site's overrides) cannot be loaded.
+        """
+        s = xid_settings(cfg)
+        return cls(cfg.paths.state_dir, cfg.paths.procfs_root, s.kmsg_path, s.severity_overrides,
+                   s.store_max_events, s.kernel_facility_only, now)
 
     # -- one-shot -------------------------------------------------------------------------
 
@@ -397,7 +408,8 @@ class XidStore:
             XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=_at(d),
                       current_boot=d["boot_id"] == current)
             for d in state.events)
-        ledger = read_ledger(self.state_dir) if any(r.event.job_id is None for r in records) else ()
+        ledger = job_ledger.entries(job_ledger.read(self.state_dir)) \
+            if any(r.event.job_id is None for r in records) else ()
         return XidObservation(
             boot_id=current, records=records, gathered_at=gathered_at if gathered_at is not None else self.now(),
             source=self.kmsg_path, complete=complete, kmsg_seq=state.kmsg_seq, skipped_lines=skipped,

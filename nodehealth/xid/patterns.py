@@ -1,0 +1,410 @@
+"""Every kernel-log pattern the XID watch knows: one table, each entry with its real sample lines.
+
+An entry (``Pattern``) is a regex, what it is for (``role``), the literal text every line it
+matches contains (``needles``; the scanner decodes only lines holding the first needle of an
+event or context pattern), and sample lines with what each must give. Samples are published
+kernel logs where one exists (the source names repository@commit:path, the same lines as
+tests/fixtures/real-world/), else the driver's format as the tests spell it.
+tests/test_xid_patterns.py checks every sample against its entry, and docs/xid.md's pattern
+table is generated from this one (``pytest tests/test_xid_patterns.py --update-golden``).
+
+Roles, in the order a line is read:
+
+- ``event``: a line that reports a GPU fault. ``nodehealth.xid.parse`` tries them in table
+  order; the first that matches gives the event: the XID from the regex's ``xid`` group (else
+  the entry's ``xid``), the GPU from ``pci``, the driver's text from ``payload`` (with the
+  blamed process taken off its start when ``blames``), the time from the text before the match.
+- ``context``: a line that reports nothing itself but names the GPU of a line that follows.
+- ``part``: a piece of a payload (the blamed process, XID 154's recovery action, "Fatal").
+- ``record``, ``wall clock``, ``uptime``: the prefixes that carry a line's sequence number and
+  time (``/dev/kmsg`` records, dmesg, dmesg -T, syslog, journalctl).
+
+Pure: ``re`` only. Adding a kernel-log pattern is one entry here (see docs/xid.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID
+
+# The kernel's record device; its records' format is KMSG_RECORD below.
+KMSG_PATH = "/dev/kmsg"
+
+EVENT = "event"
+CONTEXT = "context"
+PART = "part"
+RECORD = "record"
+WALL_CLOCK = "wall clock"
+UPTIME = "uptime"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A line and what its pattern must make of it.
+
+    ``gives``: for an event pattern, fields of the ``XidEvent`` that ``parse_line`` returns;
+    for the others, groups of the regex's first match. None: no event / no match at all.
+    """
+
+    line: str
+    gives: Optional[Mapping[str, Any]]
+    source: str
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    role: str
+    about: str
+    regex: re.Pattern[str]
+    samples: tuple[Sample, ...]
+    needles: tuple[str, ...] = ()
+    kind: str = ""  # event: the XidEvent kind
+    xid: Optional[int] = None  # event: the XID when the regex has no ``xid`` group
+    blames: bool = False  # event: the payload may start with the blamed process (PROCESS)
+
+
+def _gives(line: str, source: str, **gives: Any) -> Sample:
+    return Sample(line, gives, source)
+
+
+def _none(line: str, source: str) -> Sample:
+    return Sample(line, None, source)
+
+
+# --------------------------------------------------------------------------- sources
+
+_GPUD = "leptonai/gpud@4a8de33a3f02e207f39e9023d67125592d599731:"
+GPUD_XID119_LOG = _GPUD + "components/accelerator/nvidia/xid/testdata/dmesg-with-xid-119.log"
+GPUD_KMSG_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_test.go"
+GPUD_KMSG_EXTENDED_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_extended_test.go"
+GPUD_PSTORE = _GPUD + "pkg/pstore/testdata/7530486857247/dmesg.txt"
+NVIDIA_GA100 = ("NVIDIA/open-gpu-kernel-modules@448d5cc65624d3aa69015efa0d3fb50fd9729f41:"
+                "src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c (doc comment of _gpuGenerateErrorLog_GA100)")
+ML_ENGINEERING = ("stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:"
+                  "compute/accelerator/nvidia/debug.md")
+M4_CHRONICLES = "huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr-190-80b/chronicles.md"
+M4_JEANZAY = ("huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr_141-hanging/"
+              "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/dmesg.txt")
+TESTS = "tests/test_xid_parser.py (the driver's format, written by hand)"
+CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action names per driver)"
+
+# --------------------------------------------------------------------------- building blocks
+
+# A PCI address as the driver prints it: domain (4 digits, 8 in NVML's spelling), bus, device.
+_PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+_FALLEN_TEXT = "fallen off the bus"
+_NOT_FALLEN = r"(?:(?!" + _FALLEN_TEXT + r").)"
+
+# --------------------------------------------------------------------------- events
+
+XID_LINE = Pattern(
+    name="xid",
+    role=EVENT,
+    about="the Xid line `NVRM: Xid (<gpu>): <xid>, <payload>`; the GPU is `PCI:dddd:bb:dd` (old drivers: "
+    "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number). Only the first Xid counts: "
+    "payloads name other XIDs (\"caused by previous Xid 149\"); the number must end at a comma or the line",
+    regex=re.compile(
+        r"Xid\s*\((?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?\):\s*"
+        r"(?P<xid>\d{1,5})(?:\s*,\s*(?P<payload>.*)|\s*$)",
+        re.DOTALL,
+    ),
+    needles=("Xid",),
+    kind=KIND_XID,
+    blames=True,
+    samples=(
+        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
+               "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) "
+               "(0x2081 0x4).", GPUD_XID119_LOG + " (line 3)",
+               xid=119, pci="0000:9b:00", pid=2024380, process="nvidia-smi", time="Sun Feb 23 16:24:18 2025"),
+        _gives("[Sun Feb 23 16:27:12 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1263500, name=cache_mgr_main, "
+               "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
+               "(0x20801813 0x4c).", GPUD_XID119_LOG + " (line 42)",
+               xid=119, pci="0000:9b:00", pid=1263500, process="cache_mgr_main"),
+        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+               "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)", GPUD_KMSG_TEST,
+               xid=149, pci="0009:01:00", pid=None, uptime_s=171167.620236,
+               message="NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 "
+               "0x00000000 0x00000000)"),
+        _gives("[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) "
+               "to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
+               xid=154, pci="0009:01:00",
+               message="GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)"),
+        _gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
+               "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+               GPUD_KMSG_EXTENDED_TEST, xid=145, pci="0018:01:00", pid=876767, process="ray::WorkerDict",
+               time=None),
+        _gives("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, "
+               "D-RST: No", NVIDIA_GA100, xid=94, pci="0000:01:00", pid=7194, process=None,
+               message="Contained: CE User Channel (0x9). RST: No, D-RST: No"),
+        _gives("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
+               "to activate.", ML_ENGINEERING + " (line 25)", xid=63, pci="0000:10:1c", pid=1896),
+        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850, Row Remapper: New row marked for "
+               "remapping, reset gpu to activate", M4_CHRONICLES + " (line 80)",
+               xid=63, pci="0000:10:1c", time="May 19 07:08:57", uptime_s=680111.646286),
+        _gives("[  123.456789] NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a097 00001b0c 00000001 00000000",
+               TESTS, xid=13, pci="0000:03:00", pid=None),
+        _gives("NVRM: Xid (PCI:0000:b3:00.0): 79, pid=12345, GPU has fallen off the bus.", TESTS,
+               xid=79, pci="0000:b3:00", kind=KIND_XID),
+        _gives("NVRM: Xid (PCI:0009:0A:00): 74, pid=55, name=nccl, NVLink: fatal error detected on link 3", TESTS,
+               xid=74, pci="0009:0a:00"),
+        _gives("[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous "
+               "Xid 149", TESTS, xid=155),
+        _gives("NVRM: Xid (PCI:0000:01:00): 62", TESTS, xid=62, message=""),
+        _none("NVRM: Xid (PCI:0000:66:00): abc, pid=2280636", TESTS),
+        _none("[  94.5] NVRM: Xid (PCI:0000:3b", TESTS),
+        _none("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
+        _none("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
+    ),
+)
+
+FALLEN_OFF_BUS = Pattern(
+    name="fallen_off_bus",
+    role=EVENT,
+    about="\"GPU has fallen off the bus\" without an Xid line, reported as XID 79; the GPU is the first PCI "
+    "address between `NVRM` and those words (the three-line dmesg form names it on its first line: "
+    "`nvidia_gpu` below)",
+    # From the first "NVRM" (its colon is not part of the payload): the first GPU address before
+    # those words (anywhere when they come only before "NVRM"), then the rest of the line.
+    regex=re.compile(
+        r"(?:NVRM:|(?=NVRM))(?P<payload>(?:" + _NOT_FALLEN + r"*?(?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?"
+        r"(?:\b|(?=" + _FALLEN_TEXT + r")))?.*)",
+        re.DOTALL,
+    ),
+    needles=("NVRM", _FALLEN_TEXT),
+    kind=KIND_FALLEN_OFF_BUS,
+    xid=FALLEN_OFF_BUS_XID,
+    samples=(
+        _gives("[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", TESTS,
+               xid=79, pci="0000:01:00", kind=KIND_FALLEN_OFF_BUS, uptime_s=1843.308145,
+               message="GPU 0000:01:00.0: GPU has fallen off the bus."),
+        _gives("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", TESTS, xid=79, pci="0000:3b:00"),
+        _gives("NVRM: GPU at 0000:01:00.0 has fallen off the bus", TESTS, xid=79, pci="0000:01:00"),
+        # One /dev/kmsg record of the driver's three-line message (newlines escaped as \x0a).
+        _gives("2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
+               "this system has\\x0aNVRM: fallen off the bus and is not responding to commands.", TESTS,
+               xid=79, pci="0000:b3:00", seq=512, uptime_s=1843.308145),
+        _gives("               NVRM: fallen off the bus and is not responding to commands.", TESTS,
+               xid=79, pci=None, message="fallen off the bus and is not responding to commands."),
+        _none("usb 1-1: device has fallen off the bus", TESTS),
+        _none("[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+              GPUD_XID119_LOG + " (line 1)"),
+        _none("[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
+              "(printing 1 of every 30).  The GPU likely needs to be reset.", GPUD_XID119_LOG + " (line 41)"),
+        _none("[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
+              "0x0000000000002081 0x0000000000000004.", GPUD_XID119_LOG + " (line 4)"),
+        _none("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
+              "UTC 2024", GPUD_PSTORE + " (line 341)"),
+        _none("[   12.345678] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1489)", TESTS),
+    ),
+)
+
+# --------------------------------------------------------------------------- context
+
+NVIDIA_GPU = Pattern(
+    name="nvidia_gpu",
+    role=CONTEXT,
+    about="first line of the three-line \"fallen off the bus\" message in dmesg; `scan` gives its GPU to a "
+    "`fallen_off_bus` line without one that follows within 3 lines",
+    regex=re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _PCI + r")(?:\.[0-7])?"),
+    needles=("NVRM: The NVIDIA GPU",),
+    samples=(
+        _gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
+        _none("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
+    ),
+)
+
+# --------------------------------------------------------------------------- parts of a payload
+
+PROCESS = Pattern(
+    name="process",
+    role=PART,
+    about="the blamed process at the start of an Xid payload: `pid=<n>[, name=<name>], `; "
+    "`pid='<unknown>'` and `name=<unknown>` name nobody",
+    regex=re.compile(
+        r"^pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)(?:name=(?P<name>[^,]*?)\s*(?:,\s*|$))?"
+    ),
+    samples=(
+        _gives("pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
+               GPUD_XID119_LOG + " (line 3)", pid="2024380", name="nvidia-smi"),
+        _gives("pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13", GPUD_KMSG_EXTENDED_TEST,
+               pid="876767", name="ray::WorkerDict"),
+        _gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194",
+               name=None),
+        _gives("pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", TESTS,
+               pid=None, name="<unknown>"),
+        _none("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+              "0x00000000)", GPUD_KMSG_TEST),
+    ),
+)
+
+RECOVERY_ACTION = Pattern(
+    name="recovery_action",
+    role=PART,
+    about="XID 154's payload: the GPU recovery action the driver now asks for (code and name); the catalog "
+    "judges the event by it",
+    regex=re.compile(
+        r"recovery action changed from\s+(?P<old>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<old_name>[^)]*)\))?"
+        r"\s*to\s+(?P<new>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<new_name>[^)]*)\))?",
+        re.IGNORECASE,
+    ),
+    samples=(
+        _gives("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
+               old="0x0", new="0x4", new_name="Drain and Reset"),
+        _gives("GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)", GPUD_KMSG_TEST,
+               old="0x4", old_name="Drain and Reset", new="0x1", new_name="GPU Reset Required"),
+        _gives("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", CATALOG_NOTES,
+               new="0x2", new_name="Node Reboot Required"),
+        _gives("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES,
+               new="0x1", new_name="PF FLR"),
+        _none("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01", GPUD_KMSG_TEST),
+    ),
+)
+
+FATAL = Pattern(
+    name="fatal",
+    role=PART,
+    about="the word Fatal in an NVLink5 payload (XIDs 144-150 print Fatal or Nonfatal per event); the "
+    "catalog's fatal severity applies",
+    regex=re.compile(r"\bFatal\b"),
+    samples=(
+        _gives("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+               "0x00000000)", GPUD_KMSG_TEST),
+        _none("RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
+              "0x00000004)", GPUD_KMSG_EXTENDED_TEST),
+    ),
+)
+
+# --------------------------------------------------------------------------- prefixes: sequence and time
+
+KMSG_RECORD = Pattern(
+    name="kmsg_record",
+    role=RECORD,
+    about="a `/dev/kmsg` record `pri,seq,usec,flags;message` (priority = 8 * facility + level; sequence "
+    "number; microseconds since boot); the one record regex, also used by the kmsg reader",
+    regex=re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]{0,16};"),
+    samples=(
+        _gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
+               "the bus.", TESTS, pri="4", seq="1834", usec="94571234"),
+        _gives("3,77,5000000,c;NVRM: Xid (PCI:0000:3b:00): 48, pid=9, name=a.out, An uncorrectable double bit "
+               "error", TESTS, pri="3", seq="77"),
+        _gives("12,9,120000000,-;NVRM: Xid (PCI:0018:01:00): 145, pid=876767", TESTS, pri="12"),
+        _none("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
+              "UTC 2024", GPUD_PSTORE + " (line 341)"),
+        _none(" SUBSYSTEM=pci", TESTS),
+    ),
+)
+
+KMSG_CONTINUATION = Pattern(
+    name="kmsg_continuation",
+    role=RECORD,
+    about="a continuation (dictionary) line ` KEY=value` of a `/dev/kmsg` record: never an event, and "
+    "skipped with its record by the reader",
+    regex=re.compile(r"^ [A-Z0-9_]+="),
+    samples=(
+        _gives(" SUBSYSTEM=pci", TESTS),
+        _gives(" DEVICE=+pci:0000:3b:00.0", TESTS),
+        _none("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
+    ),
+)
+
+CTIME = Pattern(
+    name="ctime",
+    role=WALL_CLOCK,
+    about="`dmesg -T` (day space-padded)",
+    regex=re.compile(
+        r"\[(?P<t>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
+    ),
+    samples=(
+        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
+               GPUD_XID119_LOG + " (line 3)", t="Sun Feb 23 16:24:18 2025"),
+        _gives("[Wed Mar  1 17:44:24 2023] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  525.60.13  Wed Nov 30 "
+               "06:39:21 UTC 2022", M4_JEANZAY + " (line 5936)", t="Wed Mar  1 17:44:24 2023"),
+        _none("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST),
+    ),
+)
+
+ISO = Pattern(
+    name="iso",
+    role=WALL_CLOCK,
+    about="ISO 8601: `dmesg --time-format=iso`, rsyslog RFC 3339, `journalctl -o short-iso`",
+    regex=re.compile(r"(?P<t>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"),
+    samples=(
+        _gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
+               t="2025-02-23T16:24:18,123456+00:00"),
+        _gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
+               t="2025-02-23T16:24:18+0000"),
+        _none("May 19 07:08:57 ip-26-0-146-100 kernel: [680111.646286] NVRM:", M4_CHRONICLES + " (line 80)"),
+    ),
+)
+
+SYSLOG = Pattern(
+    name="syslog",
+    role=WALL_CLOCK,
+    about="syslog files and `journalctl -k` (`Mon dd hh:mm:ss host kernel:`; the year is not given and is "
+    "not guessed)",
+    regex=re.compile(
+        r"(?P<t>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+        r" \S+ kernel:"
+    ),
+    samples=(
+        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850", M4_CHRONICLES + " (line 80)",
+               t="May 19 07:08:57"),
+        _gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
+               t="Feb 23 16:24:18"),
+        _none("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119", GPUD_XID119_LOG + " (line 3)"),
+    ),
+)
+
+MONOTONIC = Pattern(
+    name="monotonic",
+    role=UPTIME,
+    about="`dmesg` seconds since boot (`[ 94.571234]`, also after a `<4>` priority or a syslog prefix)",
+    regex=re.compile(r"\[\s*(?P<t>\d+\.\d+)\]"),
+    samples=(
+        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
+               t="171167.620236"),
+        _gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
+               + " (line 341)", t="1126.635824"),
+        _none("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119", GPUD_XID119_LOG + " (line 3)"),
+    ),
+)
+
+# --------------------------------------------------------------------------- the table
+
+PATTERNS: tuple[Pattern, ...] = (
+    XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU, PROCESS, RECOVERY_ACTION, FATAL,
+    KMSG_RECORD, KMSG_CONTINUATION, CTIME, ISO, SYSLOG, MONOTONIC,
+)
+
+EVENTS = tuple(p for p in PATTERNS if p.role == EVENT)  # tried in this order; the first match wins
+WALL_CLOCKS = tuple(p for p in PATTERNS if p.role == WALL_CLOCK)  # likewise
+
+
+def _anchors() -> tuple[str, ...]:
+    """The pre-filter: a line can matter only if it holds one of these (redundant ones dropped)."""
+    firsts = sorted({p.needles[0] for p in PATTERNS if p.role in (EVENT, CONTEXT)}, key=len)
+    out: list[str] = []
+    for text in firsts:
+        if not any(a in text for a in out):
+            out.append(text)
+    return tuple(out)
+
+
+ANCHORS = _anchors()
+
+
+def markdown() -> str:
+    """The pattern table of docs/xid.md (generated; a test keeps the document in step)."""
+    rows = ["| pattern | role | what it reads | samples (published) |", "|---|---|---|---|"]
+    for p in PATTERNS:
+        real = sum(1 for s in p.samples if s.source not in (TESTS, CATALOG_NOTES))
+        about = p.about.replace("|", "\\|")  # a table cell
+        rows.append(f"| `{p.name}` | {p.role} | {about} | {len(p.samples)} ({real}) |")
+    return "\n".join(rows) + "\n"
