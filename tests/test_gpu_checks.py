@@ -44,6 +44,7 @@ from nodehealth.observations import (
     RemappedRows,
     SlurmNode,
 )
+from nodehealth.slurm.nodes import parse_state
 
 OK, SKIPPED, WARN, UNKNOWN, FAIL = Status.OK, Status.SKIPPED, Status.WARN, Status.UNKNOWN, Status.FAIL
 NONE, RESTART, RESET, REBOOT, INSPECT = (Action.NONE, Action.RESTART_APP, Action.RESET_GPU, Action.REBOOT,
@@ -124,6 +125,10 @@ STALLED_AT_INIT = NvmlSnapshot(None, None, None, (), elapsed_s=1.0, complete=Fal
 STALLED_AT_GPU4 = NvmlSnapshot("550.127.05", 12040, 8, tuple(h100(i) for i in range(4)), elapsed_s=1.0,
                                complete=False, timeout_s=1.0, stalled_gpu=4, stalled_call="nvmlDeviceGetRemappedRows")
 
+def slurm_node(gres_gpus: Optional[int]) -> SlurmNode:
+    return SlurmNode("n1", parse_state("IDLE"), gres_gpus=gres_gpus)
+
+
 ROWS = [
     # ---------------------------------------------------------------- nvml
     Row("nvml-ok", nvml, node(), OK, summary_has="driver 550.127.05, 8 GPU(s)"),
@@ -138,7 +143,7 @@ ROWS = [
         summary_has="no GPU expected"),
     Row("nvml-unavailable-auto-empty-pci", nvml, without(MISSING, pci=()), SKIPPED, expected="auto"),
     Row("nvml-unavailable-auto-slurm-no-gpu-gres-pci-has-gpus", nvml,
-        without(MISSING, pci=BUS, slurm=SlurmNode("n1", None, "IDLE")), FAIL, INSPECT, expected="auto"),
+        without(MISSING, pci=BUS, slurm=slurm_node(None)), FAIL, INSPECT, expected="auto"),
     Row("nvml-init-error", nvml, without(BROKEN), FAIL, REBOOT, None, "NVML failed"),
     Row("nvml-not-probed", nvml, without(None), UNKNOWN),
     Row("nvml-gpu-lost", nvml, eight(3, lost=True), FAIL, REBOOT, 3, "GPU 3 (0000:5d:00.0): GPU is lost"),
@@ -149,9 +154,9 @@ ROWS = [
     Row("count-missing-names-pci", gpu_count, node(*(h100(i) for i in range(7))), FAIL, REBOOT, None,
         "7 of 8 GPUs visible"),
     Row("count-more-than-expected", gpu_count, node(), WARN, expected=4, summary_has="8 GPUs visible, 4 expected"),
-    Row("count-auto-from-slurm-gres", gpu_count, node(slurm=SlurmNode("n1", 8, "IDLE")), OK, expected="auto",
+    Row("count-auto-from-slurm-gres", gpu_count, node(slurm=slurm_node(8)), OK, expected="auto",
         summary_has="slurm gres"),
-    Row("count-auto-slurm-says-more", gpu_count, node(slurm=SlurmNode("n1", 10, "IDLE")), FAIL, REBOOT,
+    Row("count-auto-slurm-says-more", gpu_count, node(slurm=slurm_node(10)), FAIL, REBOOT,
         expected="auto", summary_has="8 of 10"),
     Row("count-auto-from-pci", gpu_count, node(*(h100(i) for i in range(7))), FAIL, REBOOT, expected="auto",
         summary_has="pci"),

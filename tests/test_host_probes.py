@@ -23,7 +23,7 @@ SLACK_S = 0.5  # a hang must be answered within its deadline plus this
 
 
 def test_child_returns_the_value() -> None:
-    out = child.run_in_child(lambda: (1, "two"), 5.0)
+    out = child.wait_all([child.start(lambda: (1, "two"))], 5.0)[0]
     assert (out.ok, out.value, out.timed_out) == (True, (1, "two"), False)
 
 
@@ -31,7 +31,7 @@ def test_child_reports_the_exception() -> None:
     def fail() -> None:
         raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
 
-    out = child.run_in_child(fail, 5.0)
+    out = child.wait_all([child.start(fail)], 5.0)[0]
     assert (out.ok, out.timed_out) == (False, False)
     assert out.value == os.strerror(errno.ESTALE)
 
@@ -40,7 +40,7 @@ def test_child_that_blocks_is_abandoned_at_the_deadline(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     t0 = time.monotonic()
-    out = child.run_in_child(lambda: open(fifo).read(), 0.5)  # no writer: open() blocks for ever
+    out = child.wait_all([child.start(lambda: open(fifo).read())], 0.5)[0]  # no writer: open() blocks for ever
     took = time.monotonic() - t0
     assert out.timed_out and not out.ok
     assert "did not answer within 0.5 s" in out.value

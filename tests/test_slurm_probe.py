@@ -1,4 +1,4 @@
-"""The ``slurm_node`` probe: one scontrol call through probes.slurmctl, a SlurmNode out."""
+"""The ``slurm_node`` probe: one scontrol call through slurm.client, a SlurmNode (NodeInfo) out."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_real_output_gives_gres_state_and_the_conf_it_was_told(tmp_path, monkeyp
     monkeypatch.delenv("SLURM_CONF", raising=False)
     got = show_node(fake_scontrol(tmp_path, REAL.read_text()), "cortex-01", 2.0, slurm_conf="/etc/slurm/x.conf")
     assert isinstance(got, SlurmNode)
-    assert (got.name, got.gres_gpus, got.state) == ("cortex-01", 8, "ALLOCATED")
+    assert (got.name, got.gres_gpus, got.state.text, got.state.base) == ("cortex-01", 8, "ALLOCATED", "ALLOCATED")
     assert (tmp_path / "conf.txt").read_text().strip() == "/etc/slurm/x.conf"
 
 
