@@ -75,7 +75,7 @@ FAMILIES: tuple[Family, ...] = (
     _f(_D, "nodehealth_config_last_reload_success", GAUGE, (), "1 when the last reload was accepted",
        note="absent before the first reload"),
     _f(_D, "nodehealth_state_last_write_timestamp_seconds", GAUGE, (), "Unix time the state file was last written",
-       "seconds", note="the state file is `daemon-state.json`"),
+       "seconds", note="the verdict the prolog's fast path reads (docs/operations.md)"),
     _f(_D, "nodehealth_state_write_errors_total", COUNTER, (), "Failed writes of the daemon state file"),
     # ---------------------------------------------------------------- checks and the node verdict
     _f(_C, "nodehealth_check_status", GAUGE, ("check",), "Result of each check in the last round: 0 OK, "
