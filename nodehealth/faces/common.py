@@ -22,7 +22,7 @@ from nodehealth.config.schema import Config
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, gpu_counters
-from nodehealth.platform.deadline import Deadline, process_age_s
+from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import act, jobenv
 from nodehealth.slurm.client import Scontrol, me
 from nodehealth.slurm.nodes import NodeInfo
@@ -67,7 +67,7 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
     except ConfigError as exc:
         log(f"configuration error, not checking: {exc}", notable=True)
         return 0
-    deadline = Deadline(phase_budget(cfg, phase), spent_s=process_age_s())
+    deadline = Deadline.from_process_start(phase_budget(cfg, phase))
     return Run(face=face, phase=phase, cfg=cfg, node=node_name(cfg.node_name, env), log=log, deadline=deadline,
                environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
 

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
 MIN_CALL_S = 0.05  # below this, a call (an scontrol round trip) is not worth starting
+# A process older than this when its deadline is set was not started for this run (a test
+# harness or another long-lived caller running a face in-process): its run counts from now.
+STARTUP_ALLOWANCE_S = 5.0
 
 
 def process_age_s(procfs_root: str = "/proc") -> float:
@@ -43,8 +46,11 @@ class Deadline:
         self.end = self.clock() + budget_s - spent_s
 
     @classmethod
-    def from_process_start(cls, budget_s: float) -> Deadline:
-        return cls(budget_s, spent_s=process_age_s())
+    def from_process_start(cls, budget_s: float, procfs_root: str = "/proc") -> Deadline:
+        """``budget_s`` counted from the process's start (from now in a process older than
+        ``STARTUP_ALLOWANCE_S``: one not started for this run)."""
+        age = process_age_s(procfs_root)
+        return cls(budget_s, spent_s=age if age <= STARTUP_ALLOWANCE_S else 0.0)
 
     def left(self) -> float:
         return self.end - self.clock()
