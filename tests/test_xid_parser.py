@@ -323,3 +323,9 @@ def test_fuzz_split_lines_never_exceeds_limit(chunks: list[bytes], limit: int) -
     for line in split_lines(chunks, max_line_bytes=limit):
         assert b"\n" not in line
         assert len(line) <= limit + 1
+
+
+def test_split_lines_caps_whole_lines_inside_one_chunk() -> None:
+    """A line with its newline on both sides in one chunk is capped like one split across chunks."""
+    assert list(split_lines([b"\n\x00\x00\x00\n"], max_line_bytes=1)) == [b"", b"\x00\x00"]
+    assert list(split_lines([b"a\n" + b"x" * 100 + b"\nb"], max_line_bytes=8)) == [b"a", b"x" * 9, b"b"]

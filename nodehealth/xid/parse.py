@@ -256,7 +256,8 @@ def split_lines(chunks: Iterable[bytes], max_line_bytes: int = MAX_LINE_BYTES) -
             first = pending + first
             yield first[: max_line_bytes + 1] if len(first) > max_line_bytes else first
         tail = parts.pop()
-        yield from parts[1:]
+        for middle in parts[1:]:  # whole lines inside one chunk are capped too
+            yield middle[: max_line_bytes + 1] if len(middle) > max_line_bytes else middle
         pending = tail
         if len(pending) > max_line_bytes:
             yield pending[: max_line_bytes + 1]
