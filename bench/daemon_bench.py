@@ -43,7 +43,8 @@ def proc_stats(pid: int) -> tuple[float, int]:
 
 
 def fast_path(state_dir: str, n: int = 30) -> tuple[float, float]:
-    code = f"from nodehealth.statedir import verdict as state; s, why = state.read({state_dir!r}, 3600); assert s is not None, why"
+    code = (f"from nodehealth.statedir import verdict as state; s, why = state.read({state_dir!r}, 3600); "
+            "assert s is not None, why")
     times = {"pass": [], "read": []}
     for _ in range(n):
         for key, c in (("pass", "pass"), ("read", code)):
