@@ -13,6 +13,8 @@ import os
 import re
 from typing import Optional
 
+from nodehealth.statedir.files import read_bytes
+
 _MAX_PROC_READ = 1 << 20
 
 # Slurm cgroup paths, v1 and v2 (0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0,
@@ -42,17 +44,10 @@ def job_from_environ(data: bytes) -> Optional[str]:
     return found.get("SLURM_JOB_ID") or found.get("SLURM_JOBID")
 
 
-def _read(path: str, limit: int = _MAX_PROC_READ) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit)
-    except OSError:
-        return None
-
 
 def _start_uptime_s(procfs_root: str, pid: int) -> Optional[float]:
     """Seconds after boot the process started (field 22 of ``/proc/<pid>/stat``)."""
-    data = _read(os.path.join(procfs_root, str(pid), "stat"), 4096)
+    data = read_bytes(os.path.join(procfs_root, str(pid), "stat"), 4096)
     if data is None:
         return None
     try:
@@ -76,12 +71,12 @@ def live_job(pid: int, procfs_root: str = "/proc", event_uptime_s: Optional[floa
         if started is not None and started > event_uptime_s + 1.0:
             return None
     base = os.path.join(procfs_root, str(pid))
-    cgroup = _read(os.path.join(base, "cgroup"))
+    cgroup = read_bytes(os.path.join(base, "cgroup"), _MAX_PROC_READ)
     if cgroup is not None:
         job = job_from_cgroup(cgroup.decode("utf-8", errors="replace"))
         if job is not None:
             return job
-    environ = _read(os.path.join(base, "environ"))
+    environ = read_bytes(os.path.join(base, "environ"), _MAX_PROC_READ)
     if environ is not None:
         return job_from_environ(environ)
     return None
