@@ -231,7 +231,10 @@ class SlurmCluster:
                               timeout=timeout)
 
     def node(self, name: Optional[str] = None) -> dict[str, str]:
-        """State (sinfo's long word), reason text and the raw scontrol line of one node."""
+        """State (sinfo's long word), reason text and the raw scontrol line of one node.
+
+        Two commands, read one after the other: a drain that lands between them shows in ``state``
+        but not yet in ``scontrol_state``/``reason``; a caller waiting for a drain checks both."""
         res = self.run("/usr/bin/scontrol", "show", "node", "-o", name or self.host, check=False)
         line = res.stdout.strip()
         state = re.search(r"\bState=(\S+)", line)
@@ -344,3 +347,8 @@ def slurm_cluster() -> Any:
         cluster.stop()
         if not os.environ.get("NODEHEALTH_KEEP_SLURM"):
             shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def drained(node: dict[str, str]) -> bool:
+    """Drained (or draining) by both sinfo and scontrol: ``SlurmCluster.node`` reads them apart."""
+    return node["state"] in ("drained", "draining") and "DRAIN" in node["scontrol_state"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import SCENARIOS, SlurmCluster, requires_slurm, slurm_cluster, wait_for  # noqa: F401
+from slurm_cluster import SCENARIOS, SlurmCluster, drained, requires_slurm, slurm_cluster, wait_for  # noqa: F401
 
 from nodehealth.statedir import verdict as daemon_state
 
@@ -68,7 +68,7 @@ def test_epilog_drains_for_an_xid_during_the_job_naming_it(slurm_cluster) -> Non
     job = c.sbatch("--gres=gpu:1", "--wrap", f"sleep 1; echo '{line}' >> {log}; sleep 1")
     info = c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
     assert info["JobState"] == "COMPLETED", info
-    node = c.wait_node(lambda n: n["state"] in ("drained", "draining"), 30, "drained by the epilog")
+    node = c.wait_node(drained, 30, "drained by the epilog")
     assert node["reason"].startswith(f"nodehealth: job_forensics: job {job}: GPU 0: XID 79 during the job"), node
     state = c.nh_state()
     assert state["drain"]["phase"] == "epilog" and state["drain"]["job_id"] == job

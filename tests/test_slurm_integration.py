@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from slurm_cluster import SCENARIOS, SlurmCluster, requires_slurm, slurm_cluster, wait_for  # noqa: F401
+from slurm_cluster import SCENARIOS, SlurmCluster, drained, requires_slurm, slurm_cluster, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.real, requires_slurm()]
 
@@ -46,7 +46,7 @@ def test_healthy_node_runs_the_job_without_calling_slurmctld(slurm_cluster) -> N
 def test_faulty_gpu_drains_with_our_reason_and_requeues(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml")
     job = c.sbatch("--gres=gpu:2", "--wrap", "hostname")
-    node = c.wait_node(lambda n: n["state"] in ("drained", "draining"), 30, "drained")
+    node = c.wait_node(drained, 30, "drained")
     assert node["reason"].startswith("nodehealth: gpu_remapped_rows: GPU 1: row remap pending"), node
     held = ("PENDING", "launch_failed_requeued_held")
     wait_for(lambda: (c.job(job).get("JobState"), c.job(job).get("Reason")) == held, 20, "job requeued and held")
@@ -121,7 +121,7 @@ def test_epilog_catches_a_stray_gpu_process(slurm_cluster) -> None:  # noqa: F81
     job = c.sbatch("--gres=gpu:1", "--wrap", f"cp {stray} {c.root}/.s.tmp && mv {c.root}/.s.tmp {c.scenario_file}")
     info = c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
     assert info["JobState"] == "COMPLETED", info  # the job itself is not blamed
-    node = c.wait_node(lambda n: n["state"] in ("drained", "draining"), 30, "drained by the epilog")
+    node = c.wait_node(drained, 30, "drained by the epilog")
     assert node["reason"].startswith("nodehealth: gpu_processes: GPU 0: 1 compute process"), node
     assert c.nh_state()["drain"]["phase"] == "epilog"
 
