@@ -80,7 +80,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
         timeout = config.checks[spec.name].timeout_s
         for probe in spec.needs:
             needed[probe] = max(needed.get(probe, 0.0), timeout)
-    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}))
+    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase)
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
     results = []

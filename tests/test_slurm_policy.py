@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,23 +198,47 @@ def test_worst_failure_and_unknown_policy() -> None:
     assert policy.fault_count(rep2) == 2
 
 
+NO_RECORD = slurmstate.State()
+
+
+def recorded(reason: str = REASON, action: str = "reboot") -> slurmstate.State:
+    return slurmstate.State(drain=slurmstate.DrainRecord(reason=reason, check="gpu_count", action=action,
+                                                          boot_id="b", time=1.0, phase="epilog", job_id="42"))
+
+
 def test_drain_never_overwrites_other_reasons() -> None:
     for other in ("admin maintenance [alice@2026-01-01T00:00:00]", "Kill task failed [slurm@now]",
-                  "Prolog error [root@now]", "other-tool: disk [root@now]"):
-        d = policy.decide_drain(node("IDLE+DRAIN", other), FAULT, REASON)
-        assert d.action == "none", other
-    d = policy.decide_drain(node("DOWN+NOT_RESPONDING", "Not responding [slurm@now]"), FAULT, REASON)
+                  "Prolog error [root@now]", "other-tool: disk [root@now]",
+                  # starts like ours, but a person wrote or edited it (nothing of ours is recorded, or
+                  # what is recorded differs): never overwritten
+                  REASON + " -- investigating, DO NOT RESUME [alice@now]", REASON + " [alice@now]"):
+        for st_ in (NO_RECORD, recorded(REASON + " (+1 more)")):
+            d = policy.decide_drain(node("IDLE+DRAIN", other), st_, FAULT, REASON)
+            assert d.action == "none", (other, st_)
+    d = policy.decide_drain(node("DOWN+NOT_RESPONDING", "Not responding [slurm@now]"), NO_RECORD, FAULT, REASON)
     assert d.action == "none"
 
 
 def test_drain_cases() -> None:
-    assert policy.decide_drain(node("IDLE"), FAULT, REASON).action == "drain"
-    assert policy.decide_drain(None, FAULT, REASON).action == "drain"
-    assert policy.decide_drain(node("MIXED+DRAIN", REASON + " [root@t]"), FAULT, REASON).action == "none"
-    # ours, but for another fault: update our own reason
-    assert policy.decide_drain(node("IDLE+DRAIN", "nodehealth: other [root@t]"), FAULT, REASON).action == "drain"
+    assert policy.decide_drain(node("IDLE"), NO_RECORD, FAULT, REASON).action == "drain"
+    assert policy.decide_drain(None, NO_RECORD, FAULT, REASON).action == "drain"
+    # ours (exactly what we recorded): the first reason stays for a fault no more severe
+    ours = node("MIXED+DRAIN", REASON + " [root@t]")
+    assert policy.decide_drain(ours, recorded(), FAULT, REASON).action == "none"
+    assert policy.decide_drain(ours, recorded(), FAULT, "nodehealth: gpu_ecc: another fault").action == "none"
+    # a more severe fault replaces it
+    worse = CheckResult("nvml", Status.FAIL, "NVML did not answer", action=Action.REBOOT)
+    worse_reason = "nodehealth: nvml: NVML did not answer"
+    assert policy.decide_drain(ours, recorded(action="reset_gpu"), worse, worse_reason).action == "drain"
     # an old reason left on an undrained node is not a drain
-    assert policy.decide_drain(node("IDLE", "old admin note [a@t]"), FAULT, REASON).action == "drain"
+    assert policy.decide_drain(node("IDLE", "old admin note [a@t]"), NO_RECORD, FAULT, REASON).action == "drain"
+
+
+def test_ownership_is_the_recorded_reason_exactly() -> None:
+    assert policy.owns(node("IDLE+DRAIN", REASON + " [root@t]"), recorded())
+    assert not policy.owns(node("IDLE+DRAIN", REASON + " [root@t]"), NO_RECORD)  # the prefix is not enough
+    assert not policy.owns(node("IDLE+DRAIN", REASON + " DO NOT RESUME [alice@t]"), recorded())
+    assert not policy.owns(node("IDLE", None), recorded())
 
 
 def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> slurmstate.State:
@@ -245,8 +270,9 @@ def test_reboot_class_needs_new_boot_id() -> None:
     assert policy.decide_resume(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
     # not reboot-class by config: clean runs are enough
     assert policy.decide_resume(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
-    # the record was lost with /run (a reboot): clean runs are enough
-    assert policy.decide_resume(ours, slurmstate.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "resume"
+    # the record was lost (a state dir on tmpfs across the reboot): the reason is no longer
+    # provably ours, so it is left for a person
+    assert policy.decide_resume(ours, slurmstate.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "none"
 
 
 def test_after_run_counter() -> None:
@@ -256,6 +282,32 @@ def test_after_run_counter() -> None:
     assert policy.after_run(s, report(res("a", Status.UNKNOWN)), "pass", 5.0, "b").clean_runs == 2
     assert policy.after_run(s, report(res("a", Status.UNKNOWN)), "fail", 5.0, "b").clean_runs == 0
     assert policy.after_run(s, report(res("a", Status.SKIPPED)), "pass", 5.0, "b").boot_id == "b"
+
+
+def test_clean_runs_count_only_runs_that_judge_the_drains_check() -> None:
+    s = replace(drained_state(1), boot_id="b")
+    assert policy.after_run(s, report(res("gpu_count", Status.OK)), "pass", 5.0, "b").clean_runs == 2
+    # the drain's check not in this run, SKIPPED, UNKNOWN or only reported: no evidence, count unchanged
+    assert policy.after_run(s, report(res("other", Status.OK)), "pass", 5.0, "b").clean_runs == 1
+    assert policy.after_run(s, report(res("gpu_count", Status.SKIPPED)), "pass", 5.0, "b").clean_runs == 1
+    reported = CheckResult("gpu_count", Status.OK, "seen", details={"judged": False})
+    assert policy.after_run(s, report(reported), "pass", 5.0, "b").clean_runs == 1
+    # job forensics (epilog only) is judged gone by the checks that see the same faults
+    fx = replace(s, drain=replace(s.drain, check="job_forensics"))
+    both = report(res("gpu_ecc", Status.OK), res("gpu_remapped_rows", Status.OK), res("gpu_xid", Status.OK))
+    assert policy.after_run(fx, both, "pass", 5.0, "b").clean_runs == 2
+    assert policy.after_run(fx, report(res("gpu_ecc", Status.OK)), "pass", 5.0, "b").clean_runs == 1
+
+
+def test_runs_of_an_earlier_boot_never_count() -> None:
+    s = replace(drained_state(5), boot_id="boot-a")
+    assert policy.after_run(s, report(res("gpu_count", Status.OK)), "pass", 5.0, "boot-b").clean_runs == 1
+    assert policy.after_run(s, report(res("gpu_count", Status.OK)), "pass", 5.0, "boot-a").clean_runs == 6
+
+
+def test_breaker_fails_closed_on_an_empty_cluster_view() -> None:
+    br = policy.breaker([], 0.1, 1)
+    assert br.tripped and "could not be counted" in br.describe()
 
 
 def test_breaker() -> None:
@@ -268,7 +320,7 @@ def test_breaker() -> None:
     # admin drains do not count; neither does this node's own drain
     mixed = [node("IDLE+DRAIN", "admin [a@t]", f"a{i}") for i in range(9)] + [node("IDLE+DRAIN", REASON, "me")]
     assert not policy.breaker(mixed, 0.25, 1, exclude="me").tripped
-    assert not policy.breaker([], 0.25, 1).tripped
+    assert policy.breaker([], 0.25, 1).tripped  # an empty view cannot be counted: it holds (fails closed)
 
 
 def test_state_round_trip_and_garbage() -> None:

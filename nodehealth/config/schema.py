@@ -58,6 +58,10 @@ class SlurmSettings:
     conf: str = setting(
         "", "slurm.conf to use (exported as SLURM_CONF to scontrol when the environment has none: "
         "HealthCheckProgram runs with an empty environment); empty = Slurm's default")
+    reconcile_s: float = setting(
+        3600.0, "how often the health check or the daemon reads this node from slurmctld when nothing "
+        "changed (Gres GPU count for expected_count = auto, a person's resume or edited reason); a "
+        "healthy node makes no other call", unit="s", min=60, max=86400)
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,12 @@ class ActSlurm:
             return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report))
 
     def after_round(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
+        """The health-check flow on the round's Report: no Slurm call on a healthy node but the
+        hourly reconciliation (the round's ``slurm_node`` probe and this share the cached view)."""
         from nodehealth.slurm import act
-        from nodehealth.slurm.client import me
 
         with self.lock:
-            actor = self._actor(cfg, node, boot_id)
-            return slurm_view(act.after_check(actor, report, me(actor.client, node)))
+            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report))
 
 
 def slurm_view(acted: Any) -> SlurmView:

@@ -21,13 +21,12 @@ from nodehealth.config.loader import ConfigError, load, phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
-from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, gpu_counters
+from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import act, jobenv
-from nodehealth.slurm.client import Scontrol, me
-from nodehealth.slurm.nodes import NodeInfo
+from nodehealth.slurm.client import Scontrol
 from nodehealth.slurm.policy import scope_processes, worst_failure
-from nodehealth.statedir import counters, layout, ledger, slurmstate
+from nodehealth.statedir import counters, layout, ledger
 
 
 @dataclass
@@ -72,33 +71,15 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
                environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
 
 
-def slurm_probe(answer: Callable[[], Union[NodeInfo, ProbeError]]) -> Any:
-    """The probe table with ``slurm_node`` answered by ``answer`` (no probe-time Slurm call)."""
-    from nodehealth.probes import PROBES, Probe
+def run_outcome(run: Run) -> tuple[Report, Observations]:
+    """The phase's checks (``gpu_processes`` scoped to the job's GPUs) and what they judged.
 
-    def gather(ctx: Any, timeout_s: float) -> Any:
-        if ctx.config.gpu.expected_count != "auto":
-            return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
-        got = answer()
-        return got if not isinstance(got, ProbeError) else ProbeError("slurm_node", got.kind, got.message)
-
-    return dict(PROBES, slurm_node=Probe("slurm_node", gather))
-
-
-def cached_node(run: Run) -> Union[NodeInfo, ProbeError]:
-    """This node as the health check last saw it (the Slurm state file's cache)."""
-    cached = NodeInfo.from_json(slurmstate.load(run.cfg.paths.state_dir).slurm_node)
-    if cached is None or cached.name != run.node:
-        return ProbeError("slurm_node", "unavailable", "no cached Slurm view of this node yet "
-                          "(the health check writes it)")
-    return cached
-
-
-def run_outcome(run: Run, probes: Any) -> tuple[Report, Observations]:
-    """The phase's checks (``gpu_processes`` scoped to the job's GPUs) and what they judged."""
+    The ``slurm_node`` probe makes no Slurm call from the prolog or epilog (it reads the view the
+    health check or the daemon cached) and at most one an hour from the health check.
+    """
     from nodehealth import runner
 
-    outcome = runner.execute(run.cfg, phase=run.phase, probes=probes, node=run.node, environ=run.environ,
+    outcome = runner.execute(run.cfg, phase=run.phase, node=run.node, environ=run.environ,
                              budget_s=run.deadline.left())
     return scope_processes(outcome.report, jobenv.job_gpus(run.environ)), outcome.observations
 
@@ -186,7 +167,7 @@ def job_face(face: str, phase: str, event: str, fast_miss: Optional[str] = None)
         run.log(f"fast path not taken: {fast_miss}; running the checks", notable=notable_miss(fast_miss))
     if event == "start":
         append_ledger(run, event)
-    report, obs = run_outcome(run, slurm_probe(lambda: cached_node(run)))
+    report, obs = run_outcome(run)
     now = save_counters(run, obs, face)
     if event == "start":
         save_job_baseline(run, now)
@@ -213,17 +194,13 @@ def fast_fault(report: Report, environ: Mapping[str, str], verdict: Any) -> int:
 
 
 def healthcheck_face() -> int:
-    """Read this node from Slurm once, judge, then drain, forget or resume (``act.after_check``)."""
+    """Judge, then drain, forget or resume (``act.after_check``); no Slurm call on a healthy node."""
     started = start("healthcheck", "healthcheck")
     if isinstance(started, int):
         return started
     run = started
-    actor = run.actor()
-    node = me(actor.client, run.node)
-    if isinstance(node, ProbeError):
-        run.log(f"slurmctld: {node.message}")
-    report, obs = run_outcome(run, slurm_probe(lambda: node))
+    report, obs = run_outcome(run)
     save_counters(run, obs, "healthcheck")
     log_report(run, report)
-    act.after_check(actor, report, node)
+    act.after_check(run.actor(), report, obs.slurm_node)
     return 0 if worst_failure(report, run.cfg.policy.unknown) is None else 1

@@ -27,6 +27,7 @@ class ProbeContext:
     config: Config
     node: str
     environ: Mapping[str, str] = field(default_factory=dict)  # the job's environment (prolog, epilog)
+    phase: str = "manual"
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,7 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
         return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
     from nodehealth.probes import slurm
 
-    return slurm.show_node(ctx.config.slurm.scontrol, ctx.node, min(timeout_s, ctx.config.slurm.timeout_s),
-                           ctx.config.slurm.conf)
+    return slurm.node_view(ctx.config, ctx.node, ctx.phase, min(timeout_s, ctx.config.slurm.timeout_s))
 
 
 def _job(ctx: ProbeContext, timeout_s: float) -> Any:

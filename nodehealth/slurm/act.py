@@ -27,7 +27,8 @@ from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy
 from nodehealth.slurm.client import SlurmClient
-from nodehealth.slurm.nodes import NodeInfo, parse_state
+from nodehealth.slurm.client import me as read_node
+from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
 from nodehealth.statedir import slurmstate
 from nodehealth.statedir.slurmstate import DrainRecord, State
 
@@ -78,8 +79,34 @@ class Actor:
         return slurmstate.update(self.cfg.paths.state_dir, change, self.lock_timeout(), self.log)
 
 
+def read_me(actor: Actor) -> Union[NodeInfo, ProbeError]:
+    """This node from slurmctld now (one call), cached in the state file for the others."""
+    got = read_node(actor.client, actor.node)
+    if isinstance(got, NodeInfo):
+        got = replace(got, seen_at=time.time())
+        cache = dict(got.to_json())
+        actor.save(lambda s: replace(s, slurm_node=cache))
+    return got
+
+
+def _disown(actor: Actor, node: NodeInfo, state: State) -> None:
+    """Our drain record no longer matches Slurm: a person resumed the node or edited the reason."""
+    text = node.reason.full if node.reason else None
+    if node.drained and text is not None and state.disowned != text:
+        actor.log(f"drain reason changed to {text!r} (was ours: {state.drain.reason if state.drain else ''!r}); "
+                  "it belongs to whoever changed it: never overwritten, never resumed", notable=True)
+    elif not node.drained:
+        actor.log(f"node {node.state.text}: our drain was lifted by someone else; forgetting it")
+    actor.save(lambda s: replace(s, drain=None, disowned=text if node.drained else None))
+
+
 def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Acted:
-    """Drain for the worst fault of ``report``; ``me``: this node's record when already read."""
+    """Drain for the worst fault of ``report``; ``me``: this node's record when just read.
+
+    Slurm calls: none while a drain of ours already holds the node for a fault at least as
+    severe (its first reason stays); else one cluster view (this node and the breaker's count)
+    and the drain.
+    """
     cfg = actor.cfg
     fault = policy.worst_failure(report, cfg.policy.unknown)
     assert fault is not None
@@ -91,7 +118,10 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
     def record(state: State) -> State:
         rec = DrainRecord(reason=reason, check=fault.name, action=fault.action.value, boot_id=actor.boot_id,
                           time=now, phase=actor.phase, job_id=actor.job_id)
-        return replace(state, clean_runs=0, drain=rec, last_status=status, last_run=now, boot_id=actor.boot_id)
+        # The cached view predates the drain: the next look at this node reads it (and so confirms the drain).
+        stale = dict(state.slurm_node, time=None) if state.slurm_node else None
+        return replace(state, clean_runs=0, drain=rec, disowned=None, last_status=status, last_run=now,
+                       boot_id=actor.boot_id, slurm_node=stale)
 
     def not_drained(outcome: Outcome, why: str, node: Optional[NodeInfo]) -> Acted:
         """A fault this run did not drain for: the clean-run count starts again."""
@@ -101,29 +131,39 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
 
     if not cfg.drain.enabled:
         return not_drained(Outcome.DISABLED, "[drain] enabled = false: not draining", me)
-    nodes: Optional[list[NodeInfo]] = None
-    if me is None:
-        everyone = actor.client.show(None)
-        if isinstance(everyone, ProbeError):
-            return not_drained(Outcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
-                               "cannot set the reason", None)
-        nodes = everyone
-        me = next((n for n in everyone if n.name == actor.node), None)
-    decision = policy.decide_drain(me, fault, reason)
+    state = slurmstate.load(cfg.paths.state_dir)
+    if state.drain is not None and (me is None or policy.owns(me, state)):
+        # Ours already (by our record; Slurm keeps an existing reason, so no call is needed to stay drained).
+        decision = policy.decide_drain(_as_ours(me, state), state, fault, reason)
+        if decision.action != "drain":
+            actor.log(f"fault ({reason}); {decision.why}")
+            actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
+            return Acted(Outcome.ALREADY, me)
+        # A more severe fault replaces the reason: the node is drained already, the breaker is not asked.
+        out = actor.client.update(actor.node, "drain", reason)
+        if not out.ok:
+            return not_drained(Outcome.UNREACHABLE, f"{decision.why}; re-reasoning failed: {out.message}", me)
+        actor.log(f"drain reason of {actor.node} replaced: {reason} ({decision.why})", notable=True)
+        actor.save(record)
+        return Acted(Outcome.DRAINED, me)
+    everyone = actor.client.show(None)
+    if isinstance(everyone, ProbeError):
+        return not_drained(Outcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
+                           "cannot set the reason", me)
+    me = next((n for n in everyone if n.name == actor.node), None)
+    if me is not None:
+        cache = dict(replace(me, seen_at=now).to_json())
+        actor.save(lambda s: replace(s, slurm_node=cache))
+    if state.drain is not None and me is not None and not policy.owns(me, state):
+        _disown(actor, me, state)
+        state = replace(state, drain=None)
+    decision = policy.decide_drain(me, state, fault, reason)
     if decision.action != "drain":
-        if me is not None and me.drained_by_us:
-            actor.log(f"fault ({reason}); {decision.why}", notable=True)
-            # Keep the first record of this drain (its phase, job and boot id).
-            actor.save(lambda s: replace(s, clean_runs=0) if s.drain and s.drain.reason == reason else record(s))
+        if policy.owns(me, state):
+            actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
             return Acted(Outcome.ALREADY, me)
         return not_drained(Outcome.OTHER, decision.why, me)
-    if nodes is None:
-        everyone = actor.client.show(None)
-        if isinstance(everyone, ProbeError):
-            return not_drained(Outcome.UNREACHABLE, f"cannot count drained nodes ({everyone.message}): "
-                               "not draining", me)
-        nodes = everyone
-    br = policy.breaker(nodes, cfg.drain.max_share, cfg.drain.breaker_min_drained, exclude=actor.node)
+    br = policy.breaker(everyone, cfg.drain.max_share, cfg.drain.breaker_min_drained, exclude=actor.node)
     if br.tripped:
         actor.log(f"fault ({reason}); NOT draining: {br.describe()}", notable=True)
         held = {"time": now, "ours": br.ours, "total": br.total, "share": round(br.share, 4),
@@ -138,41 +178,74 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
     return Acted(Outcome.DRAINED, me)
 
 
-def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError]) -> Acted:
-    """The health-check flow for a Report judged just now; ``me``: this node's record read for it."""
+def _as_ours(me: Optional[NodeInfo], state: State) -> Optional[NodeInfo]:
+    """The node as our record says it is (drained with our reason) when it was not read."""
+    if me is not None or state.drain is None:
+        return me
+    return NodeInfo(name="", state=parse_state("IDLE+DRAIN"), reason=parse_reason(state.drain.reason))
+
+
+def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, None] = None) -> Acted:
+    """The health-check flow for a Report judged just now.
+
+    ``me``: this node as the ``slurm_node`` probe gave it (cached or read), if it was needed.
+    Slurm calls: none on a healthy node without a drain of ours, except one reconciliation per
+    ``[slurm] reconcile_s``; with a drain of ours, one read when the resume is due, the resume,
+    and one read to confirm it.
+    """
     cfg = actor.cfg
     now = time.time()
-
-    def advance(s: State) -> State:
-        s = policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)
-        if isinstance(me, NodeInfo):
-            s = replace(s, slurm_node=dict(me.to_json(), time=now))
-        return s
-
-    state = actor.save(advance) or slurmstate.load(cfg.paths.state_dir)
+    state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) \
+        or slurmstate.load(cfg.paths.state_dir)
+    node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
+    if node is not None and node.name != actor.node:
+        node = None
     if policy.worst_failure(report, cfg.policy.unknown) is not None:
-        if isinstance(me, ProbeError):
-            actor.log(f"fault, but slurmctld did not answer ({me.message}): cannot drain now", notable=True)
-            return Acted(Outcome.UNREACHABLE)
-        return on_fault(actor, report, me=me)
-    if isinstance(me, ProbeError):
-        return Acted(Outcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
-    if state.drain is not None and not me.drained_by_us:
-        # Resumed or re-reasoned by someone else: forget our drain.
-        actor.log(f"our drain record is stale (node {me.state.text}, reason "
-                  f"{me.reason.full if me.reason else None!r}); forgetting it")
-        state = actor.save(lambda s: replace(s, drain=None)) or replace(state, drain=None)
+        return on_fault(actor, report, me=node if _fresh(node, now, 60.0) else None)
+    if not _fresh(NodeInfo.from_json(state.slurm_node), now, cfg.slurm.reconcile_s):
+        got = read_me(actor)  # the hourly reconciliation
+        if isinstance(got, ProbeError):
+            return Acted(Outcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
+        node = got
+    if state.drain is None:
+        return Acted(Outcome.NONE, node)
+    if node is not None and _fresh(node, now, 60.0) and not policy.owns(node, state):
+        _disown(actor, node, state)
+        return Acted(Outcome.NONE, node)
     if not cfg.resume.enabled:
-        return Acted(Outcome.NONE, me)
-    decision = policy.decide_resume(me, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions)
+        return Acted(Outcome.NONE, node)
+    due = policy.resume_due(state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions)
+    if due.action != "resume":
+        actor.log(f"not resuming: {due.why}")
+        return Acted(Outcome.NONE, node)
+    if node is None or not _fresh(node, now, 60.0):
+        got = read_me(actor)
+        if isinstance(got, ProbeError):
+            actor.log(f"resume due, but slurmctld did not answer ({got.message}); next run")
+            return Acted(Outcome.NONE)
+        node = got
+    decision = policy.decide_resume(node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions)
     if decision.action != "resume":
-        if me.drained:
+        if node.drained and not policy.owns(node, state) or not node.drained:
+            _disown(actor, node, state)
+        else:
             actor.log(f"not resuming: {decision.why}")
-        return Acted(Outcome.NONE, me)
+        return Acted(Outcome.NONE, node)
     out = actor.client.update(actor.node, "resume")
-    if not out.ok:
-        actor.log(f"resume failed: {out.message}", notable=True)
-        return Acted(Outcome.RESUME_FAILED, me)
-    actor.log(f"resumed {actor.node}: {decision.why} (was: {me.reason.full if me.reason else ''})", notable=True)
-    actor.save(lambda s: replace(s, drain=None, breaker_held=None))
-    return Acted(Outcome.RESUMED, replace(me, state=parse_state(me.state.base), reason=None))
+    # Whatever scontrol answered, the node's state says whether it worked (right after a slurmctld
+    # restart it has answered rc 1 and resumed the node all the same).
+    after = read_me(actor)
+    if isinstance(after, NodeInfo) and not after.drained:
+        actor.log(f"resumed {actor.node}: {decision.why} (was: {node.reason.full if node.reason else ''})",
+                  notable=True)
+        actor.save(lambda s: replace(s, drain=None, breaker_held=None, disowned=None))
+        return Acted(Outcome.RESUMED, after)
+    why = out.message if not out.ok else "the node is still drained"
+    if isinstance(after, ProbeError):
+        why += f"; could not read it back ({after.message})"
+    actor.log(f"resume failed: {why}", notable=True)
+    return Acted(Outcome.RESUME_FAILED, after if isinstance(after, NodeInfo) else node)
+
+
+def _fresh(node: Optional[NodeInfo], now: float, max_age_s: float) -> bool:
+    return node is not None and node.seen_at is not None and 0 <= now - node.seen_at < max_age_s

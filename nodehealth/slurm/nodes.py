@@ -155,6 +155,7 @@ class NodeInfo:
     reason: Optional[Reason] = None
     gres_gpus: Optional[int] = None
     fields: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    seen_at: Optional[float] = field(default=None, compare=False)  # Unix time slurmctld said so
 
     @property
     def drained(self) -> bool:
@@ -171,7 +172,7 @@ class NodeInfo:
     def to_json(self) -> dict[str, Any]:
         """What the Slurm state file caches of this node (the prolog and epilog read it, no Slurm call)."""
         return {"name": self.name, "gres_gpus": self.gres_gpus, "state": self.state.text,
-                "reason": self.reason.full if self.reason else None}
+                "reason": self.reason.full if self.reason else None, "time": self.seen_at}
 
     @classmethod
     def from_json(cls, raw: Any) -> Optional[NodeInfo]:
@@ -179,9 +180,12 @@ class NodeInfo:
             return None
         gres = raw.get("gres_gpus")
         reason = raw.get("reason")
+        seen = raw.get("time")
         return cls(name=raw["name"], state=parse_state(str(raw.get("state") or "")),
                    reason=parse_reason(reason if isinstance(reason, str) else None),
-                   gres_gpus=gres if isinstance(gres, int) and not isinstance(gres, bool) else None)
+                   gres_gpus=gres if isinstance(gres, int) and not isinstance(gres, bool) else None,
+                   seen_at=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool)
+                   and seen == seen and abs(seen) < 1e12 else None)
 
 
 def gres_gpu_count(gres: Optional[str]) -> Optional[int]:

@@ -98,6 +98,8 @@ class Breaker:
     tripped: bool
 
     def describe(self) -> str:
+        if self.total == 0:
+            return "drain-storm breaker HOLDING (no new drain): the cluster's nodes could not be counted"
         state = "HOLDING (no new drain)" if self.tripped else "closed"
         return (f"drain-storm breaker {state}: {self.ours} of {self.total} node(s) "
                 f"({self.share:.0%}) drained by nodehealth, limit {self.limit:.0%}")
@@ -109,13 +111,15 @@ def breaker(nodes: Iterable[NodeInfo], max_share: float, min_drained: int = 1,
 
     ``exclude`` (this node) is left out of the count of ours, so re-draining a node that is
     already ours never counts against itself. ``min_drained``: below this many nodes drained
-    by us the breaker never trips (small clusters).
+    by us the breaker never trips (small clusters). Other nodes' drains are counted by the
+    prefix of their reason (their records are theirs). It fails closed: a cluster view with no
+    node in it cannot be counted, and holds.
     """
     nodes = list(nodes)
     total = len(nodes)
     ours = sum(1 for n in nodes if n.drained_by_us and n.name != exclude)
-    share = ours / total if total else 0.0
-    tripped = total > 0 and ours >= min_drained and share > max_share
+    share = ours / total if total else 1.0
+    tripped = total == 0 or (ours >= min_drained and share > max_share)
     return Breaker(total, ours, share, max_share, tripped)
 
 
@@ -128,16 +132,55 @@ def is_clean(report: Report, unknown_policy: str = "pass") -> Optional[bool]:
     return True
 
 
+# A check that runs only where the health check does not (the epilog's job forensics) is judged
+# gone by the checks that see the same faults on the node.
+JUDGED_BY = {"job_forensics": ("gpu_ecc", "gpu_remapped_rows", "gpu_xid")}
+
+
+def judged_ok(report: Report, check: str) -> Optional[bool]:
+    """Did this run judge ``check`` (or what stands in for it) OK? None: it did not judge it.
+
+    SKIPPED, UNKNOWN or a result that only reports (``details["judged"] is False``: processes
+    outside the idle phases that belong to a running job, say) is no evidence either way.
+    """
+    by_name = {r.name: r for r in report.results}
+    names = (check,) if check in by_name else JUDGED_BY.get(check, (check,))
+    verdicts = []
+    for name in names:
+        r = by_name.get(name)
+        if r is None or r.status in (Status.SKIPPED, Status.UNKNOWN) or r.details.get("judged") is False:
+            return None
+        verdicts.append(r.status <= Status.WARN)
+    return all(verdicts) if verdicts else None
+
+
 def after_run(state: State, report: Report, unknown_policy: str, now: float, boot_id: Optional[str]) -> State:
-    """Advance the clean-run counter: +1 on a clean run, 0 on a fault, unchanged on UNKNOWN."""
+    """Advance the clean-run counter: +1 on a clean run, 0 on a fault, unchanged without evidence.
+
+    While a drain of ours is recorded, a run is clean for it only when it judged the drain's
+    check OK (``judged_ok``); a run that did not judge it leaves the count as it was. Runs of an
+    earlier boot never count: the count starts again when the boot id changes.
+    """
+    count = state.clean_runs
+    if boot_id is not None and state.boot_id is not None and boot_id != state.boot_id:
+        count = 0
     clean = is_clean(report, unknown_policy)
+    if clean is True and state.drain is not None:
+        clean = judged_ok(report, state.drain.check)
     if clean is True:
-        count = state.clean_runs + 1
+        count += 1
     elif clean is False:
         count = 0
-    else:
-        count = state.clean_runs
     return replace(state, clean_runs=count, last_status=report.status.name, last_run=now, boot_id=boot_id)
+
+
+def owns(node: Optional[NodeInfo], state: State) -> bool:
+    """This node's drain is ours: drained, and Slurm's reason is exactly the one we recorded.
+
+    A reason a person or another tool wrote or edited (even one that starts like ours) is not.
+    """
+    return (node is not None and node.drained and state.drain is not None and node.reason is not None
+            and node.reason.text == state.drain.reason)
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -151,19 +194,31 @@ class Decision:
     why: str
 
 
-def decide_drain(node: Optional[NodeInfo], fault: CheckResult, reason: str) -> Decision:
+def decide_drain(node: Optional[NodeInfo], state: State, fault: CheckResult, reason: str) -> Decision:
     """Whether to set our drain reason on a node with a fault.
 
-    Never overwrite a reason that is not ours (an admin's drain, Slurm's own "Kill task
-    failed", another tool's). Re-setting our own identical reason is skipped.
+    Never overwrite a reason that is not ours (an admin's drain, an edited reason, Slurm's own
+    "Kill task failed", another tool's). While a drain of ours holds, its first reason stays
+    (it names the job and the phase that saw the fault) unless a fault with a more invasive
+    action replaces it.
     """
-    if node is not None and node.reason is not None and not node.reason.ours and (
-            node.drained or node.state.base == "DOWN"):
+    rec = state.drain
+    if owns(node, state) and rec is not None:
+        if fault.action.rank > _rank(rec.action):
+            return Decision("drain", f"{fault.name} ({fault.action.value}) is more severe than the drain's "
+                            f"{rec.check} ({rec.action})")
+        return Decision("none", "already drained by nodehealth (its first reason stays)")
+    if node is not None and node.reason is not None and (node.drained or node.state.base == "DOWN"):
         return Decision("none", f"node already out of service for another reason ({node.reason.full!r}); "
                         "left untouched")
-    if node is not None and node.drained_by_us and node.reason is not None and node.reason.text == reason:
-        return Decision("none", "already drained by nodehealth for this fault")
     return Decision("drain", f"{fault.name} {fault.status.name}")
+
+
+def _rank(action: str) -> int:
+    try:
+        return Action(action).rank
+    except ValueError:
+        return 0
 
 
 def reboot_class(action: str, reboot_actions: Sequence[str]) -> bool:
@@ -174,19 +229,28 @@ def decide_resume(node: Optional[NodeInfo], state: State, clean_runs_needed: int
                   reboot_actions: Sequence[str]) -> Decision:
     """Whether a clean node that nodehealth drained may go back into service.
 
-    Only a drain whose reason is ours; not while a reboot or maintenance is pending; after
-    ``clean_runs_needed`` consecutive clean runs; and for a reboot-class fault only once the
-    boot id differs from the one recorded at the drain. A drain record lost with the state
-    file (``/run`` is cleared by a reboot) counts as "rebooted since".
+    Only a drain that is ours (``owns``: Slurm's reason is exactly the one recorded); not while a
+    reboot or maintenance is pending; after ``clean_runs_needed`` consecutive runs that judged the
+    drain's check OK; and for a reboot-class fault only once the boot id differs from the one
+    recorded at the drain (the count restarts at the new boot). ``resume_due`` is the same
+    decision without the node, so that nothing is asked of slurmctld before it can say yes.
     """
     if node is None:
         return Decision("none", "node state unknown")
     if not node.drained:
         return Decision("none", "node not drained")
-    if not node.drained_by_us:
-        return Decision("none", "drained for a reason that is not ours; never resumed by nodehealth")
+    if not owns(node, state):
+        return Decision("none", "drained for a reason that is not exactly ours; never resumed by nodehealth")
     if node.state.hands_off:
         return Decision("none", f"node state {node.state.text}: reboot/maintenance pending, left alone")
+    return resume_due(state, clean_runs_needed, boot_id, reboot_actions)
+
+
+def resume_due(state: State, clean_runs_needed: int, boot_id: Optional[str],
+               reboot_actions: Sequence[str]) -> Decision:
+    """What the drain record and the clean-run count alone say about resuming (no Slurm view)."""
+    if state.drain is None:
+        return Decision("none", "no drain of ours recorded")
     if state.clean_runs < clean_runs_needed:
         return Decision("none", f"clean run {state.clean_runs} of {clean_runs_needed} needed to resume")
     rec = state.drain

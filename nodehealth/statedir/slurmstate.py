@@ -56,12 +56,13 @@ class State:
     drain: Optional[DrainRecord] = None
     breaker_held: Optional[dict[str, Any]] = None
     slurm_node: Optional[dict[str, Any]] = None  # cached Gres/state/reason of this node
+    disowned: Optional[str] = None  # a reason seen on this node that was ours and is not any more (logged once)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "clean_runs": self.clean_runs, "last_status": self.last_status,
                 "last_run": self.last_run, "boot_id": self.boot_id,
                 "drain": self.drain.to_json() if self.drain else None,
-                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node}
+                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node, "disowned": self.disowned}
 
     @classmethod
     def from_json(cls, raw: Any) -> State:
@@ -81,7 +82,8 @@ class State:
         return cls(clean_runs=max(0, clean), last_status=_opt_str(raw.get("last_status")), last_run=last_run,
                    boot_id=_opt_str(raw.get("boot_id")), drain=DrainRecord.from_json(raw.get("drain")),
                    breaker_held=dict(held) if isinstance(held, Mapping) else None,
-                   slurm_node=dict(node) if isinstance(node, Mapping) else None)
+                   slurm_node=dict(node) if isinstance(node, Mapping) else None,
+                   disowned=_opt_str(raw.get("disowned")))
 
 
 def _opt_str(value: Any) -> Optional[str]:
