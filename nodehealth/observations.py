@@ -290,6 +290,26 @@ class Observations:
     infiniband: Union[tuple[IbPort, ...], ProbeError, None] = None
     xid: Union[XidObservation, ProbeError, None] = None
     job: Union[JobObservation, ProbeError, None] = None
+    node_jobs: Union[NodeJobs, ProbeError, None] = None
+
+
+@dataclass(frozen=True)
+class NodeJobs:
+    """Which Slurm jobs run on this node now, as the node itself knows (no Slurm call).
+
+    ``running``: the job ledger's jobs with a start and no end on this boot (``JobLedgerEntry``);
+    ``pid_jobs``: process id -> job id for the processes in a Slurm job's cgroup (``job_<id>``).
+    """
+
+    running: tuple[JobLedgerEntry, ...]
+    pid_jobs: Mapping[int, str]
+
+    def holds(self, gpu: int) -> Optional[str]:
+        """A running job that holds ``gpu`` (or whose GPUs are not known), else None."""
+        for job in self.running:
+            if job.gpus is None or gpu in job.gpus:
+                return str(job.job_id)
+        return None
 
 
 # Per-GPU counters recorded at job start and compared at job end: (key, uncorrectable?).

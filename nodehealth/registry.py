@@ -116,7 +116,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_fabric",          gpu_fabric,          _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_processes",       gpu_processes,       _GPU,          ALL,    True,   "cheap"),
+    CheckSpec("gpu_processes",       gpu_processes,       _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
     CheckSpec("gpu_xid",             gpu_xid,             ("xid", "nvml"), ALL,  True,   "cheap"),
     CheckSpec("host_memory",         host_memory,         ("memory",),   ALL,    True,   "cheap"),
     CheckSpec("host_mounts",         host_mounts,         ("mounts",),   ALL,    True,   "cheap"),

@@ -41,3 +41,23 @@ def scenario():
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
+
+
+# The suite never changes the host outside its own sandbox: the production state dir (the
+# default [paths] state_dir) must look the same after every test as before it.
+HOST_STATE_DIR = Path("/run/nodehealth")
+
+
+def _host_state() -> object:
+    if not HOST_STATE_DIR.exists():
+        return None
+    return sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in HOST_STATE_DIR.iterdir())
+
+
+@pytest.fixture(autouse=True)
+def _host_state_dir_untouched(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    before = _host_state()
+    yield
+    after = _host_state()
+    assert after == before, (f"{request.node.nodeid} changed the host's {HOST_STATE_DIR} "
+                             f"(give it a state dir of its own): {before} -> {after}")

@@ -49,7 +49,7 @@ GOLDEN_CASES = ["healthy-8x-h100", "row-remap-pending", "one-gpu-missing", "nvml
 def test_json_report_matches_golden(name, tmp_path, request):
     cfg = tmp_path / "golden.toml"
     (tmp_path / "sys").mkdir()  # no InfiniBand, no PCI: the report must not depend on this machine
-    cfg.write_text(f'[paths]\nsysfs_root = "{tmp_path / "sys"}"\n')
+    cfg.write_text(f'[paths]\nsysfs_root = "{tmp_path / "sys"}"\nstate_dir = "{tmp_path / "state"}"\n')
     proc = run_cli("check", "--config", str(cfg), "--simulate", str(SCEN / f"{name}.toml"), "--format", "json")
     assert proc.returncode in (0, 1), proc.stderr
     got = normalise(json.loads(proc.stdout))

@@ -8,6 +8,7 @@ be OK. A new file in examples/scenarios/ without a row here fails ``test_every_s
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from nodehealth.model import Action, Report, Status
 from nodehealth.registry import CHECKS
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
-NVML_PROBES = {"nvml", "pci_gpus", "slurm_node"}
+NVML_PROBES = {"nvml", "pci_gpus", "slurm_node", "job", "node_jobs"}  # node_jobs: an empty state dir
 # The checks that judge only the (simulated) GPUs; host and kernel-log checks would judge this machine.
 GPU_CHECKS = tuple(spec.name for spec in CHECKS if "nvml" in spec.needs and set(spec.needs) <= NVML_PROBES)
 OK, SKIPPED, WARN, UNKNOWN, FAIL = Status.OK, Status.SKIPPED, Status.WARN, Status.UNKNOWN, Status.FAIL
@@ -65,7 +66,10 @@ ROWS = [
     Row("fabric-not-registered.toml", "gpu_fabric", FAIL, Action.REBOOT, 0, "not started"),
     Row("stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "pid 48213",
         phase="prolog"),
-    Row("stray-compute-process.toml", "gpu_processes", OK, phase="manual"),
+    # Outside the idle phases a process that no running job owns (no ledger job on GPU 4, not in a
+    # Slurm job's cgroup) is a stray: a fault, so a drain for it lasts while it lives.
+    Row("stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "of no running job",
+        phase="manual"),
     Row("persistence-off.toml", "gpu_persistence", WARN, Action.NONE, 0, "persistence mode off"),
     Row("a100-pcie-no-nvlink.toml", "gpu_nvlink", SKIPPED, summary_has="not supported",
         others={"gpu_fabric": SKIPPED}),
@@ -85,8 +89,10 @@ def _id(row: Row) -> str:
 
 
 def _config(row: Row) -> Any:
+    # A state dir of its own: the ledger there holds no running job (the host's is not read).
     raw: dict[str, Any] = {"nvml": {"simulate": str(SCENARIOS / row.file)},
-                           "gpu": {"expected_count": row.expected_count}}
+                           "gpu": {"expected_count": row.expected_count},
+                           "paths": {"state_dir": tempfile.mkdtemp(prefix="nh-scenario-")}}
     if row.hangs:
         raw["checks"] = {name: {"timeout_s": HANG_TIMEOUT_S} for name in GPU_CHECKS}
     return resolve(raw, "<test>")

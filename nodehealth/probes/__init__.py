@@ -92,6 +92,17 @@ def _job(ctx: ProbeContext, timeout_s: float) -> Any:
     return job.gather(ctx.environ, ctx.config.paths.state_dir, ctx.config.paths.procfs_root)
 
 
+def _node_jobs(ctx: ProbeContext, timeout_s: float) -> Any:
+    settings = ctx.config.checks.get("gpu_processes")
+    if ctx.phase in getattr(settings, "idle_phases", ()):
+        return ProbeError("node_jobs", "unavailable", f"not needed in the {ctx.phase}: every process is a fault")
+    if not ctx.config.ledger.enabled:
+        return ProbeError("node_jobs", "unavailable", "[ledger] enabled = false: the running jobs are not known")
+    from nodehealth.probes import jobs
+
+    return jobs.gather(ctx.config.paths.state_dir, ctx.config.paths.procfs_root)
+
+
 def _memory(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import host
 
@@ -138,6 +149,7 @@ PROBES: dict[str, Probe] = {
     "slurm_node": Probe("slurm_node", _slurm_node),
     "xid": Probe("xid", _xid),
     "job": Probe("job", _job),
+    "node_jobs": Probe("node_jobs", _node_jobs),
     "memory": Probe("memory", _memory),
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
