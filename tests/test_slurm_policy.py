@@ -359,3 +359,9 @@ def test_scope_processes_to_job_gpus() -> None:
     mine = policy.scope_processes(rep, (5,))
     assert mine.status == Status.FAIL and mine.results[0].gpu == 5
     assert policy.scope_processes(rep, None).status == Status.FAIL
+
+
+def test_a_clean_run_clears_a_breaker_hold_a_fault_keeps_it() -> None:
+    held = slurmstate.State(breaker_held={"time": 1.0, "reason": REASON})
+    assert policy.after_run(held, report(res("gpu_count", Status.OK)), "pass", 5.0, "b").breaker_held is None
+    assert policy.after_run(held, report(FAULT), "pass", 5.0, "b").breaker_held is not None

@@ -66,7 +66,7 @@ class ActSlurm:
         if worst_failure(report, cfg.policy.unknown) is None:
             return None
         with self.lock:
-            return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report))
+            return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report), cfg.paths.state_dir)
 
     def after_round(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         """The health-check flow on the round's Report: no Slurm call on a healthy node but the
@@ -74,22 +74,27 @@ class ActSlurm:
         from nodehealth.slurm import act
 
         with self.lock:
-            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report))
+            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths.state_dir)
 
 
-def slurm_view(acted: Any) -> SlurmView:
-    """What the metrics show of an ``act.Acted``: the node's drain state and the action taken."""
+def slurm_view(acted: Any, state_dir: str) -> SlurmView:
+    """What the metrics show of an ``act.Acted``: the node's drain state, the action taken, and
+    whether the breaker holds a drain of this node back (by anyone: a prolog or epilog that was
+    held records it in the Slurm state file, and only a drain, a resume or a clean run clears it)."""
+    from nodehealth.slurm import policy
     from nodehealth.slurm.act import Outcome
+    from nodehealth.statedir import slurmstate
 
+    state = slurmstate.load(state_dir)
+    held = state.breaker_held is not None
     o, n = acted.outcome, acted.node
     action = "" if o in (Outcome.NONE, Outcome.ALREADY) else o.value
     if n is None:
         ours = True if o.drained_by_us else None
-        return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=True if o == Outcome.HELD else None,
-                         last_action=action)
+        return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=held, last_action=action)
     return SlurmView(drained=n.drained or o == Outcome.DRAINED,
-                     drained_by_nodehealth=n.drained_by_us or o == Outcome.DRAINED,
-                     breaker_open=o == Outcome.HELD, reason=n.reason.full if n.reason else None, last_action=action)
+                     drained_by_nodehealth=policy.owns(n, state) or o == Outcome.DRAINED,
+                     breaker_open=held, reason=n.reason.full if n.reason else None, last_action=action)
 
 
 def default_slurm_hook(log: Logger) -> Optional[SlurmHook]:

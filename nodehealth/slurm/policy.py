@@ -159,7 +159,8 @@ def after_run(state: State, report: Report, unknown_policy: str, now: float, boo
 
     While a drain of ours is recorded, a run is clean for it only when it judged the drain's
     check OK (``judged_ok``); a run that did not judge it leaves the count as it was. Runs of an
-    earlier boot never count: the count starts again when the boot id changes.
+    earlier boot never count: the count starts again when the boot id changes. A run without a
+    fault clears a breaker hold (there is nothing left to drain).
     """
     count = state.clean_runs
     if boot_id is not None and state.boot_id is not None and boot_id != state.boot_id:
@@ -167,11 +168,15 @@ def after_run(state: State, report: Report, unknown_policy: str, now: float, boo
     clean = is_clean(report, unknown_policy)
     if clean is True and state.drain is not None:
         clean = judged_ok(report, state.drain.check)
+    held = state.breaker_held
     if clean is True:
         count += 1
     elif clean is False:
         count = 0
-    return replace(state, clean_runs=count, last_status=report.status.name, last_run=now, boot_id=boot_id)
+    if is_clean(report, unknown_policy):
+        held = None  # nothing is held back from a node without a fault
+    return replace(state, clean_runs=count, last_status=report.status.name, last_run=now, boot_id=boot_id,
+                   breaker_held=held)
 
 
 def owns(node: Optional[NodeInfo], state: State) -> bool:
