@@ -179,3 +179,63 @@ def test_breaker_holds_when_most_nodes_are_already_drained_by_us(slurm_cluster) 
     held = c.nh_state()["breaker_held"]
     assert held["ours"] == 9 and held["total"] == 10 and held["reason"].startswith("nodehealth: gpu_remapped_rows")
     assert "drain-storm breaker HOLDING" in c.log("slurmd.log")
+
+
+def test_stray_process_drain_lasts_while_it_lives_then_resumes(slurm_cluster) -> None:  # noqa: F811
+    """The epilog drains for a process its job left behind; the health check keeps the drain (and its
+    first reason, naming the job) while the process lives, and resumes once it is gone."""
+    c: SlurmCluster = slurm_cluster(scenario="healthy.toml", hc_interval=1, nodehealth={"clean_runs": 2})
+    stray = c.root / "stray.toml"
+    stray.write_text((SCENARIOS / "stray-process.toml").read_text())
+    job = c.sbatch("--gres=gpu:1", "--wrap", f"cp {stray} {c.root}/.s.tmp && mv {c.root}/.s.tmp {c.scenario_file}")
+    c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
+    node = c.wait_node(drained, 30, "drained by the epilog")
+    first = node["reason"]
+    assert first.startswith("nodehealth: gpu_processes: GPU 0: 1 compute process") and f"left by job {job}" in first
+    # Health checks every second: the process is still there, so the drain and its reason stay.
+    runs = c.nh_state().get("last_run", 0)
+    wait_for(lambda: c.nh_state().get("last_run", 0) > runs + 4, 30, "several health-check runs")
+    node = c.node()
+    assert drained(node) and node["reason"] == first, node
+    state = c.nh_state()
+    assert state["clean_runs"] == 0 and state["drain"]["job_id"] == job and state["drain"]["phase"] == "epilog"
+    # The process ends: after [resume] clean_runs clean runs the node is back.
+    c.use_scenario("healthy.toml")
+    c.wait_node(lambda n: n["state"] in ("idle", "mixed", "allocated") and not n["reason"], 30, "resumed")
+    assert c.nh_state()["drain"] is None
+
+
+def test_an_edited_reason_is_a_persons(slurm_cluster) -> None:  # noqa: F811
+    """A reason that starts like ours but was edited is never overwritten and never resumed."""
+    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={"clean_runs": 1})
+    node = c.wait_node(drained, 30, "drained by the health check")
+    ours = node["reason"]
+    assert ours.startswith("nodehealth: gpu_remapped_rows"), node
+    edited = ours + " -- investigating, DO NOT RESUME"
+    c.run("/usr/bin/scontrol", "update", f"nodename={c.host}", "state=drain", f"reason={edited}")
+    c.use_scenario("healthy.toml")
+    runs = c.nh_state().get("last_run", 0)
+    wait_for(lambda: c.nh_state().get("last_run", 0) > runs + 4, 30, "several clean health-check runs")
+    node = c.node()
+    assert drained(node) and node["reason"] == edited, node
+    # Faulty again: still not overwritten.
+    c.use_scenario("remap-pending.toml")
+    runs = c.nh_state().get("last_run", 0)
+    wait_for(lambda: c.nh_state().get("last_run", 0) > runs + 3, 30, "failing health-check runs")
+    assert c.node()["reason"] == edited
+    state = c.nh_state()
+    assert state["drain"] is None and "DO NOT RESUME" in state["disowned"]  # logged once, then left alone
+
+
+def test_a_healthy_node_makes_no_slurm_call_from_the_health_check(slurm_cluster) -> None:  # noqa: F811
+    """Steady state: health checks every second on a healthy node, no slurmctld call after the first
+    view is cached ([slurm] reconcile_s is an hour)."""
+    c: SlurmCluster = slurm_cluster(scenario="healthy.toml", hc_interval=1)
+    wait_for(lambda: c.nh_state().get("slurm_node") is not None, 30, "the first health check's view")
+    before = c.sdiag_counts()
+    runs = c.nh_state().get("last_run", 0)
+    wait_for(lambda: c.nh_state().get("last_run", 0) > runs + 5, 30, "five more health-check runs")
+    after = c.sdiag_counts()
+    node_info = after.get("REQUEST_NODE_INFO", 0) - before.get("REQUEST_NODE_INFO", 0)
+    updates = after.get("REQUEST_UPDATE_NODE", 0) - before.get("REQUEST_UPDATE_NODE", 0)
+    assert (node_info, updates) == (0, 0), (before, after)
