@@ -4,7 +4,8 @@
 kernel, possibly forever, and a process blocked there may not even die on SIGKILL. So such a
 call runs in a forked child that sends one pickled answer back over a pipe; the parent waits
 until the deadline, then kills the child and walks away without waiting for it. A killed
-child that could not be reaped is remembered and reaped by a later ``start``.
+child that could not be reaped is remembered (``orphaned``) and reaped by ``reap_orphans``,
+which every forking probe calls before it forks (so every round of the daemon reaps).
 
 The function run in the child must only make system calls and run plain Python (no threads,
 no imports, no locks another thread of the parent may hold: fork copies only the calling
@@ -63,7 +64,7 @@ def describe(exc: BaseException) -> str:
 
 def start(fn: Callable[[], Any], clock: Callable[[], float] = time.monotonic) -> Child:
     """Fork a child that runs ``fn`` and sends back its result (or its exception)."""
-    _reap_orphans()
+    reap_orphans()
     with _FORK_LOCK:
         started = clock()
         try:
@@ -187,7 +188,28 @@ def _try_reap(pid: int) -> bool:
     return done != 0
 
 
-def _reap_orphans() -> None:
+def reap_orphans() -> int:
+    """Reap every abandoned child that has exited since; returns how many are still not reaped."""
     with _ORPHANS_LOCK:
         for pid in [p for p in _ORPHANS if _try_reap(p)]:
             _ORPHANS.discard(pid)
+        return len(_ORPHANS)
+
+
+def orphaned(pid: int, grace_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> bool:
+    """True while ``pid`` is an abandoned child that has not exited (reaping it if it has).
+
+    A killed child that can die does so within milliseconds of SIGKILL; ``grace_s`` gives it
+    that long. One still there after it is stuck in the kernel (a wedged GPU, a hung mount).
+    """
+    until = clock() + grace_s
+    while True:
+        with _ORPHANS_LOCK:
+            if pid not in _ORPHANS:
+                return False
+            if _try_reap(pid):
+                _ORPHANS.discard(pid)
+                return False
+        if clock() >= until:
+            return True
+        time.sleep(0.002)

@@ -6,6 +6,11 @@ over a pipe, one frame per call and per GPU; the parent waits until its deadline
 the child and walks away without waiting for it. What arrived before the deadline is kept,
 and the last call announced names where NVML stopped answering.
 
+A wedged GPU costs one stuck child, not one per round: before it forks, ``start`` reaps every
+abandoned child that has exited since, and while the last abandoned reader is still there
+(blocked in the driver, it survives SIGKILL) it forks no new one and reports the stall instead
+(a ``timeout``, as a hang is).
+
 The module is ``pynvml`` (package nvidia-ml-py) in production, or the scenario-driven
 stand-in ``nodehealth.sim.nvml`` in tests and demos: the swap happens below this code,
 so both run the same probe. Vendor errors are translated here into our error kinds.
@@ -19,6 +24,7 @@ import pickle
 import select
 import signal
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -105,6 +111,13 @@ NVML_CLASSES = ("NVMLError", "c_nvmlGpuFabricInfo_t")
 
 _FRAME = struct.Struct("!I")
 SHUTDOWN_GRACE_S = 0.2
+# A killed reader that can die has died this long after SIGKILL; one still there is stuck.
+STUCK_GRACE_S = 0.05
+
+# The reader abandoned at its last deadline, until it is reaped: (pid, wall-clock time it was
+# started). While it is still there no new reader is forked.
+_abandoned: Optional[tuple[int, float]] = None
+_abandoned_lock = threading.Lock()
 
 
 class NvmlUnavailable(Exception):
@@ -366,6 +379,7 @@ class PendingProbe:
     started: float
     timeout_s: float
     simulated: bool
+    started_wall: float = 0.0
 
     def collect(self, clock: Callable[[], float] = time.monotonic) -> Union[NvmlSnapshot, ProbeError]:
         deadline = self.started + self.timeout_s
@@ -394,7 +408,7 @@ class PendingProbe:
             os.close(self.fd)
         elapsed = clock() - self.started
         if not eof:
-            child.abandon(self.pid)
+            _abandon(self.pid, self.started_wall)
         else:
             child.reap(self.pid, clock)
         ended = any(frame[0] == "end" for frame in frames)
@@ -402,15 +416,61 @@ class PendingProbe:
                          simulated=self.simulated)
 
 
+@dataclass(frozen=True)
+class StalledProbe:
+    """No reader forked: the previous one is still stuck. ``collect`` gives the stall at once."""
+
+    error: ProbeError
+    pid: int
+
+    def collect(self, clock: Callable[[], float] = time.monotonic) -> ProbeError:
+        return self.error
+
+
+def _abandon(pid: int, started_wall: float) -> None:
+    global _abandoned
+    child.abandon(pid)
+    with _abandoned_lock:
+        _abandoned = (pid, started_wall)
+
+
+def stuck_reader() -> Optional[tuple[int, float]]:
+    """(pid, started) of the abandoned reader while it has not exited; reaps it once it has.
+
+    Reaps every other abandoned child that has exited too: this runs before each fork, so
+    every round reaps.
+    """
+    global _abandoned
+    child.reap_orphans()
+    with _abandoned_lock:
+        last = _abandoned
+    if last is None:
+        return None
+    if child.orphaned(last[0], STUCK_GRACE_S):
+        return last
+    with _abandoned_lock:
+        if _abandoned == last:
+            _abandoned = None
+    return None
+
+
 def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = False,
-          clock: Callable[[], float] = time.monotonic) -> PendingProbe:
+          clock: Callable[[], float] = time.monotonic) -> Union[PendingProbe, StalledProbe]:
     """Fork the reader. Call it before starting other threads (fork copies only this one).
 
     ``loader`` runs in the child and returns the NVML module: pynvml is imported (and
-    libnvidia-ml loaded) there, never in the caller.
+    libnvidia-ml loaded) there, never in the caller. While the reader abandoned at an earlier
+    deadline is still stuck, nothing is forked: the answer is that stall (``StalledProbe``).
     """
+    stuck = stuck_reader()
+    if stuck is not None:
+        pid, since = stuck
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+        return StalledProbe(ProbeError(
+            "nvml", "timeout", f"NVML still not answering since {when} (child pid {pid} stuck in the driver "
+            "after SIGKILL; no new reader until it exits)"), pid)
     rfd, wfd = os.pipe()
-    started = clock()
+    started, started_wall = clock(), time.time()
     pid = os.fork()
     if pid == 0:  # child: read, stream, and leave without running any parent cleanup
         code = 0
@@ -434,7 +494,8 @@ def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = 
         finally:
             os._exit(code)
     os.close(wfd)
-    return PendingProbe(pid=pid, fd=rfd, started=started, timeout_s=timeout_s, simulated=simulated)
+    return PendingProbe(pid=pid, fd=rfd, started=started, timeout_s=timeout_s, simulated=simulated,
+                        started_wall=started_wall)
 
 
 def _send(fd: int, frame: Any) -> None:
