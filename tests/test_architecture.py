@@ -255,7 +255,7 @@ def non_stdlib_imports(pkg_dir: Path, sub: str) -> list[str]:
 
 # Every state-dir file name, and the pieces of the boot-id path: only statedir/ may spell them.
 STATE_FILE_NAMES = ("daemon-state.json", "slurm-state.json", "gpu-counters.json", "jobs.jsonl", "xid-events.json",
-                    "xid-events.lock")
+                    "xid-events.lock", "config-good.json")
 BOOT_ID_PIECES = ("random", "boot_id")
 _STATE_NAME_RE = re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w-])" for n in STATE_FILE_NAMES))
 

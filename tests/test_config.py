@@ -187,7 +187,7 @@ def test_lean_keys_are_the_schemas_keys_with_one_default(key):
     value, field = _schema_field(key)
     assert value == default and type(value) is type(default), (key, value, default)
     assert (field.metadata["min"], field.metadata["max"], field.metadata["choices"]) == (lo, hi, choices)
-    assert {"str": str, "bool": bool, "int": int, "number": float}[kind] is type(default)
+    assert {"str": str, "path": str, "bool": bool, "int": int, "number": float}[kind] is type(default)
     assert getattr(lean.Settings(), attr) == default
 
 

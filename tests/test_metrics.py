@@ -44,6 +44,7 @@ def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
     m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained"))
     m.set_xid_follower("alive")
     m.reloaded(True)
+    m.set_config("/etc/nodehealth/nodehealth.toml", "none", "file")
     m.state_written(True)
     m.state_written(False)
     return m

@@ -53,11 +53,16 @@ class Node:
         self.config = d / "nh.toml"
         self.write_config()
 
-    def write_config(self, extra: str = "") -> None:
+    def write_config(self, extra: str = "", validated: bool = True) -> None:
+        """The node's config; ``validated``: recorded as this node's last good one, as the daemon does at start."""
         self.config.write_text(
             f'node_name = "n1"\n[phases.prolog]\nbudget_s = 12\n[nvml]\nsimulate = "{self.scenario}"\n'
             f'[paths]\nstate_dir = "{self.state}"\nprocfs_root = "{self.d / "proc"}"\n'
             f'[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n[checks.nvml]\ntimeout_s = 3\n' + extra)
+        if validated:
+            from nodehealth.config.loader import load_valid
+
+            load_valid(str(self.config))
 
     def hang(self) -> None:
         self.scenario.write_text(HUNG.read_text())
@@ -257,7 +262,7 @@ def test_unreadable_boot_id_under_procfs_root_runs_the_cold_path(node: Node, hea
 
 def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy_report: dict[str, Any]) -> None:
     node.write_state(healthy_report)
-    node.write_config("[daemon]\nstate_max_age_s = \"soon\"\n")
+    node.write_config("[daemon]\nstate_max_age_s = \"soon\"\n", validated=False)
     out, err = node.prolog()
     assert out["rc"] == 0 and "configuration error" in err, err
 

@@ -170,10 +170,11 @@ def test_reboot_class_fault_needs_new_boot(tmp_path: Path, monkeypatch: pytest.M
 def test_config_error_never_drains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text("[drain]\nmax_share = 7\n")
+    bad.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[drain]\nmax_share = 7\n')
     monkeypatch.setenv("NODEHEALTH_CONFIG", str(bad))
     assert prolog.main() == 0
-    assert "configuration error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "configuration error" in err and "checking with the built-in defaults" in err, err
 
 
 def test_unreachable_slurmctld_still_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,14 +2,22 @@
 
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot start (listen address in use, state dir
 not writable, textfile dir missing), 2 usage or config error.
+
+A config file that does not validate at start: the daemon runs with the last configuration
+that validated on this node (kept in the state dir), says so at error level and shows
+``nodehealth_config_valid 0``; with none to fall back on it exits 2 (the unit's
+``RestartPreventExitStatus=2``: restarting would not help). The faces meanwhile check with
+that same last configuration, or the built-in defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 
-from nodehealth.commands.common import UsageError, fail_usage, load_config
+from nodehealth.commands.common import UsageError, fail_usage
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,13 +32,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth.daemon.core import Daemon, StartError
+    from nodehealth.config.loader import ConfigError, load_safe
+    from nodehealth.daemon.core import Daemon, StartError, probe_setup
 
     try:
-        cfg = load_config(args)
-    except UsageError as exc:
-        return fail_usage(exc)
-    daemon = Daemon(cfg, config_path=args.config)
+        loaded = load_safe(args.config, check=probe_setup, defaults=False)
+    except ConfigError as exc:
+        print(f"nodehealth daemon: configuration error, and no configuration has validated on this node to fall "
+              f"back on: {exc}", file=sys.stderr)
+        return 2
+    cfg = loaded.cfg
+    if args.simulate:
+        cfg = dataclasses.replace(cfg, nvml=dataclasses.replace(cfg.nvml, simulate=os.path.abspath(args.simulate)))
+        try:
+            probe_setup(cfg)
+        except ConfigError as exc:
+            return fail_usage(UsageError(str(exc)))
+    daemon = Daemon(cfg, config_path=args.config, loaded=loaded)
+    if loaded.error is not None:
+        daemon.log(f"configuration error: {loaded.error}; running with {loaded.note}", "err",
+                   config=loaded.file)
+    elif loaded.note:
+        daemon.log(loaded.note, "warning")
     try:
         daemon.start()
     except StartError as exc:

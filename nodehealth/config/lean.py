@@ -8,9 +8,16 @@ the same reason: both readers use them.
 Standard library only at import time (``os``, ``sys``): the fast path pays for every module.
 ``tomllib`` (``tomli`` below Python 3.11) is imported when a file is read, ``socket`` only when
 the node name falls back to the host name, and ``hostlist`` only when an ``[[override]]`` touches
-one of these keys. ``read_settings`` never raises on a bad file: any doubt (unreadable, invalid
-TOML, a value of the wrong type or out of range) is returned as a reason, and the caller takes
-the cold path, where the full loader reports the problem.
+one of these keys. ``read_settings`` never raises on a bad file: any doubt (unreadable, not a
+regular file, not root's own while running as root, invalid TOML, a value of the wrong type, out
+of range or not finite) is returned as a reason, and the caller takes the cold path, where the
+full loader reports the problem.
+
+``read_regular`` is the one way either reader opens a config file: ``stat`` first, and only a
+regular file is opened (non-blocking, so a FIFO swapped in between cannot hang the prolog), then
+checked again on the open descriptor. ``identity`` names the file that was read (device, inode,
+size, modification and change times): the prolog's fast path compares it with the one recorded
+when the file last validated (``nodehealth.config.lastgood``).
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ if TYPE_CHECKING:  # no typing import at run time
 DEFAULT_PATH = "/etc/nodehealth/nodehealth.toml"
 ENV_VAR = "NODEHEALTH_CONFIG"
 
+MAX_BYTES = 1 << 20  # a config file larger than this is refused unread
+
 # (dotted key, Settings attribute, kind, default, min, max, choices); kind is one of
-# "str", "bool", "int" and "number" (an integer or a float, read as a float).
+# "str", "path" (a string holding an absolute path), "bool", "int" and "number" (an integer or a
+# finite float, read as a float).
 KEYS = (
     ("node_name", "node_name", "str", "", None, None, None),
-    ("paths.state_dir", "state_dir", "str", "/run/nodehealth", None, None, None),
-    ("paths.procfs_root", "procfs_root", "str", "/proc", None, None, None),
+    ("paths.state_dir", "state_dir", "path", "/run/nodehealth", None, None, None),
+    ("paths.procfs_root", "procfs_root", "path", "/proc", None, None, None),
     ("phases.prolog.budget_s", "prolog_budget_s", "number", 20.0, 1, 3600, None),
     ("slurm.timeout_s", "slurm_timeout_s", "number", 3.0, 0.1, 60, None),
     ("daemon.state_max_age_s", "max_age_s", "number", 90.0, 1, 86400, None),
@@ -50,7 +60,7 @@ def default(key: str) -> Any:
 class Settings:
     """The values of ``KEYS`` for this node; a new instance holds the defaults."""
 
-    __slots__ = tuple(k[1] for k in KEYS)
+    __slots__ = tuple(k[1] for k in KEYS) + ("config_path", "config_id")
 
     node_name: str
     state_dir: str
@@ -62,20 +72,83 @@ class Settings:
     ledger_enabled: bool
     ledger_max_bytes: int
     unknown: str
+    config_path: str  # the file these settings were read from
+    config_id: Optional[list[int]]  # its ``identity``; None when the default file is absent
 
     def __init__(self) -> None:
         for _, attr, _, value, _, _, _ in KEYS:
             setattr(self, attr, value)
+        self.config_path, self.config_id = DEFAULT_PATH, None
+
+
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+
+
+class NotRegular(OSError):
+    """The config path names something other than a regular file (a FIFO, a device, a directory)."""
+
+
+def _regular(mode: int) -> bool:
+    return mode & _S_IFMT == _S_IFREG
+
+
+def read_regular(path: str, limit: int = MAX_BYTES) -> tuple[bytes, Any]:
+    """The bytes of the regular file ``path`` and its ``os.fstat``; raises ``OSError``.
+
+    ``NotRegular`` for anything else (refused before it is opened), also when the file is larger
+    than ``limit``; ``FileNotFoundError`` when it does not exist.
+    """
+    if not _regular(os.stat(path).st_mode):
+        raise NotRegular(f"{path}: not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not _regular(st.st_mode):
+            raise NotRegular(f"{path}: not a regular file")
+        chunks = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise NotRegular(f"{path}: larger than {limit} bytes")
+    return b"".join(chunks), st
+
+
+def identity(st: Any) -> list[int]:
+    """What names one version of a file: device, inode, size, modification and change times (ns)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def untrusted(st: Any, euid: Optional[int] = None) -> str:
+    """Why a process running as root must not use the file ``st`` describes, or "" (not root: "")."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return ""
+    if st.st_uid != 0:
+        return f"owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {st.st_mode & 0o7777:04o})"
+    return ""
 
 
 def _ok(kind: str, value: Any) -> bool:
     if kind == "str":
         return isinstance(value, str)
+    if kind == "path":
+        return isinstance(value, str) and value.startswith("/")
     if kind == "bool":
         return isinstance(value, bool)
     if isinstance(value, bool):
         return False
-    return isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+    if kind == "int":
+        return isinstance(value, int)
+    # value - value is 0 for every finite number, NaN for NaN and the infinities (no math import)
+    return isinstance(value, (int, float)) and value - value == 0
 
 
 def _lookup(raw: Mapping[str, Any], key: str) -> tuple[bool, Any]:
@@ -132,15 +205,19 @@ def config_path(explicit: Optional[str] = None, environ: Optional[Mapping[str, s
 def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
     """The settings from the config file, or ``(None, why)`` (then the cold path)."""
     path, required = config_path(None, environ)
+    st = None
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data, st = read_regular(path)
     except FileNotFoundError:
         if required:
             return None, f"config {path}: no such file"
         data = b""
     except OSError as exc:
         return None, f"config {path}: cannot read: {exc.strerror or exc}"
+    if st is not None:
+        distrust = untrusted(st)
+        if distrust:
+            return None, f"config {path}: not trusted: {distrust}"
     if sys.version_info >= (3, 11):
         import tomllib  # novermin - tomli below 3.11
     else:  # pragma: no cover - Python 3.9/3.10
@@ -149,7 +226,11 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
         raw = tomllib.loads(data.decode("utf-8")) if data.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError is a ValueError
         return None, f"config {path}: invalid TOML ({exc})"
+    except RecursionError:
+        return None, f"config {path}: nested too deeply"
     s = Settings()
+    s.config_path = path if path.startswith("/") else os.path.abspath(path)
+    s.config_id = identity(st) if st is not None else None
     bad = _apply(s, raw)
     if bad:
         return None, f"config {path}: {bad} has an unexpected value"

@@ -1,25 +1,38 @@
 """Configuration loading: TOML into the frozen dataclasses of ``nodehealth.config.schema``.
 
-Loading is defaults-then-validate: an unknown key, a wrong type, an out-of-range value, an
-unknown check name or a check deadline larger than a phase budget is a ``ConfigError`` naming
-the file and the key. Per-host overrides (``[[override]]`` with ``hosts = "gpu[001-064]"``) are
+Loading is defaults-then-validate: an unknown key, a wrong type, an out-of-range or non-finite
+value, a relative path where an absolute one is needed, a malformed listen address, an unknown
+check name or a check deadline larger than a phase budget is a ``ConfigError`` naming the file
+and the key. Per-host overrides (``[[override]]`` with ``hosts = "gpu[001-064]"``) are
 validated for every host at load time, so a typo in a rule for other nodes is still caught.
 Which file is read (``config_path``) and the node's name (``node_name``) come from
 ``nodehealth.config.lean``, which the prolog's fast path shares.
+
+Only a regular file is read (a FIFO or a device is refused unopened), and, running as root, only
+one that root owns and nobody else can write, in directories nobody else can write; the
+programs it names (``[slurm] scontrol``) likewise (``nodehealth.config.trust``).
+
+``load`` raises; ``load_safe`` is what the faces and the daemon use: when the file does not
+validate it returns the last configuration that validated on this node
+(``nodehealth.config.lastgood``), else the built-in defaults, with the error, so a bad edit
+never turns the checks off.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import sys
+import time
 import typing
-from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import hostlist
 
 from nodehealth.checks.base import CheckSettings
+from nodehealth.config import lastgood, lean, trust
 from nodehealth.config.lean import config_path, node_name
 from nodehealth.config.schema import Config, default_checks
 from nodehealth.registry import BY_NAME, CHECKS, PHASES
@@ -29,38 +42,105 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on RHEL 9's Python 3.9
     import tomli as tomllib
 
+# ConfigError.kind: a short label of what went wrong (the ``error`` label of nodehealth_config_valid).
+KINDS = ("missing", "unreadable", "untrusted", "syntax", "value", "setup")
+MAX_DEPTH = 16  # tables and arrays inside each other; the schema needs 5
+
 
 class ConfigError(Exception):
     """A configuration problem, worded for the one-line error an administrator sees."""
+
+    def __init__(self, message: str, kind: str = "value") -> None:
+        super().__init__(message)
+        self.kind = kind if kind in KINDS else "value"
+        self.state_dir: Optional[str] = None  # the state dir the bad file names, when it could be read
 
 
 # Keys the loader handles itself rather than through a dataclass field.
 _TOP_EXTRA = {"override"}
 
+# Keys that hold a path and must be absolute: (table, key, may be empty). The fast path's keys of
+# kind "path" are among them (lean.KEYS), so both readers refuse the same values.
+ABSOLUTE = tuple(
+    (k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.KEYS if k[2] == "path"
+) + (("paths", "sysfs_root", False), ("slurm", "scontrol", False), ("slurm", "conf", True),
+     ("daemon", "textfile_dir", True))
+# Keys that name a program nodehealth runs (as root): trusted like the config file itself.
+PROGRAMS = (("slurm", "scontrol"),)
+
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One config file as read: its path, text and ``lean.identity`` (None: the default file is absent)."""
+
+    file: str
+    text: str
+    identity: Optional[list[int]]
+
+    @property
+    def label(self) -> str:
+        """What errors and ``Config.source`` call it."""
+        return self.file if self.identity is not None else "<defaults>"
+
+
+def read_source(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Source:
+    """The config file's text: a regular file, root's own when running as root; raises ConfigError."""
+    file, required = config_path(path, environ)
+    file = os.path.abspath(file)
+    try:
+        data, st = lean.read_regular(file)
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"{file}: no such file", "missing") from None
+        return Source(file, "", None)
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}", "unreadable") from None
+    why = lean.untrusted(st) or trust.problem(file)
+    if why:
+        raise ConfigError(f"{file}: not trusted: {why} (running as root, nodehealth uses only files root owns "
+                          "and nobody else can write)", "untrusted")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8: {exc}", "syntax") from None
+    return Source(file, text, lean.identity(st))
+
 
 def load(path: Optional[str] = None, host: Optional[str] = None,
          environ: Optional[Mapping[str, str]] = None) -> Config:
     """Read, validate and resolve the configuration for ``host`` (default: this node)."""
-    file, required = config_path(path, environ)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if required:
-            raise ConfigError(f"{file}: no such file") from None
-        raw: dict[str, Any] = {}
-        file = "<defaults>"
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot read: {exc}") from None
-    else:
-        raw = parse_toml(text, file)
-    return resolve(raw, file, host, environ)
+    src = read_source(path, environ)
+    cfg = resolve(parse_toml(src.text, src.label), src.label, host, environ)
+    check_programs(cfg, src.label)
+    return cfg
 
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+        raise ConfigError(f"{file}: invalid TOML: {exc}", "syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid TOML: nested too deeply (at most {MAX_DEPTH} levels)", "syntax") from None
+    check_tree(raw, file)
+    return raw
+
+
+def check_tree(raw: Mapping[str, Any], file: str) -> None:
+    """Nesting at most ``MAX_DEPTH`` deep, and every float finite (NaN passes every range check)."""
+    todo: list[tuple[str, Any, int]] = [(k, v, 1) for k, v in raw.items()]
+    while todo:
+        key, value, depth = todo.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{file}: {key}: {value!r} is not a finite number")
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{file}: {key}: nested too deeply (at most {MAX_DEPTH} levels)", "syntax")
+            items = value.items() if isinstance(value, dict) else ((f"[{i}]", v) for i, v in enumerate(value))
+            for k, v in items:
+                todo.append((f"{key}{k}" if k.startswith("[") else f"{key}.{k}", v, depth + 1))
 
 
 def resolve(raw: Mapping[str, Any], file: str, host: Optional[str] = None,
@@ -101,6 +181,141 @@ def resolve(raw: Mapping[str, Any], file: str, host: Optional[str] = None,
     return dataclasses.replace(cfg, source=file)
 
 
+def check_programs(cfg: Config, file: str) -> None:
+    """Every program the config names: root's own, in directories only root can write (as root)."""
+    for table, key in PROGRAMS:
+        value = getattr(getattr(cfg, table), key)
+        why = trust.problem(value)
+        if why:
+            raise ConfigError(f"{file}: {table}.{key}: {value} not trusted: {why} (running as root, nodehealth "
+                              "runs only programs root owns and nobody else can write)", "untrusted")
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What ``load_safe`` found: the config to run with, and why it is not the file's own."""
+
+    cfg: Config
+    file: str  # the config file asked for
+    error: Optional[ConfigError] = None  # None: the file validated and ``cfg`` is its config
+    using: str = "file"  # "file", "last_validated" (error set) or "defaults" (error set)
+    note: str = ""  # how the fallback was chosen, or why the validated file could not be recorded
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+
+def load_valid(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+               check: Optional[Callable[[Config], None]] = None, remember: bool = True,
+               now: Optional[float] = None) -> tuple[Config, str]:
+    """The file's own config for this node, and a note ("" or why it could not be recorded).
+
+    Raises ConfigError, with ``state_dir`` set to the state dir the file names when it got that
+    far (where its last good config is kept). ``check`` may raise ConfigError for what the loader
+    cannot see (a scenario file). A config that validates is recorded as this node's last good
+    one (``remember``).
+    """
+    hint: Optional[str] = None
+    try:
+        src = read_source(path, environ)
+        hint = _state_dir_in(src.text)  # also when the file does not parse: where its last good one is kept
+        raw = parse_toml(src.text, src.label)
+        hint = _state_dir_of(raw)
+        cfg = resolve(raw, src.label, None, environ)
+        check_programs(cfg, src.label)
+        if check is not None:
+            check(cfg)
+    except ConfigError as exc:
+        exc.state_dir = hint
+        raise
+    note = ""
+    if remember:
+        try:
+            lastgood.record(cfg.paths.state_dir, src.file, src.text, src.identity, time.time() if now is None else now)
+        except OSError as exc:
+            note = f"cannot record the validated configuration in {cfg.paths.state_dir}: {exc.strerror or exc}"
+    return cfg, note
+
+
+def load_safe(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+              check: Optional[Callable[[Config], None]] = None, remember: bool = True,
+              now: Optional[float] = None, defaults: bool = True) -> Loaded:
+    """The config to run with; a bad file does not raise.
+
+    The file's own config when it validates (``load_valid``). Otherwise the last config that
+    validated on this node from this same path, read back from the state dir and validated
+    again, else (``defaults``) the built-in defaults (in the state dir the file names, when it
+    names an absolute one), with the file's error. The file's ConfigError propagates only when
+    there is nothing to fall back on.
+    """
+    file = os.path.abspath(config_path(path, environ)[0])
+    try:
+        cfg, note = load_valid(path, environ, check, remember, now)
+    except ConfigError as exc:
+        return _fallback(file, exc, exc.state_dir, environ, check, defaults)
+    return Loaded(cfg, file, note=note)
+
+
+_TABLE_LINE = re.compile(r"^\s*\[\s*(\[?)\s*([A-Za-z0-9_.\s]*?)\s*\]")
+_STATE_DIR_LINE = re.compile(r'^\s*(paths\s*\.\s*)?state_dir\s*=\s*"([^"\\]+)"\s*(#.*)?$')
+
+
+def _state_dir_in(text: str) -> Optional[str]:
+    """``[paths] state_dir`` read line by line from a file that may not parse as a whole (a trusted one)."""
+    table: Optional[str] = ""
+    for line in text.splitlines():
+        m = _TABLE_LINE.match(line)
+        if m:
+            table = None if m.group(1) else m.group(2).replace(" ", "")
+            continue
+        m = _STATE_DIR_LINE.match(line)
+        if m and ((table == "" and m.group(1)) or (table == "paths" and not m.group(1))):
+            return m.group(2) if m.group(2).startswith("/") else None
+    return None
+
+
+def _state_dir_of(raw: Mapping[str, Any]) -> Optional[str]:
+    paths = raw.get("paths")
+    value = paths.get("state_dir") if isinstance(paths, dict) else None
+    return value if isinstance(value, str) and os.path.isabs(value) else None
+
+
+def _fallback(file: str, error: ConfigError, hint: Optional[str], environ: Optional[Mapping[str, str]],
+              check: Optional[Callable[[Config], None]], defaults: bool) -> Loaded:
+    dirs = [d for d in (hint, lean.default("paths.state_dir")) if d]
+    whys = []
+    for sd in dict.fromkeys(dirs):
+        why = trust.problem(lastgood.path_in(sd))
+        rec, why = (None, why) if why else lastgood.recall(sd, file)
+        if rec is None:
+            whys.append(why)
+            continue
+        try:
+            label = file if rec["identity"] is not None else "<defaults>"
+            cfg = resolve(parse_toml(rec["text"], label), label, None, environ)
+            check_programs(cfg, label)
+            if check is not None:
+                check(cfg)
+        except ConfigError as exc:
+            whys.append(f"the last configuration that validated here no longer does: {exc}")
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec["validated_at"]))
+        source = f"{file} as it validated at {when} (sha256 {rec['sha256'][:12]}, kept in {lastgood.path_in(sd)})"
+        return Loaded(dataclasses.replace(cfg, source=source), file, error, "last_validated", source)
+    if not defaults:
+        raise error
+    # The built-in defaults, but in the state dir the file names: drain records and the ledger stay where they are.
+    cfg = resolve({"paths": {"state_dir": hint}} if hint else {}, "<defaults>", None, environ)
+    try:
+        check_programs(cfg, "<defaults>")
+        if check is not None:
+            check(cfg)
+    except ConfigError:
+        raise error from None
+    return Loaded(cfg, file, error, "defaults", "; ".join(whys))
+
+
 def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge tables; arrays and scalars in ``extra`` replace those in ``base``."""
     out = dict(base)
@@ -126,7 +341,39 @@ def build(raw: Mapping[str, Any], file: str, prefix: str = "") -> Config:
     checks = values.get("checks") or default_checks()
     cfg = dataclasses.replace(cfg, checks=checks)
     _check_budgets(cfg, file)
+    _check_paths(cfg, file, prefix)
+    _check_listen(cfg.daemon.listen, file, f"{prefix}daemon.listen")
     return cfg
+
+
+def _check_paths(cfg: Config, file: str, prefix: str) -> None:
+    for table, key, may_be_empty in ABSOLUTE:
+        value = getattr(getattr(cfg, table), key)
+        if value == "" and may_be_empty:
+            continue
+        if not value.startswith("/"):
+            what = "empty" if value == "" else f"{value!r} is relative"
+            raise ConfigError(f"{file}: {prefix}{table}.{key}: {what}; expected an absolute path")
+
+
+def _check_listen(value: str, file: str, key: str) -> None:
+    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT`` (every interface) or empty (no endpoint)."""
+    if value == "":
+        return
+    host, sep, port = value.rpartition(":")
+    ok = bool(sep) and port.isdigit() and len(port) <= 5 and int(port) <= 65535
+    if ok and host.startswith("[") and host.endswith("]"):
+        import ipaddress
+
+        try:
+            ok = ipaddress.ip_address(host[1:-1].split("%")[0]).version == 6
+        except ValueError:
+            ok = False
+    elif ok and host:
+        ok = bool(_HOST.match(host)) and ":" not in host
+    if not ok:
+        raise ConfigError(f"{file}: {key}: {value!r}: expected HOST:PORT (0.0.0.0:10915, [::]:10915, "
+                          "127.0.0.1:10915), or \"\" for no endpoint")
 
 
 def _build_checks(raw: Any, file: str, prefix: str) -> dict[str, CheckSettings]:
@@ -237,6 +484,8 @@ def _scalar(kind: Any, meta: Mapping[str, Any], value: Any, file: str, key: str)
         raise ConfigError(f"{file}: {key}: expected {_SCALARS.get(kind, kind)}, got {_kind(value)} {value!r}")
     if kind is float:
         value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{file}: {key}: {value!r} is not a finite number")
     lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{file}: {key}: {value!r} is not one of {', '.join(map(str, choices))}")

@@ -17,8 +17,9 @@ import time
 from typing import Any, Callable, Optional
 
 from nodehealth import runner
+from nodehealth.config import lean
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, load
+from nodehealth.config.loader import ConfigError, Loaded, load_valid
 from nodehealth.config.schema import Config
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
@@ -34,6 +35,26 @@ from nodehealth.xid.settings import CHECK as XID_CHECK
 
 class StartError(Exception):
     """The daemon cannot start as configured (listen address, state dir, textfile dir)."""
+
+
+def probe_setup(cfg: Config) -> None:
+    """What the probes need of a config (a scenario file that parses), as a ConfigError."""
+    from nodehealth.probes import ProbeSetupError, validate
+
+    try:
+        validate(cfg)
+    except ProbeSetupError as exc:
+        raise ConfigError(str(exc), "setup") from None
+
+
+def file_identity(path: str) -> Any:
+    """``lean.identity`` of what ``path`` names now; None when it is absent, the error text when it cannot tell."""
+    try:
+        return lean.identity(os.stat(path))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return str(exc)
 
 
 def validate_start(cfg: Config) -> None:
@@ -64,12 +85,24 @@ class Daemon:
     def __init__(self, cfg: Config, config_path: Optional[str] = None, log: Optional[Log] = None,
                  slurm: Optional[SlurmHook] = None, xid: Optional[XidFollower] = None,
                  notify: Optional[Callable[[str], bool]] = None,
-                 use_default_hooks: bool = True) -> None:
+                 use_default_hooks: bool = True, loaded: Optional[Loaded] = None) -> None:
+        """``loaded``: how ``cfg`` was loaded (``loader.load_safe``); with it, the config file is
+        watched for ``nodehealth_config_valid``."""
         self.cfg = cfg
         self.config_path = config_path
         self.log = log or Log.default()
         self.node = node_name(cfg.node_name)
         self.metrics = NodeMetrics(self.node)
+        self.config_file = os.path.abspath(lean.config_path(config_path)[0])
+        self.config_lock = threading.Lock()
+        self.config_using = "file"
+        self.config_seen: Any = file_identity(self.config_file)
+        if loaded is not None:
+            if loaded.error is not None:
+                self.config_using = "last_validated"
+            self.metrics.set_config(self.config_file, "none" if loaded.error is None else loaded.error.kind,
+                                    self.config_using)
+            self.metrics.config_probe = self.watch_config
         if notify is None:
             from nodehealth.platform.sdnotify import notify as sd_notify
 
@@ -189,28 +222,57 @@ class Daemon:
 
     def reload(self) -> bool:
         """Re-read the config file; a bad one is rejected and the running config kept."""
-        from nodehealth.probes import ProbeSetupError, validate
-
+        seen = file_identity(self.config_file)
         try:
-            new = load(self.config_path)
-            validate(new)
-        except (ConfigError, ProbeSetupError) as exc:
+            new, note = load_valid(self.config_path, check=probe_setup)
+            if new.daemon.textfile_dir and not os.path.isdir(new.daemon.textfile_dir):
+                raise ConfigError(f"{new.source}: daemon.textfile_dir: {new.daemon.textfile_dir} does not exist")
+        except ConfigError as exc:
             self.log(f"config reload rejected, keeping the running configuration: {exc}", "err")
             self.metrics.reloaded(False)
+            self.config_using = "last_validated"
+            self._config_judged(seen, exc.kind)
             return False
+        if note:
+            self.log(note, "warning")
         if new.daemon.listen != self.cfg.daemon.listen:
             self.log(f"[daemon] listen changed to {new.daemon.listen!r}: takes effect at the next restart", "warning")
             new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, listen=self.cfg.daemon.listen))
-        if new.daemon.textfile_dir and not os.path.isdir(new.daemon.textfile_dir):
-            self.log(f"config reload rejected, keeping the running configuration: textfile_dir "
-                     f"{new.daemon.textfile_dir} does not exist", "err")
-            self.metrics.reloaded(False)
-            return False
         self.cfg = new
         self.metrics.reloaded(True)
+        self.config_using = "file"
+        self._config_judged(seen, "none")
         self.log(f"configuration reloaded from {new.source}", "notice")
         self.wake.set()
         return True
+
+    def _config_judged(self, seen: Any, error: str) -> None:
+        self.config_seen = seen
+        if self.metrics.config_probe is not None:
+            self.metrics.set_config(self.config_file, error, self.config_using)
+
+    def watch_config(self) -> None:
+        """Before a scrape: when the config file changed, judge it again (not applied: SIGHUP does that).
+
+        One ``stat`` while it has not changed. The file that changed and does not validate is
+        logged once and shows as ``nodehealth_config_valid 0``; the running config stays.
+        """
+        if not self.config_lock.acquire(blocking=False):
+            return
+        try:
+            seen = file_identity(self.config_file)
+            if seen == self.config_seen:
+                return
+            try:
+                load_valid(self.config_path, check=probe_setup)
+            except ConfigError as exc:
+                self.log(f"the config file changed and does not validate (the running configuration stays): "
+                         f"{exc}", "err")
+                self._config_judged(seen, exc.kind)
+            else:
+                self._config_judged(seen, "none")
+        finally:
+            self.config_lock.release()
 
     # ------------------------------------------------------------------ rounds
 

@@ -3,9 +3,11 @@
 Every face: load the config (``NODEHEALTH_CONFIG`` or the default path), run the phase's
 checks under what is left of the phase budget, then hand the Report to the one drain/resume
 sequence (``nodehealth.slurm.act``) with the same deadline. The deadline starts when the
-process started, so config load, checks and every Slurm call fit in the one budget. A bug or
-a config error in nodehealth is its own failure (UNKNOWN): by default it exits 0 with a loud
-log line, so it never drains a cluster.
+process started, so config load, checks and every Slurm call fit in the one budget. A config
+file that does not validate is reported at error level and the checks run with the last
+configuration that validated on this node, else the built-in defaults (``loader.load_safe``):
+a bad edit never turns the checks off. A bug in nodehealth is its own failure (UNKNOWN): by
+default it exits 0 with a loud log line, so it never drains a cluster.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, load, phase_budget
+from nodehealth.config.loader import ConfigError, load_safe, phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
@@ -51,24 +53,41 @@ class Run:
 
 
 def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) -> Union[Run, int]:
-    """Load the config; an int is the exit code when that already failed."""
+    """Load the config; an int is the exit code when that already failed.
+
+    A config file that does not validate does not stop the checks: the run uses the last
+    configuration that validated on this node, else the built-in defaults, and says so at
+    error level (stderr and syslog).
+    """
     env = os.environ if environ is None else environ
     job = jobenv.job_id(env)
     log = Log(face, job)
     try:
-        cfg = load(environ=env)
-        from nodehealth.probes import ProbeSetupError, validate
-
-        try:
-            validate(cfg)
-        except ProbeSetupError as exc:
-            raise ConfigError(str(exc)) from None
+        loaded = load_safe(environ=env, check=probe_setup)
     except ConfigError as exc:
-        log(f"configuration error, not checking: {exc}", notable=True)
+        log(f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
+            notable=True)
         return 0
+    if loaded.error is not None:
+        using = loaded.note if loaded.using == "last_validated" else (
+            "the built-in defaults" + (f" ({loaded.note})" if loaded.note else ""))
+        log(f"error: configuration error: {loaded.error}; checking with {using}", notable=True)
+    elif loaded.note:
+        log(loaded.note)
+    cfg = loaded.cfg
     deadline = Deadline.from_process_start(phase_budget(cfg, phase))
     return Run(face=face, phase=phase, cfg=cfg, node=node_name(cfg.node_name, env), log=log, deadline=deadline,
                environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
+
+
+def probe_setup(cfg: Config) -> None:
+    """What the probes need of a config (a scenario file that parses), as a ConfigError."""
+    from nodehealth.probes import ProbeSetupError, validate
+
+    try:
+        validate(cfg)
+    except ProbeSetupError as exc:
+        raise ConfigError(str(exc), "setup") from None
 
 
 def run_outcome(run: Run) -> tuple[Report, Observations]:

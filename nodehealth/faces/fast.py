@@ -8,11 +8,15 @@ the cold path's machinery, ``nodehealth.faces.common.fast_fault``), or the reaso
 
 What this path imports is paid for before every job, so it stays lean: the standard library's
 ``json``/``os``/``time``/``re``, a TOML parser, ``nodehealth.config.lean`` (the handful of keys
-it needs, with the loader's defaults, read straight from the same TOML file), ``nodehealth.statedir``
+it needs, with the loader's defaults, read straight from the same TOML file) and
+``nodehealth.config.lastgood`` (the record of the config that last validated), ``nodehealth.statedir``
 (layout, verdict, files, counters, ledger: standard library only, no ``dataclasses``/``typing``)
 and ``nodehealth.slurm.jobenv`` (``re``). Never imported here: the config loader (``hostlist`` and
 the whole check registry), pynvml, psutil, prometheus_client, the runner, the probes, the model.
-Any doubt (unreadable config, a corrupt, stale or foreign verdict) sends the prolog to the cold path.
+Any doubt (unreadable config, a corrupt, stale or foreign verdict) sends the prolog to the cold path;
+so does a config file that is not the one that last validated on this node (its identity, from the
+``fstat`` of the read, against ``nodehealth.config.lastgood``'s record): the full loader has not
+seen it, and only the cold path reports a file that does not validate.
 
 On the way, as the cold path does: the job's ``start`` record in the ledger, and the job's ECC
 baseline copied from the latest counter reading (``gpu-counters.json``; so the baseline is as old
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+from nodehealth.config import lastgood
 from nodehealth.config.lean import Settings, node_name, read_settings
 from nodehealth.faces.log import Log
 from nodehealth.slurm import jobenv
@@ -78,6 +83,9 @@ def prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
 def _prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
     s, why = read_settings(environ)
     if s is None:
+        return why
+    why = lastgood.unchanged(s.state_dir, s.config_path, s.config_id)
+    if why:  # a new or edited file: the cold path validates it (and reports it when it does not validate)
         return why
     boot = layout.read_boot_id(s.procfs_root)
     if boot is None:

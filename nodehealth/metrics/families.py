@@ -27,6 +27,8 @@ GPU = ("gpu", "uuid", "pci_bus_id", "model")
 THROTTLE_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
                     "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+# The ``error`` label of nodehealth_config_valid: "none", or nodehealth.config.loader.KINDS.
+CONFIG_ERRORS = ("none", "missing", "unreadable", "untrusted", "syntax", "value", "setup")
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +76,17 @@ FAMILIES: tuple[Family, ...] = (
        values={"result": ("ok", "error")}, note="`error`: the new file was rejected and the old config kept"),
     _f(_D, "nodehealth_config_last_reload_success", GAUGE, (), "1 when the last reload was accepted",
        note="absent before the first reload"),
+    _f(_D, "nodehealth_config_valid", GAUGE, ("file", "error"), "1 when the config file validates as it is now; 0 "
+       "when it does not (the daemon then runs the configuration nodehealth_config_in_use_info names)",
+       values={"error": CONFIG_ERRORS},
+       note="checked at start, on SIGHUP and at the first scrape after the file changed; `unreadable` "
+            "includes not a regular file, `untrusted`: running as root, the file or a program it names is "
+            "not root's own or others can write it, `setup`: its scenario file; the faces fall back the "
+            "same way and log the error (stderr, syslog)"),
+    _f(_D, "nodehealth_config_in_use_info", INFO, ("using",), "The configuration the daemon runs with (value 1)",
+       values={"using": ("file", "last_validated")},
+       note="`last_validated`: the file did not validate, the daemon runs the last version of it that did "
+            "(from the state dir at start, the running one after a rejected reload)"),
     _f(_D, "nodehealth_state_last_write_timestamp_seconds", GAUGE, (), "Unix time the state file was last written",
        "seconds", note="the verdict the prolog's fast path reads (docs/operations.md)"),
     _f(_D, "nodehealth_state_write_errors_total", COUNTER, (), "Failed writes of the daemon state file"),

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -64,6 +64,8 @@ class NodeMetrics:
         self.jobs: dict[int, str] = {}
         self.reloads: dict[str, int] = {"ok": 0, "error": 0}
         self.last_reload_ok: Optional[bool] = None
+        self.config: Optional[tuple[str, str, str]] = None  # file, error kind ("none": valid), what runs
+        self.config_probe: Optional[Callable[[], None]] = None  # called before each rendering of it
         self.state_write_errors = 0
         self.state_written_at: Optional[float] = None
         self.started_at = clock()
@@ -142,6 +144,11 @@ class NodeMetrics:
             self.reloads["ok" if ok else "error"] += 1
             self.last_reload_ok = ok
             self._changed()
+
+    def set_config(self, file: str, error: str, using: str) -> None:
+        """The config file's validity (``error``: "none" or ``ConfigError.kind``) and what the daemon runs."""
+        with self._lock:
+            self.config = (file, error, using)
 
     def state_written(self, ok: bool) -> None:
         with self._lock:
@@ -226,9 +233,20 @@ class NodeMetrics:
         yield one("nodehealth_start_time_seconds", self.started_at)
 
     def live_families(self) -> Iterator[Metric]:
+        probe = self.config_probe
+        if probe is not None:
+            probe()  # the config file may have changed since the last scrape (one stat when it did not)
         with self._lock:
             started = self.round_started
+            config = self.config
         yield one("nodehealth_round_running_seconds", max(0.0, self.clock() - started) if started is not None else 0.0)
+        if config is not None:
+            file, error, using = config
+            valid = new("nodehealth_config_valid")
+            valid.add([file, error], b(error == "none"))
+            in_use = new("nodehealth_config_in_use_info")
+            in_use.add([using], 1)
+            yield from (valid, in_use)
 
 
 class _Collect:

@@ -11,6 +11,7 @@ problem in the file is a ``ScenarioError`` naming the file and the key.
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 import sys
 import time
@@ -206,6 +207,8 @@ def parse(path: str) -> Scenario:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid TOML: nested too deeply") from None
     return build(raw, path)
 
 
@@ -299,6 +302,8 @@ def _known(table: Any, keys: set[str], where: str, err: Any) -> None:
 
 def _typed(value: Any, kind: Any, key: str, err: Any) -> Any:
     if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise err(key, f"must be a finite number, got {value!r}")
         return float(value)
     if kind is int and isinstance(value, bool):
         raise err(key, f"expected an integer, got {value!r}")

@@ -13,6 +13,7 @@ file                       what                                                 
 ``jobs.jsonl``             the job ledger (``statedir.ledger``)                   prolog, epilog
 ``jobs/<id>.json``         one job's counters at its start (its baseline)         prolog
 ``xid-events.json``        XID events of this boot and the kmsg position          XID follower, probe
+``config-good.json``       the last config that validated here (text, sha256)     faces, daemon
 =========================  =====================================================  ==================
 
 Each JSON file ``F`` is written atomically (``statedir.files``) and serialised by ``F.lock``.
@@ -33,6 +34,7 @@ LEDGER = "jobs.jsonl"
 JOBS_DIR = "jobs"
 XID_EVENTS = "xid-events.json"
 XID_LOCK = "xid-events.lock"
+CONFIG_GOOD = "config-good.json"
 
 # The kernel's id of the running boot, under the configured procfs root ([paths] procfs_root).
 BOOT_ID_REL = ("sys", "kernel", "random", "boot_id")

@@ -1,0 +1,86 @@
+"""The last configuration that validated on this node, kept in the state dir.
+
+When a face or the daemon loads a config file that validates, it records the file's text, path,
+identity (``nodehealth.config.lean.identity``), sha256 and the time in
+``<state_dir>/config-good.json`` (only when one of them changed). When the file stops
+validating, the faces and the daemon run with that text instead (``nodehealth.config.loader.
+load_safe``), so a bad edit never turns the checks off; the prolog's fast path answers from
+the daemon's verdict only while the file is still the one recorded here (``unchanged``),
+otherwise the cold path runs and reports.
+
+Standard library and ``nodehealth.statedir`` only at import time: the fast path imports this
+module; ``hashlib`` is imported only when a record is written or read back for use.
+"""
+
+from __future__ import annotations
+
+from nodehealth.statedir import files, layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
+    from typing import Any, Optional
+
+VERSION = 1
+KIND = "nodehealth-config-good"
+MAX_BYTES = 4 << 20  # the text (at most lean.MAX_BYTES) JSON-escaped, with room to spare
+
+
+def path_in(state_dir: str) -> str:
+    return layout.path(state_dir, layout.CONFIG_GOOD)
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _identity_ok(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and len(value) == 5 and all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in value))
+
+
+def read(state_dir: str) -> Optional[dict[str, Any]]:
+    """The record as written, or None when it is missing, unreadable or not a whole record."""
+    raw = files.read_object(path_in(state_dir), MAX_BYTES)
+    if raw is None or raw.get("v") != VERSION or raw.get("kind") != KIND:
+        return None
+    when = raw.get("validated_at")
+    if not (isinstance(raw.get("path"), str) and isinstance(raw.get("text"), str)
+            and isinstance(raw.get("sha256"), str) and _identity_ok(raw.get("identity"))
+            and isinstance(when, (int, float)) and not isinstance(when, bool) and 0 <= when < 1e11):
+        return None
+    return raw
+
+
+def unchanged(state_dir: str, path: str, ident: Optional[list[int]]) -> str:
+    """"" when ``path`` with identity ``ident`` is the file last validated on this node, else why not."""
+    rec = read(state_dir)
+    if rec is None:
+        return f"config {path} has not been validated on this node yet"
+    if rec["path"] != path or rec["identity"] != ident:
+        return f"config {path} changed since it last validated"
+    return ""
+
+
+def record(state_dir: str, path: str, text: str, ident: Optional[list[int]], now: float) -> bool:
+    """Keep ``text`` as the last config that validated on this node; False when already kept (raises OSError)."""
+    digest = _sha256(text)
+    old = read(state_dir)
+    if old is not None and (old["path"], old["identity"], old["sha256"]) == (path, ident, digest):
+        return False
+    files.write_json(path_in(state_dir), {"v": VERSION, "kind": KIND, "path": path, "identity": ident,
+                                          "sha256": digest, "validated_at": now, "text": text}, compact=True)
+    return True
+
+
+def recall(state_dir: str, path: str) -> tuple[Optional[dict[str, Any]], str]:
+    """The record for ``path`` whose text still matches its hash, or ``(None, why not)``."""
+    rec = read(state_dir)
+    if rec is None:
+        return None, f"no configuration has validated on this node ({path_in(state_dir)})"
+    if rec["path"] != path:
+        return None, f"the last configuration that validated here is {rec['path']}, not {path}"
+    if _sha256(rec["text"]) != rec["sha256"]:
+        return None, f"{path_in(state_dir)}: the text does not match its sha256"
+    return rec, ""
