@@ -12,6 +12,7 @@ from nodehealth.xid.attribution import attribute, gpu_at, gpu_map
 from nodehealth.xid.catalog import application_xid_bursts
 from nodehealth.xid.events import Severity
 from nodehealth.xid.settings import XidSettings
+from nodehealth.xid.text import printable
 
 DETAIL_EVENTS = 50  # the most recent events listed in the result's details
 
@@ -26,7 +27,7 @@ def _within(record: XidRecord, now: float, window_s: float) -> bool:
 
 def _where(record: XidRecord) -> str:
     ev = record.event
-    pci = ev.pci or "unknown PCI address"
+    pci = printable(ev.pci) if ev.pci else "unknown PCI address"
     return f"GPU {ev.gpu} ({pci})" if ev.gpu is not None else f"GPU {pci}"
 
 
@@ -39,10 +40,10 @@ def _describe(records: Sequence[XidRecord]) -> str:
         ev = group[-1].event
         text = f"XID {xid}"
         if ev.mnemonic and ev.mnemonic != "UNKNOWN":
-            text += f" {ev.mnemonic}"
+            text += f" {printable(ev.mnemonic)}"
         if len(group) > 1:
             text += f" x{len(group)}"
-        jobs = sorted({r.event.job_id for r in group if r.event.job_id is not None})
+        jobs = sorted({printable(r.event.job_id) for r in group if r.event.job_id is not None})
         if jobs:
             text += f" (job {', '.join(jobs)})"
         if not any(r.current_boot for r in group):
@@ -67,8 +68,8 @@ def _findings(records: Sequence[XidRecord], status: Status) -> list[Finding]:
 
 
 def _record_json(record: XidRecord) -> dict[str, Any]:
-    data = record.event.to_json()
-    data["boot_id"] = record.boot_id
+    data = record.event.to_json()  # its text printable and bounded
+    data["boot_id"] = printable(record.boot_id)
     data["at"] = record.at
     data["current_boot"] = record.current_boot
     return data
@@ -104,7 +105,8 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
     for b in bursts:
         found = gpu_at(b.pci, gpus)
         index = found[0] if found is not None else None
-        where = f"GPU {index} ({b.pci})" if index is not None else f"GPU {b.pci or '(unnamed)'}"
+        pci = printable(b.pci) if b.pci else None
+        where = f"GPU {index} ({pci})" if index is not None else f"GPU {pci or '(unnamed)'}"
         xids = ", ".join(str(n) for n in b.xids)
         findings.append(Finding(
             Status.WARN, f"{where}: {b.count} application XIDs ({xids}) within {b.window_s:g} s "

@@ -27,6 +27,7 @@ from nodehealth.xid.events import XidEvent
 from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
 from nodehealth.xid.parse import ScanStats, scan, split_lines
 from nodehealth.xid.patterns import KMSG_PATH
+from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
@@ -304,12 +305,16 @@ def run_clear(args: argparse.Namespace) -> int:
 
 
 def format_event(event: XidEvent) -> str:
-    """One readable line: when, what, which GPU, our verdict, who, and the driver's words."""
-    parts = [event.time if event.time is not None else "-"]
+    """One readable line: when, what, which GPU, our verdict, who, and the driver's words.
+
+    Everything that comes from the kernel log (or the job ledger) is made printable and bounded
+    (``nodehealth.xid.text``): no control character or terminal escape reaches the terminal.
+    """
+    parts = [printable(event.time) if event.time is not None else "-"]
     parts.append(f"XID {event.xid}")
     if event.mnemonic:
-        parts.append(event.mnemonic)
-    parts.append(f"pci={event.pci or '?'}")
+        parts.append(printable(event.mnemonic))
+    parts.append(f"pci={printable(event.pci) if event.pci else '?'}")
     if event.gpu is not None:
         parts.append(f"gpu={event.gpu}")
     if event.severity is not None:
@@ -319,11 +324,11 @@ def format_event(event: XidEvent) -> str:
     if event.pid is not None:
         parts.append(f"pid={event.pid}")
     if event.process is not None:
-        parts.append(f"process={event.process}")
+        parts.append(f"process={printable(event.process, MAX_PROCESS_CHARS)}")
     if event.job_id is not None:
-        parts.append(f"job={event.job_id}")
+        parts.append(f"job={printable(event.job_id)}")
     line = " ".join(parts)
-    return f"{line}: {event.message}" if event.message else line
+    return f"{line}: {printable(event.message, MAX_MESSAGE_CHARS)}" if event.message else line
 
 
 def run_explain(args: argparse.Namespace) -> int:

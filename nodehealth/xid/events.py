@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nodehealth.model import Action
+from nodehealth.xid.text import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 KIND_XID = "xid"
 KIND_FALLEN_OFF_BUS = "fallen_off_bus"
@@ -88,21 +89,26 @@ class XidEvent:
     mnemonic: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict; stable keys, None where unknown."""
+        """A JSON-serialisable dict; stable keys, None where unknown; text printable and bounded
+        (``nodehealth.xid.text``), whoever reads the JSON and prints a value of it."""
         return {
             "xid": self.xid,
-            "pci": self.pci,
+            "pci": _text(self.pci),
             "gpu": self.gpu,
-            "gpu_uuid": self.gpu_uuid,
+            "gpu_uuid": _text(self.gpu_uuid),
             "pid": self.pid,
-            "process": self.process,
-            "job_id": self.job_id,
-            "kind": self.kind,
+            "process": _text(self.process, MAX_PROCESS_CHARS),
+            "job_id": _text(self.job_id),
+            "kind": printable(self.kind),
             "severity": self.severity.value if self.severity is not None else None,
             "action": self.action.value if self.action is not None else None,
-            "mnemonic": self.mnemonic,
-            "message": self.message,
-            "time": self.time,
+            "mnemonic": _text(self.mnemonic),
+            "message": printable(self.message, MAX_MESSAGE_CHARS),
+            "time": _text(self.time),
             "uptime_s": self.uptime_s,
             "seq": self.seq,
         }
+
+
+def _text(value: Optional[str], limit: int = MAX_FIELD_CHARS) -> Optional[str]:
+    return printable(value, limit) if value is not None else None

@@ -24,6 +24,8 @@ class StoreXidFollower:
     thread: this boot's backlog first, then each new kernel-log line; every event is stored
     (so the ``gpu_xid`` check and the next prolog see it) and handed to ``on_event`` judged.
     A kernel log that cannot be read makes the follower ``dead``; it retries every ``retry_s``.
+    What the store says about itself (parts of the file that were not valid, a position past
+    the end of the log) is logged at warning level, once.
     """
 
     def __init__(self, cfg: Config, log: Logger, retry_s: float = 10.0) -> None:
@@ -62,7 +64,8 @@ class StoreXidFollower:
                 store = XidStore.configured(self.cfg)
                 self._alive = True
                 self.since = time.time()
-                store.follow(self._stop, handle)
+                store.follow(self._stop, handle,
+                             on_note=lambda note: self.log(f"XID event store: {note}", "warning"))
             except (KernelLogUnavailable, StoreError, OSError, ValueError) as exc:
                 self.log(f"XID follower stopped: {exc}; retrying in {self.retry_s:g} s", "err")
             self._alive = False

@@ -7,6 +7,11 @@ started from: together with the boot id that is the store's position across rest
 file or a FIFO of records works the same way (tests, replay, ``nodehealth xid scan --kmsg``);
 at end of file a follower waits for more. Records are recognised by the pattern table's one
 record regex (``nodehealth.xid.patterns.KMSG_RECORD``); the lines go to the pure parser.
+
+A saved position past the last record of the log (sequence numbers only grow within a boot, so
+it belongs to no record of this boot: a damaged or foreign state file) would hide every record;
+when the backlog ends below it, the reader starts again from the log's first record and says so
+(``rewound``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ KERNEL_FACILITY = 0
 
 class KernelLogUnavailable(Exception):
     """The kernel log could not be read; the message names the path and the reason."""
+
+
+class _Rewind(Exception):
+    """The backlog ended below the saved position: read the log again from its beginning."""
 
 
 def _reason(path: str, exc: OSError) -> str:
@@ -73,6 +82,8 @@ class KmsgReader:
     continuation lines). ``kernel_only``: keep only records of the kernel facility (lines
     written to ``/dev/kmsg`` from user space carry the user facility). ``last_seq`` is the
     highest sequence number read so far (skipped records included), the position to save.
+    ``rewound`` says why the log was read again from its first record (the position was past
+    its end), else None.
     """
 
     def __init__(self, path: str = KMSG_PATH, after_seq: Optional[int] = None, kernel_only: bool = False,
@@ -84,6 +95,8 @@ class KmsgReader:
         self.last_seq: Optional[int] = after_seq
         self.complete = False  # the backlog was read to its end
         self.lost = 0  # records the kernel overwrote before we read them (EPIPE)
+        self.rewound: Optional[str] = None
+        self._max_seq: Optional[int] = None  # the highest sequence number in the log itself
 
     def lines(self, follow: bool = False, stop: Optional[threading.Event] = None,
               deadline: Optional[float] = None) -> Iterator[bytes]:
@@ -94,6 +107,18 @@ class KmsgReader:
         come, until ``stop`` is set or the deadline passes. Raises ``KernelLogUnavailable``
         when the log cannot be opened or read.
         """
+        while True:
+            try:
+                yield from self._lines(follow, stop, deadline)
+                return
+            except _Rewind:
+                self.rewound = (f"the saved position (kmsg record {self.after_seq}) is past the end of "
+                                f"{self.path} (last record {self._max_seq}): read it again from its first record")
+                self.after_seq = None
+                self.last_seq = None
+                self.complete = False
+
+    def _lines(self, follow: bool, stop: Optional[threading.Event], deadline: Optional[float]) -> Iterator[bytes]:
         fd = open_log(self.path)
         try:
             records = stat.S_ISCHR(os.fstat(fd).st_mode)
@@ -106,6 +131,8 @@ class KmsgReader:
                         yield line
                     continue
                 seq = int(m.group("seq"))
+                if self._max_seq is None or seq > self._max_seq:
+                    self._max_seq = seq
                 skipping = self.after_seq is not None and seq <= self.after_seq
                 if self.last_seq is None or seq > self.last_seq:
                     self.last_seq = seq
@@ -115,6 +142,13 @@ class KmsgReader:
                     yield line
         finally:
             os.close(fd)
+
+    def _at_end(self) -> None:
+        """The backlog has been read: start again when it ended below the saved position."""
+        first = not self.complete
+        self.complete = True
+        if first and self.after_seq is not None and self._max_seq is not None and self._max_seq < self.after_seq:
+            raise _Rewind()
 
     def _chunks(self, fd: int, records: bool, follow: bool, stop: Optional[threading.Event],
                 deadline: Optional[float]) -> Iterator[bytes]:
@@ -128,7 +162,7 @@ class KmsgReader:
             try:
                 chunk = os.read(fd, _READ_SIZE)
             except BlockingIOError:
-                self.complete = True
+                self._at_end()
                 if not follow:
                     return
                 poller.poll(self._wait_ms(deadline))
@@ -139,7 +173,7 @@ class KmsgReader:
                     continue
                 raise KernelLogUnavailable(_reason(self.path, exc)) from None
             if not chunk:  # end of a plain file, or a FIFO with no writer
-                self.complete = True
+                self._at_end()
                 if not follow:
                     return
                 if stop is not None:

@@ -4,11 +4,20 @@
 freely: raw ``/dev/kmsg`` records ``pri,seq,usec,flags;message`` (their `` KEY=value``
 continuation lines ignored), ``dmesg`` (``[   94.571234] NVRM: ...``), ``dmesg -r``
 (``<4>[...]``), ``dmesg -T``, ``dmesg --time-format=iso``, syslog files and ``journalctl -k``
-text, and bare driver messages, also when quoted inside other text.
+text, and bare driver messages.
+
+Only the driver's own records count: a line is read only when its message, right after the
+prefix of its log format (``patterns.MESSAGE_START``), starts with the driver's tag ``NVRM:``.
+The kernel quotes names users choose (exec's "launched '<file>' with NULL argv", audit's
+``name="..."``), so a driver line inside another record is text, never an event. ``scan`` also
+knows dmesg's and journalctl's continuation lines (indented, no prefix): they belong to the
+record above them, and the one driver message that continues on them is the three-line
+"fallen off the bus" form (``patterns.NVIDIA_GPU``); any other continuation line is skipped.
 
 What a line may say is the pattern table, ``nodehealth.xid.patterns`` (every regex with its
 real sample lines); this module applies it. The kernel log itself is read by
-``nodehealth.xid.kmsg``.
+``nodehealth.xid.kmsg``. Text taken from a line is made printable and bounded
+(``nodehealth.xid.text``).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Optional, Union
 from nodehealth.xid import patterns
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
 from nodehealth.xid.patterns import Pattern
+from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 # A kernel log line is at most ~1 KiB (kmsg records, with their dictionary, stay well below
 # 8 KiB); anything far longer is junk or a concatenation accident and is skipped, counted.
@@ -28,6 +38,8 @@ MAX_LINE_BYTES = 64 * 1024
 
 _ANCHOR_RE = re.compile("|".join(re.escape(a) for a in patterns.ANCHORS))
 _ANCHOR_BYTES_RE = re.compile(_ANCHOR_RE.pattern.encode())
+_MESSAGE_START = patterns.MESSAGE_START.regex
+_TAG = patterns.DRIVER_TAG
 
 
 @dataclass(frozen=True)
@@ -70,21 +82,38 @@ def parse_line(line: str) -> Optional[XidEvent]:
     """The XID event one kernel-log line reports, or None.
 
     Never raises on any string. Non-Xid driver lines (banners, UUID lines, ``RmInitAdapter
-    failed``, GSP RPC dumps, rate-limit notices) give None.
+    failed``, GSP RPC dumps, rate-limit notices) give None, and so does every line whose
+    message does not start with the driver's tag (``patterns.MESSAGE_START``), among them an
+    indented continuation line, which alone cannot say whose record it continues.
     """
     if _ANCHOR_RE.search(line) is None:
         return None
     if len(line) > MAX_LINE_BYTES:
         return None
     line = line.rstrip("\r\n")
-    if line.startswith(" ") and patterns.KMSG_CONTINUATION.regex.match(line):
+    start = _MESSAGE_START.match(line)
+    if start is None:
         return None
+    return _driver_event(line, start.end())
+
+
+def _driver_event(line: str, at: int) -> Optional[XidEvent]:
+    """The event of a driver record whose tag starts at ``at``, or None."""
     for pattern in patterns.EVENTS:
         if all(needle in line for needle in pattern.needles):
-            m = pattern.regex.search(line)
+            m = pattern.regex.match(line, at)
             if m:
                 return _event(pattern, line, m)
     return None
+
+
+def _continued_tag(line: str) -> int:
+    """Where the driver's tag starts on an indented continuation line, -1 when it does not."""
+    body = line.lstrip(" \t")
+    return len(line) - len(body) if body.startswith(_TAG) else -1
+
+
+_CONTINUED = patterns.FALLEN_OFF_BUS  # the one event a continuation line can carry
 
 
 def _event(pattern: Pattern, line: str, m: re.Match[str]) -> XidEvent:
@@ -100,7 +129,7 @@ def _event(pattern: Pattern, line: str, m: re.Match[str]) -> XidEvent:
                 pid = int(p.group("pid"))
             name = p.group("name")
             if name and name not in ("<unknown>", "'<unknown>'"):
-                process = name
+                process = printable(name, MAX_PROCESS_CHARS)
             payload = payload[p.end():]
     xid = groups.get("xid")
     pci = groups.get("pci")
@@ -112,7 +141,7 @@ def _event(pattern: Pattern, line: str, m: re.Match[str]) -> XidEvent:
         kind=pattern.kind,
         pid=pid,
         process=process,
-        message=payload.strip(),
+        message=printable(payload.strip(), MAX_MESSAGE_CHARS),
         time=stamp.time,
         uptime_s=stamp.uptime_s,
         seq=stamp.seq,
@@ -148,14 +177,18 @@ _NVIDIA_GPU = patterns.NVIDIA_GPU
 # "GPU <pci>: GPU has fallen off the bus.". Within this many lines after an XID 79 on the same
 # GPU, the second line is the same fault and ``scan`` does not report it again.
 _FALLEN_AFTER_XID79 = 10
+_INDENT = (" ", "\t")  # dmesg and journalctl indent the continuation lines of a record
+_FALLEN_NEEDLE = patterns.FALLEN_OFF_BUS.needles[-1]
 
 
 def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[XidEvent]:
     """XID events from a stream of kernel-log lines (str or bytes, mixed formats).
 
     Unlike ``parse_line``, ``scan`` sees neighbouring lines: a bare "fallen off the bus"
-    line that follows an XID 79 of the same GPU is not reported twice, and the three-line
-    form of that message is attributed to the GPU named on its first line. Lines longer
+    line that follows an XID 79 of the same GPU is not reported twice, the three-line
+    form of that message is attributed to the GPU named on its first line, and an indented
+    continuation line is read only for the lines of that form (the line before it is the
+    form's first line or one of its lines, each with the driver's tag). Lines longer
     than ``MAX_LINE_BYTES``, invalid UTF-8 and binary junk are skipped and counted in
     ``stats`` (pass a ``ScanStats`` to read the counts afterwards).
     """
@@ -164,6 +197,7 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
     nvidia_gpu_line = 0
     xid79_pci: Optional[str] = None
     xid79_line = -_FALLEN_AFTER_XID79
+    form_line = -1  # the last line of a three-line "fallen off the bus" message read so far
     n = 0
     try:
         for item in lines:
@@ -199,13 +233,31 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
                 continue
             if _ANCHOR_RE.search(text) is None:
                 continue
-            event = parse_line(text)
-            if event is None:
-                g = _NVIDIA_GPU.regex.search(text) if all(needle in text for needle in _NVIDIA_GPU.needles) else None
-                if g:
-                    nvidia_gpu_pci = g.group("pci").lower()
-                    nvidia_gpu_line = n
-                continue
+            text = text.rstrip("\r\n")
+            if text.startswith(_INDENT):
+                # A continuation line: its record is the line above (dmesg, journalctl).
+                at = _continued_tag(text) if form_line == n - 1 else -1
+                if at < 0:
+                    continue
+                form_line = n
+                m = _CONTINUED.regex.match(text, at) if _FALLEN_NEEDLE in text else None
+                if m is None:
+                    continue
+                event = _event(_CONTINUED, text, m)
+            else:
+                start = _MESSAGE_START.match(text)
+                if start is None:
+                    continue
+                at = start.end()
+                found = _driver_event(text, at)
+                if found is None:
+                    g = _NVIDIA_GPU.regex.match(text, at) if all(needle in text for needle in _NVIDIA_GPU.needles) \
+                        else None
+                    if g:
+                        nvidia_gpu_pci = g.group("pci").lower()
+                        nvidia_gpu_line = form_line = n
+                    continue
+                event = found
             if (
                 event.pci is None
                 and event.kind == KIND_FALLEN_OFF_BUS

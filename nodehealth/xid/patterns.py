@@ -11,13 +11,16 @@ table is generated from this one (``pytest tests/test_xid_patterns.py --update-g
 Roles, in the order a line is read:
 
 - ``event``: a line that reports a GPU fault. ``nodehealth.xid.parse`` tries them in table
-  order; the first that matches gives the event: the XID from the regex's ``xid`` group (else
-  the entry's ``xid``), the GPU from ``pci``, the driver's text from ``payload`` (with the
-  blamed process taken off its start when ``blames``), the time from the text before the match.
+  order, each anchored where the message starts (``MESSAGE_START``: right after the log
+  format's prefix, and only when the message starts with the driver's tag, so that driver text
+  quoted inside another record is never an event); the first that matches gives the event:
+  the XID from the regex's ``xid`` group (else the entry's ``xid``), the GPU from ``pci``, the
+  driver's text from ``payload`` (with the blamed process taken off its start when
+  ``blames``), the time from the text before the match.
 - ``context``: a line that reports nothing itself but names the GPU of a line that follows.
 - ``part``: a piece of a payload (the blamed process, XID 154's recovery action, "Fatal").
 - ``record``, ``wall clock``, ``uptime``: the prefixes that carry a line's sequence number and
-  time (``/dev/kmsg`` records, dmesg, dmesg -T, syslog, journalctl).
+  time (``/dev/kmsg`` records, dmesg, dmesg -T, syslog, journalctl), and where a message starts.
 
 Pure: ``re`` only. Adding a kernel-log pattern is one entry here (see docs/xid.md).
 """
@@ -98,22 +101,43 @@ CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action na
 # A PCI address as the driver prints it: domain (4 digits, 8 in NVML's spelling), bus, device.
 _PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
 _FALLEN_TEXT = "fallen off the bus"
-_NOT_FALLEN = r"(?:(?!" + _FALLEN_TEXT + r").)"
+# The driver's tag: every line of its messages starts with it.
+DRIVER_TAG = "NVRM:"
+
+# The clocks of the log formats (the wall clocks are also the ``t`` groups of CTIME, ISO, SYSLOG).
+_MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dmesg -d [ 94.57 < 0.01>]
+_CTIME_CLOCK = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+_RELTIME_CLOCK = r"\[(?:[A-Z][a-z]{2} ?[ \d]\d \d\d:\d\d|\s*\+\s*\d+\.\d+)\]"  # dmesg -e
+_ISO_CLOCK = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+_SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
+                 r"(?:\.\d+)?")
+_KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
+_HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
+_DMESG_LEVEL = r"[a-z]{2,8}[ \t]*:[a-z]{2,8}[ \t]*:[ \t]*"  # dmesg -x: "kern  :warn  : "
+# Plain words before a quoted syslog line (a monitoring alert: "Xid errors on instance: h, Error:
+# "): no quote, bracket, parenthesis, "=", ";" or backslash, which every kernel record that quotes
+# a name has before the name, and no clock of its own (the first clock is the line's); like every
+# prefix they start the line (an indented line continues a record).
+_PLAIN_WORDS = r"(?:(?!" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")[^'\"`=()\[\]{}<>;\\\n])*"
+_KERNEL_STAMP = r"[ \t]*(?:" + _MONO_CLOCK + r"[ \t]*)?"  # syslog "kernel: [ 123.4] "
+# A newline inside one record: escaped by /dev/kmsg, real in the journal, "#012" from rsyslog.
+_NEWLINE = r"(?:\\x0a|\n|#012)"
 
 # --------------------------------------------------------------------------- events
 
 XID_LINE = Pattern(
     name="xid",
     role=EVENT,
-    about="the Xid line `NVRM: Xid (<gpu>): <xid>, <payload>`; the GPU is `PCI:dddd:bb:dd` (old drivers: "
+    about="the Xid line `NVRM: Xid (<gpu>): <xid>, <payload>`, right at the message's start "
+    "(`message_start`); the GPU is `PCI:dddd:bb:dd` (old drivers: "
     "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number). Only the first Xid counts: "
     "payloads name other XIDs (\"caused by previous Xid 149\"); the number must end at a comma or the line",
     regex=re.compile(
-        r"Xid\s*\((?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?\):\s*"
+        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?\):\s*"
         r"(?P<xid>\d{1,5})(?:\s*,\s*(?P<payload>.*)|\s*$)",
         re.DOTALL,
     ),
-    needles=("Xid",),
+    needles=(DRIVER_TAG, "Xid"),
     kind=KIND_XID,
     blames=True,
     samples=(
@@ -160,23 +184,45 @@ XID_LINE = Pattern(
         _none("[  94.5] NVRM: Xid (PCI:0000:3b", TESTS),
         _none("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
         _none("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
+        # Driver lines quoted inside other kernel records: a name the user chose (docs/xid.md).
+        _none("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
+              "GPU has fallen off the bus.' with NULL argv: empty string added", TESTS),
+        _none("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+              "apparmor=\"DENIED\" operation=\"open\" profile=\"/usr/bin/man\" "
+              "name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\" pid=2411 comm=\"man\" requested_mask=\"r\" "
+              "denied_mask=\"r\" fsuid=1000 ouid=1000", TESTS),
+        _none("[ 5123.456789] EXT4-fs warning (device nvme0n1p1): ext4_dx_add_entry:2604: inode #1835009: comm "
+              "python3: Directory index full! name 'NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
+        _none("[Sun Feb 23 16:24:18 2025] audit: type=1326 audit(1740327858.123:77): auid=1000 uid=1000 gid=1000 "
+              "ses=3 pid=4242 comm=\"python3\" exe=\"/home/u/NVRM: Xid (PCI:0000:3b:00): 79, x\" sig=31 "
+              "arch=c000003e syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0", TESTS),
+        _none("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+              "with NULL argv: empty string added", TESTS),
+        _none("[   12.345678] NVRM: API mismatch: the client has the version Xid (PCI:0000:3b:00): 79, x, but",
+              TESTS),
+        _none("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off "
+              "the bus.", TESTS),
+        _none("               NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS),
     ),
 )
 
 FALLEN_OFF_BUS = Pattern(
     name="fallen_off_bus",
     role=EVENT,
-    about="\"GPU has fallen off the bus\" without an Xid line, reported as XID 79; the GPU is the first PCI "
-    "address between `NVRM` and those words (the three-line dmesg form names it on its first line: "
-    "`nvidia_gpu` below)",
-    # From the first "NVRM" (its colon is not part of the payload): the first GPU address before
-    # those words (anywhere when they come only before "NVRM"), then the rest of the line.
+    about="\"GPU has fallen off the bus\" without an Xid line, reported as XID 79: the driver's message "
+    "starts with those words or with the GPU they are about (`GPU <pci>:`, `GPU at PCI:<pci>:`, the "
+    "three-line `The NVIDIA GPU <pci>` form in one record; dmesg prints that form as three lines: "
+    "`nvidia_gpu` below), after at most a function name",
+    # After the tag (its colon is not part of the payload): a function name, the GPU, the words.
     regex=re.compile(
-        r"(?:NVRM:|(?=NVRM))(?P<payload>(?:" + _NOT_FALLEN + r"*?(?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?"
-        r"(?:\b|(?=" + _FALLEN_TEXT + r")))?.*)",
+        DRIVER_TAG + r"[ \t]*(?P<payload>(?:[A-Za-z_]\w*:[ \t]+)?"
+        r"(?:(?:The[ \t]+NVIDIA[ \t]+)?GPU[ \t]+(?:at[ \t]+)?(?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?"
+        r"(?::?[ \t]+(?:GPU[ \t]+)?has[ \t]+"
+        r"|" + _NEWLINE + DRIVER_TAG + r"[ \t]*\(PCI ID:[^)\\\n]{0,40}\)[^\\\n]{0,80}?has" + _NEWLINE
+        + DRIVER_TAG + r"[ \t]*))?" + _FALLEN_TEXT + r".*)",
         re.DOTALL,
     ),
-    needles=("NVRM", _FALLEN_TEXT),
+    needles=(DRIVER_TAG, _FALLEN_TEXT),
     kind=KIND_FALLEN_OFF_BUS,
     xid=FALLEN_OFF_BUS_XID,
     samples=(
@@ -189,9 +235,20 @@ FALLEN_OFF_BUS = Pattern(
         _gives("2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
                "this system has\\x0aNVRM: fallen off the bus and is not responding to commands.", TESTS,
                xid=79, pci="0000:b3:00", seq=512, uptime_s=1843.308145),
-        _gives("               NVRM: fallen off the bus and is not responding to commands.", TESTS,
+        # The journal keeps the record's newlines.
+        _gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this "
+               "system has\nNVRM: fallen off the bus and is not responding to commands.", TESTS,
+               xid=79, pci="0000:b3:00", uptime_s=1843.308145),
+        _gives("NVRM: fallen off the bus and is not responding to commands.", TESTS,
                xid=79, pci=None, message="fallen off the bus and is not responding to commands."),
+        # A continuation line alone: dmesg's third line of the three-line form (``scan`` reads it
+        # after its first line), or a newline in a name another record quoted.
+        _none("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
         _none("usb 1-1: device has fallen off the bus", TESTS),
+        _none("6,2212,5123456790,-;process 'python3' launched 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.' "
+              "with NULL argv: empty string added", TESTS),
+        _none("[   12.345678] NVRM: API mismatch: the client has the version GPU has fallen off the bus, but", TESTS),
+        _none("NVRM: Xid 79, GPU has fallen off the bus.", TESTS),
         _none("[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
               GPUD_XID119_LOG + " (line 1)"),
         _none("[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
@@ -211,8 +268,8 @@ NVIDIA_GPU = Pattern(
     role=CONTEXT,
     about="first line of the three-line \"fallen off the bus\" message in dmesg; `scan` gives its GPU to a "
     "`fallen_off_bus` line without one that follows within 3 lines",
-    regex=re.compile(r"NVRM: The NVIDIA GPU (?P<pci>" + _PCI + r")(?:\.[0-7])?"),
-    needles=("NVRM: The NVIDIA GPU",),
+    regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + _PCI + r")(?:\.[0-7])?"),
+    needles=(DRIVER_TAG + " The NVIDIA GPU",),
     samples=(
         _gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
         _none("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
@@ -313,6 +370,63 @@ KMSG_CONTINUATION = Pattern(
     ),
 )
 
+MESSAGE_START = Pattern(
+    name="message_start",
+    role=RECORD,
+    about="where a record's message starts: right after its log format's own prefix at the start of the "
+    "line (a kmsg record; dmesg's clock, with `-r` priority, `-x` level, `-T`, `-e`, iso; syslog and "
+    "`journalctl -k`: clock, host, `kernel:` and an optional `[ 94.57]`, also after plain words such as a "
+    "monitoring alert's), or at the start of a bare message. Events are read only from a message that "
+    "starts there with the driver's tag `NVRM:`: a driver line quoted inside another record (a file or "
+    "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
+    "another program than the kernel logged",
+    regex=re.compile(
+        r"^(?P<prefix>" + _KMSG_PREFIX
+        + r"|(?:" + _DMESG_LEVEL + r")?(?:<\d{1,3}>)?(?:(?:" + _MONO_CLOCK + r"|\[" + _CTIME_CLOCK + r"\]|"
+        + _RELTIME_CLOCK + "|" + _ISO_CLOCK + r")(?:" + _HOST_KERNEL + r")?" + _KERNEL_STAMP + r")?"
+        + r"|(?:<\d{1,3}>)?(?![ \t])" + _PLAIN_WORDS + r"(?:" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")" + _HOST_KERNEL
+        + _KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
+    ),
+    samples=(
+        _gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
+               "the bus.", TESTS, prefix="4,1834,94571234,-;"),
+        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
+               GPUD_XID119_LOG + " (line 3)", prefix="[Sun Feb 23 16:24:18 2025] "),
+        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
+               prefix="[171167.620236] "),
+        _gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
+               + " (line 341)", prefix="<4>[ 1126.635824] "),
+        _gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
+               GPUD_KMSG_EXTENDED_TEST, prefix=""),
+        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850", M4_CHRONICLES + " (line 80)",
+               prefix="Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+               "[680111.646286] "),
+        _gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
+               prefix="Feb 23 16:24:18 gpu017 kernel: "),
+        _gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
+               prefix="2025-02-23T16:24:18+0000 gpu017 kernel: "),
+        _gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
+               prefix="2025-02-23T16:24:18,123456+00:00 "),
+        _gives("kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
+               prefix="kern  :warn  : [   94.571234] "),
+        _gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
+        _gives("[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
+               prefix="[   94.571234] gpu017 kernel: "),
+        _none("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
+              "empty string added", TESTS),
+        _none("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+              "apparmor=\"DENIED\" operation=\"open\" name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\"", TESTS),
+        _none("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+              "with NULL argv: empty string added", TESTS),
+        _none("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        _none("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
+        _none("               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
+              "(PCI:0000:3b:00): 79, x", TESTS),
+        _none("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
+    ),
+)
+
 CTIME = Pattern(
     name="ctime",
     role=WALL_CLOCK,
@@ -380,7 +494,7 @@ MONOTONIC = Pattern(
 
 PATTERNS: tuple[Pattern, ...] = (
     XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU, PROCESS, RECOVERY_ACTION, FATAL,
-    KMSG_RECORD, KMSG_CONTINUATION, CTIME, ISO, SYSLOG, MONOTONIC,
+    KMSG_RECORD, KMSG_CONTINUATION, MESSAGE_START, CTIME, ISO, SYSLOG, MONOTONIC,
 )
 
 EVENTS = tuple(p for p in PATTERNS if p.role == EVENT)  # tried in this order; the first match wins

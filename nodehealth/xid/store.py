@@ -20,6 +20,12 @@ Keeping position and events in one file makes "event recorded" and "position adv
 atomic step, and lets several readers (the daemon's follower, a prolog) share it without
 reporting an event twice: under the lock, only records after the stored position are added.
 
+A file that is not a store, or the parts of one that are not valid (a field of the wrong type,
+a number that is not finite or is out of range, an entry that is not an event), is treated as
+absent: the notes say what was ignored (the ``gpu_xid`` check's details, the daemon's log), and
+the next write replaces the file in good form. A position that is not a kmsg sequence number, or
+one past the end of this boot's log, means reading this boot's log from its beginning.
+
 Reboot: when the boot id changes, events of earlier boots are dropped, except drain-class
 events whose action a reboot does not fix (anything but ``reboot`` and ``reset_gpu``, i.e.
 ``inspect``): those stay until an administrator runs ``nodehealth xid clear``. Severity and
@@ -34,7 +40,9 @@ import dataclasses
 import errno
 import fcntl
 import json
+import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -46,22 +54,31 @@ from nodehealth.observations import ProbeError, XidObservation, XidRecord
 from nodehealth.statedir import files, layout
 from nodehealth.statedir import ledger as job_ledger
 from nodehealth.xid.catalog import Catalog, catalog_for, enrich
-from nodehealth.xid.events import Severity, XidEvent
+from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
 from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time, open_log
 from nodehealth.xid.parse import ScanStats, scan
 from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.process_job import live_job
 from nodehealth.xid.settings import XidSettings, xid_settings
+from nodehealth.xid.text import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable, printable_or_none
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
 
 FORMAT = 1
 DEFAULT_MAX_EVENTS = XidSettings().store_max_events
-MAX_MESSAGE_CHARS = 1000
 REBOOT_CLEARS = frozenset({Action.REBOOT, Action.RESET_GPU})
+# The file is a few hundred KiB at its bound; one far larger is not ours.
+MAX_STORE_BYTES = 16 << 20
+MAX_SEQ = (1 << 64) - 1  # kmsg sequence numbers are unsigned 64-bit
+MAX_XID = 99999  # the parser reads at most five digits
+MAX_PID = (1 << 31) - 1
 
 _EVENT_KEYS = ("xid", "pci", "kind", "pid", "process", "job_id", "message", "time", "uptime_s", "seq")
+_KINDS = (KIND_XID, KIND_FALLEN_OFF_BUS)
+_PCI_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}")
+_SEVERITIES = frozenset(s.value for s in Severity)
+_ACTIONS = frozenset(a.value for a in Action)
 
 
 class StoreError(Exception):
@@ -85,6 +102,41 @@ class StoreState:
         return {"format": FORMAT, "boot_id": self.boot_id, "kmsg_seq": self.kmsg_seq,
                 "last_clear": self.last_clear, "dropped": self.dropped, "events": self.events}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> tuple[StoreState, list[str]]:
+        """The state a store's JSON describes, and what in it was not valid and left out."""
+        ignored: list[str] = []
+        boot = _boot(data.get("boot_id"))
+        if boot is None and data.get("boot_id") is not None:
+            ignored.append("boot_id")
+        seq = data.get("kmsg_seq")
+        if seq is not None and _integer(seq, 0, MAX_SEQ) is None:
+            ignored.append(f"kmsg_seq {printable(repr(seq), 40)} is not a kmsg sequence number: reading this "
+                           "boot's kernel log from its beginning")
+            seq = None
+        clear = _number(data.get("last_clear"))
+        if clear is None and data.get("last_clear") is not None:
+            ignored.append("last_clear")
+        dropped = _integer(data.get("dropped", 0), 0, MAX_SEQ)
+        if dropped is None:
+            ignored.append("dropped")
+        raw_events = data.get("events", [])
+        if not isinstance(raw_events, list):
+            ignored.append(f"events is a JSON {type(raw_events).__name__}, not a list")
+            raw_events = []
+        events: list[dict[str, Any]] = []
+        fields = 0
+        for item in raw_events:
+            event, bad = _stored(item, boot)
+            if event is not None:
+                events.append(event)
+                fields += bad
+        if len(events) < len(raw_events):
+            ignored.append(f"{len(raw_events) - len(events)} of {len(raw_events)} stored event(s) are not events")
+        if fields:
+            ignored.append(f"{fields} event field(s)")
+        return cls(boot_id=boot, kmsg_seq=seq, last_clear=clear, dropped=dropped or 0, events=events), ignored
+
 
 def store_path(state_dir: str) -> str:
     return layout.path(state_dir, layout.XID_EVENTS)
@@ -105,41 +157,93 @@ def boot_id(procfs_root: str = layout.PROCFS_ROOT) -> str:
 def load_state(state_dir: str) -> tuple[StoreState, tuple[str, ...]]:
     """The stored state (empty when there is none) and notes about anything unusable in it.
 
-    A file that is not a valid store (truncated, hand-edited) is replaced by an empty one at
-    the next write, and the note says so; it never stops the watch. Raises ``StoreError``
-    when the file exists but cannot be read.
+    A file that is not a valid store (truncated, hand-edited, not JSON, nested past the parser)
+    gives an empty state; the parts of a store that are not valid are left out
+    (``StoreState.from_json``). Either way a note says so, and the next write replaces the
+    file in good form; it never stops the watch. Raises ``StoreError`` when the file exists
+    but cannot be read.
     """
     path = store_path(state_dir)
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_STORE_BYTES + 1)
     except FileNotFoundError:
         return StoreState(), ()
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_STORE_BYTES:
+        return StoreState(), (f"{path} is larger than {MAX_STORE_BYTES} bytes; starting a new event store",)
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return StoreState(), (f"{path} was not valid JSON; starting a new event store",)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return StoreState(), (f"{path} is not an event store of format {FORMAT}; starting a new one",)
-    events = [e for e in data.get("events") or [] if _valid_stored(e)]
-    seq = data.get("kmsg_seq")
-    clear = data.get("last_clear")
-    boot = data.get("boot_id")
-    dropped = data.get("dropped")
-    return StoreState(
-        boot_id=boot if isinstance(boot, str) else None,
-        kmsg_seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
-        last_clear=float(clear) if isinstance(clear, (int, float)) and not isinstance(clear, bool) else None,
-        dropped=dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0,
-        events=events,
-    ), ()
+    state, ignored = StoreState.from_json(data)
+    if not ignored:
+        return state, ()
+    return state, (f"{path}: ignored what was not valid ({'; '.join(ignored)}); the file is rewritten "
+                   "at the next write",)
 
 
-def _valid_stored(item: Any) -> bool:
-    return (isinstance(item, dict) and isinstance(item.get("xid"), int) and not isinstance(item.get("xid"), bool)
-            and isinstance(item.get("boot_id"), str))
+def _number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float, else None (NaN and Infinity included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _integer(value: Any, low: int, high: int) -> Optional[int]:
+    """A JSON integer within [low, high], else None (a float, a bool, out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
+def _boot(value: Any) -> Optional[str]:
+    """A boot id as stored (short printable text), else None."""
+    if isinstance(value, str) and value and len(value) <= MAX_FIELD_CHARS and value.isprintable():
+        return value
+    return None
+
+
+def _stored(item: Any, file_boot: Optional[str]) -> tuple[Optional[dict[str, Any]], int]:
+    """One stored event in good form (known keys only), or None; and how many of its fields were
+    not valid.
+
+    Not an event: not an object, no XID number in range, no boot (its own, else the file's).
+    Other fields that are not valid become absent; text is made printable and bounded.
+    """
+    if not isinstance(item, dict):
+        return None, 0
+    xid = _integer(item.get("xid"), 0, MAX_XID)
+    boot = _boot(item.get("boot_id")) or file_boot
+    if xid is None or boot is None:
+        return None, 0
+    pci, kind, message, job = item.get("pci"), item.get("kind"), item.get("message"), item.get("job_id")
+    out: dict[str, Any] = {
+        "boot_id": boot,
+        "at": _number(item.get("at")),
+        "recorded_at": _number(item.get("recorded_at")),
+        "xid": xid,
+        "pci": pci if isinstance(pci, str) and _PCI_RE.fullmatch(pci) else None,
+        "kind": kind if kind in _KINDS else KIND_XID,
+        "pid": _integer(item.get("pid"), 1, MAX_PID),
+        "process": printable_or_none(item.get("process"), MAX_PROCESS_CHARS),
+        "job_id": printable(str(job)) if isinstance(job, (str, int)) and not isinstance(job, bool) else None,
+        "message": printable(message, MAX_MESSAGE_CHARS) if isinstance(message, str) else "",
+        "time": printable_or_none(item.get("time")),
+        "uptime_s": _number(item.get("uptime_s")),
+        "seq": _integer(item.get("seq"), 0, MAX_SEQ),
+        "severity": item.get("severity") if item.get("severity") in _SEVERITIES else None,
+        "action": item.get("action") if item.get("action") in _ACTIONS else None,
+    }
+    bad = sum(1 for key, value in out.items() if key in item and item[key] != value)
+    return out, bad
 
 
 def save_state(state_dir: str, state: StoreState) -> None:
@@ -232,22 +336,30 @@ def add_events(state: StoreState, events: Iterable[tuple[XidEvent, Optional[floa
                catalog: Catalog, max_events: int = DEFAULT_MAX_EVENTS) -> int:
     """Append ``(event, at, recorded_at)`` to this boot's events; returns how many were new.
 
-    An event with a kmsg sequence number at or below the stored position is already in the
-    store (another reader got there first) and is skipped. The store keeps at most
-    ``max_events``: the oldest non-drain events go first, then the oldest.
+    An event with a kmsg sequence number at or below the stored position, or one this boot's
+    stored events already hold, is already in the store (another reader got there first, or
+    the log was read again from its beginning) and is skipped. Text is stored printable and
+    bounded. The store keeps at most ``max_events``: the oldest non-drain events go first,
+    then the oldest.
     """
     assert state.boot_id is not None
     added = 0
+    seen = {d.get("seq") for d in state.events if d["boot_id"] == state.boot_id and d.get("seq") is not None}
     for event, at, recorded_at in events:
-        if event.seq is not None and state.kmsg_seq is not None and event.seq <= state.kmsg_seq:
+        if event.seq is not None and (event.seq in seen or (state.kmsg_seq is not None
+                                                            and event.seq <= state.kmsg_seq)):
             continue
         ev = enrich(event, catalog)
+        seen.add(ev.seq)
         state.events.append({
             "boot_id": state.boot_id,
             "at": at,
             "recorded_at": recorded_at,
-            "xid": ev.xid, "pci": ev.pci, "kind": ev.kind, "pid": ev.pid, "process": ev.process,
-            "job_id": ev.job_id, "message": ev.message[:MAX_MESSAGE_CHARS], "time": ev.time,
+            "xid": ev.xid, "pci": ev.pci, "kind": ev.kind, "pid": ev.pid,
+            "process": printable(ev.process, MAX_PROCESS_CHARS) if ev.process is not None else None,
+            "job_id": printable(ev.job_id) if ev.job_id is not None else None,
+            "message": printable(ev.message, MAX_MESSAGE_CHARS),
+            "time": printable(ev.time) if ev.time is not None else None,
             "uptime_s": ev.uptime_s, "seq": ev.seq,
             "severity": ev.severity.value if ev.severity else None,
             "action": ev.action.value if ev.action else None,
@@ -339,7 +451,9 @@ class XidStore:
         _check_readable(self.kmsg_path)
         with locked(self.state_dir, deadline):
             state, notes = load_state(self.state_dir)
-            before = json.dumps(state.to_json())
+            # A store with parts that were not valid is written again in good form (and so
+            # warned about once).
+            before = json.dumps(state.to_json()) if not notes else ""
             cleared = roll_boot(state, current, self.catalog)
             if cleared:
                 notes += (f"the reboot cleared {cleared} drain-class event(s) of an earlier boot",)
@@ -351,6 +465,9 @@ class XidStore:
                 if before != json.dumps(state.to_json()):
                     save_state(self.state_dir, state)
                 raise KernelLogUnavailable(str(exc)) from None
+            if reader.rewound is not None:
+                notes += (reader.rewound,)
+                state.kmsg_seq = None
             added = add_events(state, self._stamped(found), self.catalog, self.max_events)
             if reader.last_seq is not None:
                 state.kmsg_seq = max(reader.last_seq, state.kmsg_seq or -1)
@@ -418,47 +535,66 @@ class XidStore:
     # -- follow ---------------------------------------------------------------------------
 
     def follow(self, stop: threading.Event, on_event: Optional[Callable[[XidRecord], None]] = None,
-               save_interval_s: float = 5.0, poll_s: float = 0.25) -> None:
+               save_interval_s: float = 5.0, poll_s: float = 0.25,
+               on_note: Optional[Callable[[str], None]] = None) -> None:
         """Follow the kernel log into the store until ``stop`` is set.
 
         Starts from the stored position (reading the backlog of this boot first), records
         each event as it is read, and saves the position at least every ``save_interval_s``
-        while lines arrive. ``on_event`` gets each newly stored event, judged.
-        Raises ``KernelLogUnavailable`` or ``StoreError`` when it cannot start.
+        while lines arrive. ``on_event`` gets each newly stored event, judged; ``on_note``
+        each note about the store (parts of the file that were not valid, a position past the
+        end of the log), once. Raises ``KernelLogUnavailable`` or ``StoreError`` when it
+        cannot start.
         """
         current = boot_id(self.procfs_root)
         with locked(self.state_dir):
-            state, _ = load_state(self.state_dir)
+            state, notes = load_state(self.state_dir)
             roll_boot(state, current, self.catalog)
             save_state(self.state_dir, state)
+        for note in notes:
+            if on_note is not None:
+                on_note(note)
         reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, poll_s=poll_s)
         saved_seq = state.kmsg_seq
         last_save = time.monotonic()
+        rewind_noted = False
+
+        def record(events: list[XidEvent]) -> list[XidRecord]:
+            nonlocal rewind_noted, saved_seq, last_save
+            rewind = reader.rewound is not None and not rewind_noted
+            if rewind:
+                rewind_noted = True
+                if on_note is not None and reader.rewound is not None:
+                    on_note(reader.rewound)
+            out = self._record(events, reader.last_seq, restart=rewind)
+            saved_seq, last_save = reader.last_seq, time.monotonic()
+            return out
 
         def lines() -> Iterator[bytes]:
-            nonlocal last_save, saved_seq
             for line in reader.lines(follow=True, stop=stop):
                 yield line
                 if reader.last_seq != saved_seq and time.monotonic() - last_save >= save_interval_s:
-                    self._record([], reader.last_seq)
-                    saved_seq, last_save = reader.last_seq, time.monotonic()
+                    record([])
 
         try:
             for event in scan(lines()):
-                for record in self._record([event], reader.last_seq):
+                for stored in record([event]):
                     if on_event is not None:
-                        on_event(record)
-                saved_seq, last_save = reader.last_seq, time.monotonic()
+                        on_event(stored)
         finally:
             if reader.last_seq != saved_seq:
                 with contextlib.suppress(StoreError):
-                    self._record([], reader.last_seq)
+                    self._record([], reader.last_seq, restart=reader.rewound is not None and not rewind_noted)
 
-    def _record(self, events: list[XidEvent], last_seq: Optional[int]) -> list[XidRecord]:
+    def _record(self, events: list[XidEvent], last_seq: Optional[int], restart: bool = False) -> list[XidRecord]:
+        """Add ``events`` and the position under the lock; ``restart``: the position saved is
+        not valid (the log was read again from its beginning) and is replaced by ``last_seq``."""
         with locked(self.state_dir):
             state, _ = load_state(self.state_dir)
             current = boot_id(self.procfs_root)
             roll_boot(state, current, self.catalog)
+            if restart:
+                state.kmsg_seq = None
             added = add_events(state, self._stamped(events), self.catalog, self.max_events)
             new = state.events[-added:] if added else []
             if last_seq is not None:
