@@ -87,6 +87,7 @@ def test_append_is_bounded_and_atomic(tmp_path: Path) -> None:
 def test_state_file_atomic_and_locked(tmp_path: Path) -> None:
     path = str(tmp_path / "s" / "slurm-state.json")
     assert statefile.read_json(path) is None
+    assert statefile.ensure_state_dir(str(tmp_path / "s")) is None
     with statefile.locked(path) as got:
         assert got
         with statefile.locked(path, timeout_s=0.05) as again:

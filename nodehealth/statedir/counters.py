@@ -30,46 +30,98 @@ def counters_record(counters: Mapping[str, Any], now: float, boot_id: Optional[s
             "gpus": {k: dict(v) for k, v in counters.items() if keep is None or k in keep}}
 
 
+def problem(raw: Any) -> Optional[str]:
+    """Why a parsed counters file is not a record of ours (None when it is): an object with a finite
+    ``time`` and ``gpus`` mapping a GPU index to its counters (integers from 0 to 2**64, or null)."""
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    when = raw.get("time")
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or when - when != 0:
+        return "no finite time"
+    gpus = raw.get("gpus")
+    if not isinstance(gpus, dict):
+        return "no per-GPU counters"
+    for index, rec in gpus.items():
+        if not index.isdigit() or len(index) > 4 or not isinstance(rec, dict):
+            return f"GPU {index[:8]!r} is not a GPU index with its counters"
+        for key, value in rec.items():
+            if key == "uuid":
+                if value is not None and not isinstance(value, str):
+                    return f"GPU {index}: uuid is not text"
+            elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                        or not 0 <= value < 1 << 64):
+                return f"GPU {index}: {key[:40]} is not a counter"
+    if raw.get("boot_id") is not None and not isinstance(raw.get("boot_id"), str):
+        return "boot_id is not text"
+    return None
+
+
+def _read(path: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    raw, why = files.read_json_checked(path)
+    if raw is None:
+        return None, why
+    bad = problem(raw)
+    return (None, f"{path}: {bad}") if bad else (raw, None)
+
+
 def write_latest(state_dir: str, counters: Mapping[str, Any], boot_id: Optional[str], source: str) -> None:
-    """The latest reading of every GPU (OSError when it cannot be written)."""
+    """The latest reading of every GPU (OSError when it cannot be written, ``files.UnsafeDir`` included)."""
+    files.require_state_dir(state_dir)
     files.write_json(layout.path(state_dir, layout.COUNTERS), counters_record(counters, time.time(), boot_id, source),
-                     compact=True)
+                     compact=True, mode=files.STATE_FILE_MODE)
 
 
 def read_latest(state_dir: str) -> Optional[dict[str, Any]]:
-    return files.read_object(layout.path(state_dir, layout.COUNTERS))
+    return read_latest_checked(state_dir)[0]
+
+
+def read_latest_checked(state_dir: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """The latest reading, or why it cannot be used (None, None: there is none). An unusable file
+    is treated as absent and replaced by the next ``write_latest``."""
+    return _read(layout.path(state_dir, layout.COUNTERS))
 
 
 def write_baseline(state_dir: str, job_id: str, record: Mapping[str, Any]) -> None:
     p = layout.job_file(state_dir, job_id)
     if p is None:
         return
-    files.write_json(p, dict(record), compact=True)
+    files.require_state_dir(state_dir)
+    files.require_subdir(os.path.dirname(p))
+    files.write_json(p, dict(record), compact=True, mode=files.STATE_FILE_MODE)
     files.prune_oldest(os.path.dirname(p), ".json", keep=MAX_JOB_FILES // 2, over=MAX_JOB_FILES)
 
 
 def baseline_from_latest(state_dir: str, job_id: str, gpus: Optional[Sequence[int]],
                          boot_id: Optional[str]) -> Optional[str]:
     """Copy the job GPUs' latest counters into the job's baseline; a reason when there are none."""
-    latest = read_latest(state_dir)
-    if latest is None or not isinstance(latest.get("gpus"), dict):
-        return f"no GPU counter reading in {state_dir} yet"
+    latest, why = read_latest_checked(state_dir)
+    if latest is None:
+        return f"the GPU counter reading is unusable: {why}" if why else f"no GPU counter reading in {state_dir} yet"
     if latest.get("boot_id") != boot_id:
         return "the latest GPU counter reading is from another boot"
     keep = None if gpus is None else {str(g) for g in gpus}
+    source = latest.get("source")
     record = {"v": COUNTERS_VERSION, "job_id": job_id, "time": round(time.time(), 3), "boot_id": boot_id,
-              "source": f"{latest.get('source', '?')} reading (fast path)", "reading_time": latest.get("time"),
+              "source": f"{source if isinstance(source, str) else '?'} reading (fast path)",
+              "reading_time": latest.get("time"),
               "gpus": {k: v for k, v in latest["gpus"].items() if keep is None or k in keep}}
     write_baseline(state_dir, job_id, record)
     return None
 
 
+def read_baseline(state_dir: str, job_id: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """The job's baseline, or why it cannot be used (None, None: there is none)."""
+    p = layout.job_file(state_dir, job_id)
+    return (None, None) if p is None else _read(p)
+
+
 def take_baseline(state_dir: str, job_id: str) -> Optional[dict[str, Any]]:
-    """The job's baseline, removed from the state dir (the epilog consumes it); None when absent."""
+    """The job's baseline, removed from the state dir (the epilog consumes it); None when absent
+    or unusable."""
     p = layout.job_file(state_dir, job_id)
     if p is None:
         return None
-    rec = files.read_object(p)
+    rec, _ = _read(p)
     try:
         os.unlink(p)
     except OSError:

@@ -3,7 +3,8 @@
 The prolog appends a ``start`` record and the epilog an ``end`` record to
 ``<state_dir>/jobs.jsonl`` (one JSON object per line, UTF-8). The record is built from the
 job's environment by ``nodehealth.slurm.jobenv.record``; this module owns the file: the
-append (one ``write(2)``, bounded size, atomic compaction), reading it back, and the one rule
+append (one ``write(2)``, bounded size, atomic compaction, both under the ledger's lock so 40
+prologs at once lose nothing), reading it back, and the one rule
 for "which job held this GPU at that time" (``holder``) that the XID attribution, the
 epilog's job forensics and the daemon's job labels all use. docs/operations.md ("Job
 ledger") documents the format.
@@ -15,7 +16,9 @@ Record (format version 1)::
 
 ``event`` is ``start`` (prolog) or ``end`` (epilog); ``gpus`` is null when the job has no
 GPUs or the list is not known; ``time`` is Unix time in seconds. Unknown keys are ignored by
-readers, so later versions may add keys.
+readers, so later versions may add keys. A line that is not a whole record (torn by a short
+write on a full disk, junk) is skipped by readers and dropped by the next compaction; the
+append after a torn record starts on a new line, so the two are never glued together.
 
 Standard library only (``json``), and no ``dataclasses``/``typing``/``collections`` at run time: the prolog's fast path
 appends through ``append``.
@@ -24,6 +27,7 @@ appends through ``append``.
 from __future__ import annotations
 
 import json
+import os
 
 from nodehealth.statedir import files, layout
 
@@ -35,6 +39,9 @@ FORMAT_VERSION = 1
 FILE_NAME = layout.LEDGER
 TAIL_BYTES = 2 << 20  # readers look at this much of the end of the file ([ledger] max_bytes is 1 MiB)
 SLACK_S = 30.0  # an event this soon after a job's end may still be that job's (teardown)
+LOCK_TIMEOUT_S = 1.0  # appends wait this long for the lock (held for a write, or a compaction)
+MAX_GPUS = 10000  # GPU indexes are below this (Slurm's lists: at most 4 digits)
+MAX_DEPTH = 4  # a record is flat: {"gpus": [...]} is two levels
 
 
 class _Record:
@@ -103,56 +110,118 @@ class JobEntry(_Record):
     gpus: Optional[tuple[int, ...]]
 
 
+def _number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float; None for anything else (a string, a bool, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value - value == 0.0 else None
+
+
+def _small_int(value: Any, limit: int) -> Optional[int]:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit:
+        return value
+    return None
+
+
 def from_json(raw: Any) -> Optional[JobRecord]:
-    if not isinstance(raw, dict) or raw.get("event") not in ("start", "end") or not raw.get("job_id"):
+    """The record in one parsed line; None for anything that is not a whole record of ours (a
+    missing or non-numeric time, GPUs that are not small integers, a user that is not text)."""
+    if not isinstance(raw, dict) or raw.get("event") not in ("start", "end"):
         return None
-    try:
-        gpus = raw.get("gpus")
-        uid = raw.get("uid")
-        return JobRecord(event=str(raw["event"]), job_id=str(raw["job_id"]), time=float(raw.get("time", 0.0)),
-                         user=None if raw.get("user") is None else str(raw["user"]),
-                         uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
-                         gpus=tuple(int(g) for g in gpus) if isinstance(gpus, list) else None,
-                         node=None if raw.get("node") is None else str(raw["node"]),
-                         boot_id=None if raw.get("boot_id") is None else str(raw["boot_id"]))
-    except (TypeError, ValueError, OverflowError):
+    job, when, gpus = raw.get("job_id"), _number(raw.get("time", 0.0)), raw.get("gpus")
+    if not isinstance(job, (str, int)) or isinstance(job, bool) or not str(job) or when is None:
         return None
+    if gpus is not None:
+        if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+            return None
+        gpus = tuple(_small_int(g, MAX_GPUS) for g in gpus)
+        if None in gpus:
+            return None
+    texts = [raw.get(k) for k in ("user", "node", "boot_id")]
+    if any(t is not None and not isinstance(t, str) for t in texts):
+        return None
+    user, node, boot = texts
+    return JobRecord(event=raw["event"], job_id=str(job), time=when, user=user,
+                     uid=_small_int(raw.get("uid"), 1 << 32), gpus=gpus, node=node, boot_id=boot)
 
 
 def parse_line(line: str) -> Optional[JobRecord]:
     """One ledger line, or None for a line that is not a valid record (skipped by readers)."""
     try:
-        return from_json(json.loads(line))
+        return from_json(files.parse_json(line, MAX_DEPTH))
     except ValueError:
         return None
 
 
 def parse(text: str) -> list[JobRecord]:
-    return [r for r in (parse_line(line) for line in text.splitlines() if line.strip()) if r is not None]
+    return scan(text)[0]
+
+
+def scan(text: str) -> tuple[list[JobRecord], int]:
+    """The records in ``text`` and the number of non-blank lines that are not records (torn, junk)."""
+    records: list[JobRecord] = []
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        rec = parse_line(line)
+        if rec is None:
+            bad += 1
+        else:
+            records.append(rec)
+    return records, bad
+
+
+def _tail(path: str, tail_bytes: int) -> Optional[str]:
+    """The last ``tail_bytes`` of the file as text, from its first whole line; None when unreadable.
+    Opened ``O_NOFOLLOW``: a symlink in place of the ledger is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o170000 != 0o100000:
+            return None
+        first = max(0, st.st_size - tail_bytes)
+        chunks = []
+        at, left = first, tail_bytes
+        while left > 0:
+            chunk = os.pread(fd, min(1 << 20, left), at)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            at += len(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    return text.partition("\n")[2] if first > 0 else text
 
 
 def read(state_dir: str, tail_bytes: int = TAIL_BYTES) -> list[JobRecord]:
     """The records of ``<state_dir>/jobs.jsonl`` (its last ``tail_bytes``; a cut first line is skipped)."""
-    path = layout.path(state_dir, FILE_NAME)
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail_bytes))
-            data = f.read(tail_bytes)
-    except OSError:
-        return []
-    text = data.decode("utf-8", "replace")
-    if size > tail_bytes:
-        text = text.partition("\n")[2]
-    return parse(text)
+    return read_checked(state_dir, tail_bytes)[0]
+
+
+def read_checked(state_dir: str, tail_bytes: int = TAIL_BYTES) -> tuple[list[JobRecord], int]:
+    """``read``, and how many lines were skipped as not records (the caller may warn; compaction
+    drops them)."""
+    text = _tail(layout.path(state_dir, FILE_NAME), tail_bytes)
+    return scan(text) if text else ([], 0)
 
 
 def compact(lines: list[str], max_bytes: int) -> list[str]:
-    """The newest lines that fit in half of ``max_bytes`` (room to append before the next compaction)."""
+    """The newest whole records that fit in half of ``max_bytes`` (room to append before the next
+    compaction); lines that are not records (torn by a short write, junk) are dropped."""
     keep: list[str] = []
     size = 0
     for line in reversed(lines):
+        if not line.endswith("\n") or parse_line(line) is None:
+            continue
         size += len(line.encode("utf-8"))
         if size > max_bytes // 2:
             break
@@ -161,17 +230,30 @@ def compact(lines: list[str], max_bytes: int) -> list[str]:
     return keep
 
 
-def append(state_dir: str, record: Mapping[str, Any], max_bytes: int) -> None:
-    """Append one record; when the file outgrows ``max_bytes``, keep its newest half (atomic rewrite).
+def append(state_dir: str, record: Mapping[str, Any], max_bytes: int,
+           lock_timeout_s: float = LOCK_TIMEOUT_S) -> Optional[str]:
+    """Append one record; when the file outgrows ``max_bytes``, keep its newest half.
 
-    Raises OSError (``files.ShortWrite`` included) when the record could not be stored whole.
+    Appends and compaction take the ledger's lock (``jobs.jsonl.lock``), so a compaction never
+    drops a record appended while it ran. Without the lock in ``lock_timeout_s`` the record is
+    still appended (``O_APPEND``) but nothing is compacted; the returned note says so (None
+    when all went as planned). Raises OSError when the record could not be stored whole
+    (``files.ShortWrite``: the next append starts on a new line, the torn one is dropped at
+    compaction) or the state dir is not safe (``files.UnsafeDir``).
     """
+    files.require_state_dir(state_dir)
     path = layout.path(state_dir, FILE_NAME)
-    size = files.append_line(path, json.dumps(record, separators=(",", ":")) + "\n")
-    if size > max_bytes:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
-        files.write_atomic(path, "".join(compact(lines, max_bytes)))
+    line = files.dumps(dict(record), compact=True) + "\n"
+    with files.locked(path, lock_timeout_s) as got:
+        size = files.append_line(path, line, files.STATE_FILE_MODE)
+        if not got:
+            return f"the job ledger lock {path}.lock was not free within {lock_timeout_s:g} s; appended without it"
+        if size > max_bytes:
+            text = _tail(path, max_bytes)
+            if text is not None:
+                files.write_atomic(path, "".join(compact(text.splitlines(keepends=True), max_bytes)),
+                                   files.STATE_FILE_MODE)
+    return None
 
 
 def entries(records: Iterable[JobRecord]) -> tuple[JobEntry, ...]:

@@ -39,7 +39,7 @@ class DrainRecord:
         try:
             return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
                        action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
-                       time=float(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
+                       time=_finite(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
                        job_id=_opt_str(raw.get("job_id")))
         except (KeyError, TypeError, ValueError):
             return None
@@ -69,14 +69,8 @@ class State:
         """A state from its JSON; anything unreadable becomes the empty state."""
         if not isinstance(raw, Mapping) or raw.get("version") != STATE_VERSION:
             return cls()
-        try:
-            clean = int(raw.get("clean_runs", 0))
-        except (TypeError, ValueError):
-            clean = 0
-        try:
-            last_run = float(raw.get("last_run", 0.0))
-        except (TypeError, ValueError):
-            last_run = 0.0
+        clean = _count(raw.get("clean_runs", 0))
+        last_run = _finite(raw.get("last_run", 0.0))
         held = raw.get("breaker_held")
         node = raw.get("slurm_node")
         return cls(clean_runs=max(0, clean), last_status=_opt_str(raw.get("last_status")), last_run=last_run,
@@ -90,26 +84,49 @@ def _opt_str(value: Any) -> Optional[str]:
     return None if value is None else str(value)
 
 
+def _finite(value: Any) -> float:
+    """A finite JSON number as a float; 0.0 for anything else (text, a bool, NaN, infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e300 < value < 1e300:
+        return 0.0  # NaN fails the comparison too
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    """A count of runs: an integer from 0 to 10**9; 0 for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**9:
+        return 0
+    return value
+
+
 def path(state_dir: str) -> str:
     return layout.path(state_dir, FILE_NAME)
 
 
 def load(state_dir: str) -> State:
+    """The state; the empty state when the file is absent or unusable, or the state dir is not safe."""
+    if files.check_dir(state_dir):
+        return State()
     return State.from_json(files.read_json(path(state_dir)))
 
 
 def update(state_dir: str, change: Any, lock_timeout_s: float, log: Any = None) -> Optional[State]:
     """Re-read the state under its lock, apply ``change`` (State -> State), write it atomically.
 
-    Returns the new state, or None when it could not be written (OSError, logged).
+    Returns the new state, or None when it could not be written (OSError, logged; an unsafe
+    state dir is one). A file that is not strict JSON (NaN, deep nesting) is logged, treated
+    as absent and rewritten.
     """
     p = path(state_dir)
     try:
+        files.require_state_dir(state_dir)
         with files.locked(p, timeout_s=lock_timeout_s) as got:
             if not got and log is not None:
                 log(f"state lock {p}.lock busy; writing anyway")
-            new = change(State.from_json(files.read_json(p)))
-            files.write_json(p, new.to_json())
+            raw, why = files.read_json_checked(p)
+            if why and log is not None:
+                log(f"state file unusable, starting afresh and rewriting it: {why}", notable=True)
+            new = change(State.from_json(raw))
+            files.write_json(p, new.to_json(), mode=files.STATE_FILE_MODE)
             return new
     except OSError as exc:
         if log is not None:

@@ -2,7 +2,7 @@
 
 The daemon writes this file atomically after every round (temp file, fsync, rename; see
 ``nodehealth.daemon``). The prolog's fast path reads it here and decides without touching
-NVML. This module is the whole of that fast path: it imports only ``json`` and ``os`` (no
+NVML. This module is the whole of that fast path: it imports only ``os`` and ``files`` (no
 pynvml, psutil, prometheus_client, not even ``dataclasses`` or ``typing``), so reading a
 fresh verdict costs well under a millisecond on top of the interpreter's start-up.
 
@@ -14,18 +14,19 @@ File format (version 1), one JSON object::
      "report": {… Report.to_json() …}}
 
 ``read`` returns ``(DaemonState, "fresh")`` or ``(None, why)`` where ``why`` says which rule
-failed: missing, unreadable, corrupt or partial (not JSON, a truncated file), wrong kind or
-version, another boot, too old, written in the future, XID follower not alive. The caller
-then runs its cold path and logs ``why``; nothing here raises.
+failed: a state dir that is not safe (``files.check_dir``: another owner, writable by others,
+a symlink), missing, unreadable (a symlink in its place is not followed), corrupt or partial
+(not strict JSON: a truncated file, NaN or infinite numbers, deep nesting), wrong kind or
+version, another boot, too old (a NaN age or limit is too old), written in the future, XID
+follower not alive. The caller then runs its cold path and logs ``why``; nothing here raises.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
-from nodehealth.statedir import layout
+from nodehealth.statedir import files, layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
@@ -79,21 +80,22 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
     config are refused too); False accepts any follower state except ``dead``.
     """
     path = path_in(state_dir)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        return None, f"no daemon state ({path} missing)"
-    except OSError as exc:
-        return None, f"daemon state unreadable: {exc.strerror or exc}"
+    unsafe = files.check_dir(state_dir)
+    if unsafe:
+        if not os.path.lexists(state_dir):
+            return None, f"no daemon state ({path} missing)"
+        return None, f"daemon state not trusted: {unsafe}"
+    data, why = files.read_checked(path, MAX_BYTES + 1)
+    if data is None:
+        return None, f"daemon state unreadable: {why}" if why else f"no daemon state ({path} missing)"
     if len(data) > MAX_BYTES:
         return None, f"daemon state {path} larger than {MAX_BYTES} bytes"
     if not data.strip():
         return None, f"daemon state {path} is empty (partial write?)"
     try:
-        raw = json.loads(data)
-    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-        return None, f"daemon state {path} is corrupt or partial: {exc}"
+        raw = files.parse_json(data)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too; NaN, 1e400, deep nesting
+        return None, f"daemon state {path} is corrupt or partial: {str(exc)[:200]}"
     if not isinstance(raw, dict) or raw.get("kind") != KIND:
         return None, f"daemon state {path} is not a nodehealth daemon state"
     if raw.get("v") != VERSION:
@@ -116,14 +118,16 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
     age = t - float(written)
     if age < -CLOCK_SKEW_S:
         return None, f"daemon state written {-age:.0f} s in the future (clock step?)"
-    if age > max_age_s:
+    if not age <= max_age_s:  # a NaN limit trusts nothing
         return None, f"daemon state is {age:.0f} s old (limit {max_age_s:g} s)"
     if follower == "dead" or (require_xid and follower != "alive"):
         return None, f"XID follower {follower} when the daemon state was written"
     rnd = raw.get("round")
     pid = raw.get("pid")
+    rnd = rnd if isinstance(rnd, int) and not isinstance(rnd, bool) else 0
+    pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
     return DaemonState(path, file_boot, float(written), max(0.0, age), follower, report,
-                       rnd if isinstance(rnd, int) else 0, pid if isinstance(pid, int) else 0), "fresh"
+                       rnd, pid), "fresh"
 
 
 def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower: str,
@@ -135,4 +139,4 @@ def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower
     obj = {"v": VERSION, "kind": KIND, "boot_id": boot_id, "written_at": written_at, "interval_s": interval_s,
            "pid": os.getpid() if pid is None else pid, "round": round,
            "xid": {"follower": xid_follower, "since": xid_since}, "report": report}
-    return json.dumps(obj, separators=(",", ":")) + "\n"
+    return files.dumps(obj, compact=True) + "\n"
