@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 
@@ -22,6 +23,11 @@ def _snapshot(n: int = 2) -> NvmlSnapshot:
     return NvmlSnapshot("550.1", 12040, n, gpus, elapsed_s=0.01)
 
 
+def _own(raw: dict) -> dict:
+    """``raw`` with a state dir of its own (the real probes in the table write there, not on the host)."""
+    return {**raw, "paths": {**raw.get("paths", {}), "state_dir": tempfile.mkdtemp(prefix="nh-runner-")}}
+
+
 def _table(**overrides: Probe) -> dict[str, Probe]:
     table = dict(PROBES)
     table |= {
@@ -40,7 +46,7 @@ def test_only_runs_the_named_checks_and_needed_probes():
         called.append("nvml")
         return _snapshot()
 
-    cfg = resolve({}, "<test>")
+    cfg = resolve(_own({}), "<test>")
     report = runner.run(cfg, only=("gpu_count",), probes=_table(nvml=Probe("nvml", nvml)), node="n1")
     assert [r.name for r in report.results] == ["gpu_count"]
     assert report.results[0].status == Status.OK
@@ -54,7 +60,7 @@ def test_a_probe_that_never_returns_becomes_a_timeout_within_its_deadline():
         never.wait(60)
         return _snapshot()
 
-    cfg = resolve({"checks": {"nvml": {"timeout_s": 0.5}, "gpu_count": {"timeout_s": 0.5}}}, "<test>")
+    cfg = resolve(_own({"checks": {"nvml": {"timeout_s": 0.5}, "gpu_count": {"timeout_s": 0.5}}}), "<test>")
     t0 = time.monotonic()
     report = runner.run(cfg, only=("nvml", "gpu_count"), probes=_table(nvml=Probe("nvml", stuck)), node="n1")
     elapsed = time.monotonic() - t0
@@ -74,8 +80,8 @@ def test_probe_deadline_is_capped_by_the_phase_budget():
 
     ticks = iter([100.0] + [101.5] * 50)  # 1.5 s of the 2 s budget gone before the probe starts
     gpu = {"timeout_s": 2}
-    cfg = resolve({"phases": {"manual": {"budget_s": 2}},
-                   "checks": {spec.name: gpu for spec in CHECKS}}, "<test>")
+    cfg = resolve(_own({"phases": {"manual": {"budget_s": 2}},
+                   "checks": {spec.name: gpu for spec in CHECKS}}), "<test>")
     runner.run(cfg, only=("gpu_count",), probes=_table(nvml=Probe("nvml", spy)), node="n1",
                clock=lambda: next(ticks))
     assert seen["timeout"] == pytest.approx(0.5)
@@ -85,7 +91,7 @@ def test_a_probe_exception_becomes_a_probe_error():
     def boom(ctx, t):
         raise RuntimeError("sysfs exploded")
 
-    cfg = resolve({}, "<test>")
+    cfg = resolve(_own({}), "<test>")
     report = runner.run(cfg, only=("gpu_ecc",), probes=_table(nvml=Probe("nvml", boom)), node="n1")
     assert report.results[0].status == Status.UNKNOWN
     assert "sysfs exploded" in report.results[0].summary
@@ -98,7 +104,7 @@ def test_a_check_exception_becomes_unknown(monkeypatch):
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(gpu_ecc, "evaluate", broken)
-    cfg = resolve({}, "<test>")
+    cfg = resolve(_own({}), "<test>")
     report = runner.run(cfg, only=("gpu_ecc", "gpu_count"), probes=_table(), node="n1")
     by = {r.name: r for r in report.results}
     assert by["gpu_ecc"].status == Status.UNKNOWN
@@ -107,7 +113,7 @@ def test_a_check_exception_becomes_unknown(monkeypatch):
 
 
 def test_disabled_checks_do_not_run_in_a_phase():
-    cfg = resolve({"checks": {"gpu_ecc": {"enabled": False}}}, "<test>")
+    cfg = resolve(_own({"checks": {"gpu_ecc": {"enabled": False}}}), "<test>")
     report = runner.run(cfg, phase="prolog", probes=_table(), node="n1")
     names = [r.name for r in report.results]
     assert "gpu_ecc" not in names and "gpu_count" in names
@@ -115,7 +121,7 @@ def test_disabled_checks_do_not_run_in_a_phase():
 
 @pytest.mark.parametrize("phase", ["prolog", "epilog", "healthcheck", "manual"])
 def test_every_phase_runs_in_registry_order(phase):
-    cfg = resolve({}, "<test>")
+    cfg = resolve(_own({}), "<test>")
     report = runner.run(cfg, phase=phase, probes={**PROBES, **_table()}, node="n1",
                         only=tuple(s.name for s in CHECKS if s.needs[0] == "nvml"))
     order = [s.name for s in CHECKS]

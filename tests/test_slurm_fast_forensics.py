@@ -19,12 +19,14 @@ HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init
 def daemon_round_state(c: SlurmCluster) -> None:
     """One daemon-phase round of the node's checks, handed off with the daemon's own writer."""
     from nodehealth import runner
-    from nodehealth.config.loader import load
+    from nodehealth.config.loader import load_valid
     from nodehealth.probes import _scenario
     from nodehealth.statedir.files import write_atomic
 
     _scenario.cache_clear()
-    report: dict[str, Any] = runner.run(load(str(c.nh_config)), phase="daemon", node=c.host).to_json()
+    # load_valid records the config as this node's last validated one, as the daemon does at start.
+    cfg, _ = load_valid(str(c.nh_config))
+    report: dict[str, Any] = runner.run(cfg, phase="daemon", node=c.host).to_json()
     assert report["status"] in ("OK", "WARN"), report
     boot = c.boot_id.read_text().strip()
     write_atomic(daemon_state.path_in(str(c.state_dir)),
