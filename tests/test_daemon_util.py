@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import resource
+import site
 import socket
 import subprocess
 import sys
@@ -96,3 +98,38 @@ def sample(text: str, name: str, **labels: str) -> Optional[float]:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             return float(value)
     return None
+
+
+NOBODY = 65534
+
+
+def _searchable_by_all(path: str) -> bool:
+    parts = Path(path).parts
+    dirs = [Path(*parts[:i]) for i in range(1, len(parts))]
+    return all(os.stat(d).st_mode & 0o001 for d in dirs) and bool(os.stat(path).st_mode & 0o001)
+
+
+def unprivileged_python(tree: Path = ROOT) -> Optional[tuple[str, dict[str, str]]]:
+    """A Python that user nobody can run with ``tree`` and this one's dependencies, and its
+    environment; None when there is none. A Python under root's home is not searchable by
+    others: then the system's of the same version, given this one's site-packages."""
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    env["PYTHONPATH"] = str(tree)
+    mine = os.path.realpath(sys.executable)
+    if _searchable_by_all(mine):
+        return mine, env
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(system) or not _searchable_by_all(system):
+        return None
+    return system, dict(env, PYTHONPATH=os.pathsep.join([str(tree), *site.getsitepackages()]))
+
+
+def as_nobody_with_tasks(tasks: int):  # type: ignore[no-untyped-def]
+    """A ``preexec_fn``: become user nobody with RLIMIT_NPROC ``tasks`` (threads count), as a
+    unit's ``TasksMax`` would bound the daemon (root is exempt from RLIMIT_NPROC)."""
+    def drop() -> None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    return drop

@@ -117,6 +117,9 @@ class DaemonSettings:
         True, "drain on a fault and resume when clean from the daemon, through the same policy as the "
         "health check face ([drain], [resume]); false = only publish")
     xid_follow: bool = _lean("daemon.xid_follow", "follow the kernel log for XID events while the daemon runs")
+    metrics_job_ids: bool = setting(
+        True, "publish the Slurm job holding each GPU (nodehealth_gpu_job_info, from the job ledger) on "
+        "/metrics and in the textfile; false = leave job ids out of both")
 
 
 def default_checks() -> dict[str, CheckSettings]:

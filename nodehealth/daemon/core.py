@@ -281,8 +281,15 @@ class Daemon:
 
     def start_round(self) -> None:
         self.round_started_mono = time.monotonic()
-        self.round_thread = threading.Thread(target=self.round, name="round", daemon=True)
-        self.round_thread.start()
+        thread = threading.Thread(target=self.round, name="round", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # out of tasks (TasksMax): skip this round, keep watching
+            self.round_started_mono = None
+            self.metrics.round_failed()
+            self.log(f"round not started: {exc}", "err")
+            return
+        self.round_thread = thread
 
     def round(self) -> Optional[Report]:
         """One round: run the checks, publish, hand off, act. Never raises."""
@@ -347,6 +354,9 @@ class Daemon:
             self.log(f"cannot write the metrics textfile: {exc}", "err")
 
     def publish_jobs(self, cfg: Config, obs: Observations) -> None:
+        if not cfg.daemon.metrics_job_ids:  # who runs on which GPU stays off the endpoint
+            self.metrics.set_jobs({})
+            return
         if not isinstance(obs.nvml, NvmlSnapshot):
             return
         try:

@@ -1,15 +1,40 @@
-"""The ``/metrics`` endpoint: a small threaded HTTP server that serves pre-rendered bytes.
+"""The ``/metrics`` endpoint: one thread and a selector serve pre-rendered bytes.
 
 It never calls into a round: ``/metrics`` returns what ``NodeMetrics.payload()`` holds (the
 last round rendered once, plus a live tail), so a scrape answers while a probe hangs.
+
+It holds under abuse. The port is unauthenticated and any host that reaches it can open
+connections, so what a client can hold is bounded (``Limits``):
+
+- **No task per connection.** One thread serves every connection, so a flood of connections
+  costs file descriptors and a few KiB each, never a thread: the unit's ``TasksMax`` cannot be
+  exhausted through the port, and the XID follower and the rounds keep their threads.
+- **At most ``max_connections`` open.** One more closes the connection that has waited longest
+  without sending a whole request (a slowloris's), so a scraper that sends its request at once
+  is still served while the flood lasts.
+- **Timeouts per connection.** The request head must be complete within ``read_timeout_s`` of
+  the connection's start (or of the first byte of a request that follows a response; bytes
+  dripped in do not extend it); a keep-alive connection is closed after ``idle_timeout_s``
+  without a request; a response the client does not take within ``write_timeout_s`` is dropped.
+- **A size cap.** A request head over ``max_header_bytes`` is answered 431 and closed; a
+  request with a body (``Content-Length``, ``Transfer-Encoding``) 400, a method other than
+  GET and HEAD 405, both closed.
+- **A CPU budget.** At most ``accepts_per_s`` connections are taken a second (the rest wait in
+  the kernel's backlog) and ``requests_per_s`` requests answered (one more gets a 503 and is
+  closed), so a flood costs the daemon's other threads, all under the unit's ``CPUQuota``,
+  next to nothing.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import selectors
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from nodehealth.metrics import CONTENT_TYPE
 
@@ -29,72 +54,382 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 64
+@dataclass(frozen=True)
+class Limits:
+    """What one client, or many, can hold of the endpoint."""
+
+    max_connections: int = 64
+    max_header_bytes: int = 8192
+    read_timeout_s: float = 5.0
+    idle_timeout_s: float = 15.0
+    write_timeout_s: float = 10.0
+    # After a response that closes the connection: how long, and how much, unread input is
+    # drained so that the client reads the response instead of a reset.
+    linger_s: float = 1.0
+    linger_bytes: int = 65536
+    # What the endpoint's one thread may spend, so that a flood costs the daemon's other work
+    # (the XID follower, the rounds: all under the unit's CPUQuota) next to nothing: connections
+    # taken per second (the rest wait in the kernel's backlog), and requests answered per
+    # second (one over that gets a 503 and is closed). A scrape every 15 s is far below both.
+    accepts_per_s: float = 300.0
+    accept_burst: int = 64
+    requests_per_s: float = 100.0
+    request_burst: int = 100
 
 
-def _handler(payload: Callable[[], bytes], health: Callable[[], tuple[int, str]],
-             payload_gzip: Optional[Callable[[], bytes]] = None) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "nodehealth"
-        sys_version = ""
-        protocol_version = "HTTP/1.1"
+class _Bucket:
+    """A token bucket: ``take`` is True while the rate (with its burst) allows one more."""
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                if payload_gzip is not None and "gzip" in self.headers.get("Accept-Encoding", ""):
-                    self._send(200, payload_gzip(), CONTENT_TYPE, encoding="gzip")
-                else:
-                    self._send(200, payload(), CONTENT_TYPE)
-            elif path == "/healthz":
-                code, text = health()
-                self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
-            elif path == "/":
-                self._send(200, b"nodehealth daemon: see /metrics and /healthz\n", "text/plain; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst = rate, float(burst)
+        self.tokens, self.at = float(burst), now
 
-        def do_HEAD(self) -> None:  # noqa: N802
-            self.do_GET()
+    def _fill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
+        self.at = now
 
-        def _send(self, code: int, body: bytes, ctype: str, encoding: str = "") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            if encoding:
-                self.send_header("Content-Encoding", encoding)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+    def ready(self, now: float) -> bool:
+        self._fill(now)
+        return self.tokens >= 1.0
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: scrapes are not events
-            pass
+    def take(self, now: float) -> bool:
+        if not self.ready(now):
+            return False
+        self.tokens -= 1.0
+        return True
 
-    return Handler
+    def next_at(self, now: float) -> float:
+        """When the next token will be there."""
+        self._fill(now)
+        return now + max(0.0, 1.0 - self.tokens) / self.rate if self.rate > 0 else now + _TICK_S
+
+
+_TEXT = "text/plain; charset=utf-8"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+_READ, _WRITE, _LINGER = "read", "write", "linger"
+# Connections the kernel holds for us beyond those taken: a flood waits there (costing no
+# descriptor and no task) instead of pushing out the SYN of a scraper (capped by somaxconn).
+_BACKLOG = 1024
+_ACCEPT_BATCH = 16  # accepts per wake-up, so that reads of connections already open interleave
+_TICK_S = 1.0
+
+
+class _Conn:
+    __slots__ = ("sock", "fd", "buf", "out", "state", "since", "deadline", "idle", "close_after", "drained",
+                 "events")
+
+    def __init__(self, sock: socket.socket, now: float, limits: Limits) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.buf = bytearray()
+        self.out = memoryview(b"")
+        self.state = _READ
+        self.since = now  # when it began waiting for the request it has not sent yet
+        self.deadline = now + limits.read_timeout_s
+        self.idle = False  # between two requests of a keep-alive connection
+        self.close_after = False
+        self.drained = 0
+        self.events = 0  # what the selector watches for it
 
 
 class MetricsServer:
+    """``/metrics``, ``/healthz`` and ``/`` on ``listen``, served by one thread."""
+
     def __init__(self, listen: str, payload: Callable[[], bytes],
                  health: Optional[Callable[[], tuple[int, str]]] = None,
-                 payload_gzip: Optional[Callable[[], bytes]] = None) -> None:
+                 payload_gzip: Optional[Callable[[], bytes]] = None,
+                 limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> None:
         host, port = parse_listen(listen)
-        server_cls: Any = _Server
-        if ":" in host:
-            server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+        self.payload, self.payload_gzip = payload, payload_gzip
+        self.health = health or (lambda: (200, "ok"))
+        self.limits, self.clock = limits, clock
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            self.server = server_cls((host, port), _handler(payload, health or (lambda: (200, "ok")), payload_gzip))
+            self.sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as exc:
             raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-        self.address = self.server.server_address[:2]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
-                                       name="metrics-http", daemon=True)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            self.sock.listen(_BACKLOG)
+            self.sock.setblocking(False)
+        except (OSError, OverflowError) as exc:
+            self.sock.close()
+            raise ListenError(f"cannot listen on {listen}: {getattr(exc, 'strerror', None) or exc}") from None
+        self.address = self.sock.getsockname()[:2]
+        self.conns: dict[int, _Conn] = {}
+        self.selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+        self._accept_paused_until = 0.0
+        now = clock()
+        self.accepts = _Bucket(limits.accepts_per_s, limits.accept_burst, now)
+        self.requests = _Bucket(limits.requests_per_s, limits.request_burst, now)
+        self.accepted = 0  # connections taken, over the server's life
+        self.thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
+
+    # ------------------------------------------------------------------ life cycle
 
     def start(self) -> None:
+        self.selector.register(self.sock, selectors.EVENT_READ, None)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        if self._stopping:
+            return
+        self._stopping = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        if self.thread.is_alive():
+            self.thread.join(timeout=5.0)
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.selector.close()
+        self.sock.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _serve(self) -> None:
+        while not self._stopping:
+            try:
+                self._once()
+            except Exception:  # noqa: BLE001 - the endpoint must outlive any one bad connection
+                time.sleep(0.01)
+
+    def _once(self) -> None:
+        now = self.clock()
+        nearest = min((c.deadline for c in self.conns.values()), default=now + _TICK_S)
+        if self._accept_paused_until:
+            nearest = min(nearest, self._accept_paused_until)
+        events = self.selector.select(max(0.0, min(_TICK_S, nearest - now)))
+        now = self.clock()
+        for key, _ in events:
+            if key.data is None:
+                self._accept(now)
+            elif key.data == "wake":
+                try:
+                    os.read(self._wake_r, 64)
+                except OSError:
+                    pass
+            elif self._open(key.data):  # not one closed earlier in this batch
+                conn = key.data
+                try:
+                    if conn.state == _WRITE:
+                        self._flush(conn, now)
+                    else:
+                        self._read(conn, now)
+                    self._drive(conn, now)
+                except Exception:  # noqa: BLE001 - that connection ends, the others go on
+                    self._close(conn)
+        now = self.clock()
+        for conn in [c for c in self.conns.values() if c.deadline <= now]:
+            self._close(conn)
+        if self._accept_paused_until and now >= self._accept_paused_until:
+            self._accept_paused_until = 0.0
+            self.selector.register(self.sock, selectors.EVENT_READ, None)
+
+    # ------------------------------------------------------------------ connections
+
+    def _pause_accepting(self, until: float) -> None:
+        """Leave new connections in the kernel's backlog until ``until``."""
+        if not self._accept_paused_until:
+            self.selector.unregister(self.sock)
+        self._accept_paused_until = until
+
+    def _accept(self, now: float) -> None:
+        for _ in range(_ACCEPT_BATCH):
+            now = self.clock()  # serving the one before may have taken a while
+            if not self.accepts.ready(now):
+                self._pause_accepting(self.accepts.next_at(now))
+                return
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors: give one back if we hold any, else stop accepting a moment
+                    # (the pending connection would wake us at once, again and again).
+                    if not self._evict():
+                        self._pause_accepting(now + 0.1)
+                        return
+                    continue
+                return  # the client went away before we took it (ECONNABORTED, ...)
+            self.accepts.take(now)
+            self.accepted += 1
+            sock.setblocking(False)
+            if len(self.conns) >= self.limits.max_connections:
+                self._evict()
+            conn = _Conn(sock, now, self.limits)
+            self.conns[conn.fd] = conn
+            try:  # a scraper's request is often there already: serve it before more accepts
+                self._read(conn, now)
+                self._drive(conn, now)
+            except Exception:  # noqa: BLE001
+                self._close(conn)
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for a whole request (else the oldest)."""
+        if not self.conns:
+            return False
+        waiting = [c for c in self.conns.values() if c.state == _READ]
+        self._close(min(waiting or list(self.conns.values()), key=lambda c: c.since))
+        return True
+
+    def _open(self, conn: _Conn) -> bool:
+        return self.conns.get(conn.fd) is conn
+
+    def _close(self, conn: _Conn) -> None:
+        if self._open(conn):
+            del self.conns[conn.fd]
+            if conn.events:
+                try:
+                    self.selector.unregister(conn.sock)
+                except (KeyError, ValueError):
+                    pass
+        conn.sock.close()
+
+    def _watch(self, conn: _Conn) -> None:
+        """Have the selector watch what the connection waits for: to send, or to read."""
+        if not self._open(conn):
+            return
+        want = selectors.EVENT_WRITE if conn.state == _WRITE else selectors.EVENT_READ
+        if conn.events == want:
+            return
+        if conn.events:
+            self.selector.modify(conn.sock, want, conn)
+        else:
+            self.selector.register(conn.sock, want, conn)
+        conn.events = want
+
+    def _read(self, conn: _Conn, now: float) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        if conn.state == _LINGER:
+            conn.drained += len(data)
+            if conn.drained > self.limits.linger_bytes:
+                self._close(conn)
+            return
+        if conn.idle:  # the first byte of the next request: its head has read_timeout_s from now
+            conn.idle = False
+            conn.deadline = now + self.limits.read_timeout_s
+        conn.buf += data
+
+    def _drive(self, conn: _Conn, now: float) -> None:
+        """Answer each whole request buffered while its response goes out at once; then watch."""
+        while self._open(conn) and conn.state == _READ and self._next(conn, now):
+            self._flush(conn, now)
+            if self._open(conn) and conn.state == _READ and conn.buf:  # pipelined: already begun
+                conn.idle = False
+                conn.deadline = now + self.limits.read_timeout_s
+        self._watch(conn)
+
+    def _next(self, conn: _Conn, now: float) -> bool:
+        """Take one request head from the buffer and set up its response; False if none is whole."""
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0 and len(conn.buf) <= self.limits.max_header_bytes:
+            return False
+        if end < 0 or end + 4 > self.limits.max_header_bytes:
+            self._respond(conn, now, 431, b"request head too large\n", _TEXT, close=True)
+            return True
+        head = bytes(conn.buf[:end])
+        del conn.buf[:end + 4]
+        self._request(conn, now, head)
+        return True
+
+    def _request(self, conn: _Conn, now: float, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            self._respond(conn, now, 400, b"bad request\n", _TEXT, close=True)
+            return
+        method, target, version = parts
+        headers: dict[bytes, bytes] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip():
+                self._respond(conn, now, 400, b"bad header\n", _TEXT, close=True)
+                return
+            headers[name.lower()] = value.strip()
+        token = headers.get(b"connection", b"").lower()
+        keep = (b"close" not in token) if version == b"HTTP/1.1" else (b"keep-alive" in token)
+        if headers.get(b"content-length", b"0") != b"0" or b"transfer-encoding" in headers:
+            self._respond(conn, now, 400, b"a request body is not accepted\n", _TEXT, close=True)
+            return
+        if not self.requests.take(now):
+            self._respond(conn, now, 503, b"busy: too many requests\n", _TEXT, close=True,
+                          extra=(("Retry-After", "1"),))
+            return
+        if method not in (b"GET", b"HEAD"):
+            self._respond(conn, now, 405, b"GET or HEAD only\n", _TEXT, close=True, extra=(("Allow", "GET, HEAD"),))
+            return
+        path = target.split(b"?", 1)[0]
+        encoding = ""
+        try:
+            if path == b"/metrics":
+                if self.payload_gzip is not None and b"gzip" in headers.get(b"accept-encoding", b""):
+                    body, encoding = self.payload_gzip(), "gzip"
+                else:
+                    body = self.payload()
+                code, ctype = 200, CONTENT_TYPE
+            elif path == b"/healthz":
+                code, text = self.health()
+                body, ctype = (text + "\n").encode(), _TEXT
+            elif path == b"/":
+                code, body, ctype = 200, b"nodehealth daemon: see /metrics and /healthz\n", _TEXT
+            else:
+                code, body, ctype = 404, b"not found\n", _TEXT
+        except Exception:  # noqa: BLE001 - a rendering bug is a 500, not a dead endpoint
+            code, body, ctype, encoding = 500, b"internal error\n", _TEXT, ""
+        self._respond(conn, now, code, body, ctype, close=not keep, encoding=encoding, head_only=method == b"HEAD")
+
+    def _respond(self, conn: _Conn, now: float, code: int, body: bytes, ctype: str, close: bool,
+                 encoding: str = "", head_only: bool = False, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        fields = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}", f"Content-Type: {ctype}",
+                  f"Content-Length: {len(body)}"]
+        if encoding:
+            fields.append(f"Content-Encoding: {encoding}")
+        fields.extend(f"{k}: {v}" for k, v in extra)
+        fields.append("Connection: close" if close else "Connection: keep-alive")
+        data = ("\r\n".join(fields) + "\r\n\r\n").encode("ascii") + (b"" if head_only else body)
+        conn.out = memoryview(data)
+        conn.close_after = close
+        conn.state = _WRITE
+        conn.deadline = now + self.limits.write_timeout_s
+
+    def _flush(self, conn: _Conn, now: float) -> None:
+        """Send what the client takes now; once all is sent, wait for the next request or close."""
+        try:
+            while conn.out:
+                conn.out = conn.out[conn.sock.send(conn.out):]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if conn.close_after:
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._close(conn)
+                return
+            conn.state, conn.deadline = _LINGER, now + self.limits.linger_s
+            conn.buf.clear()
+        else:
+            conn.state, conn.since, conn.idle = _READ, now, True
+            conn.deadline = now + self.limits.idle_timeout_s
