@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from nodehealth.statedir.verdict import start_ticks  # the bench process stands in for the daemon
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
@@ -44,7 +47,8 @@ def prepare(d: Path, old_style: bool) -> dict[str, str]:
                                                      "action": "none", "gpu": None, "details": {}}]}
     (state / "daemon-state.json").write_text(json.dumps({
         "v": 1, "kind": "nodehealth-daemon-state", "boot_id": BOOT, "written_at": time.time(),
-        "interval_s": 30.0, "pid": 1, "round": 1, "xid": {"follower": "alive", "since": None}, "report": report}))
+        "interval_s": 30.0, "pid": os.getpid(), "pid_start": start_ticks(os.getpid()), "round": 1,
+        "xid": {"follower": "alive", "since": None}, "report": report}))
     return {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}
 
 

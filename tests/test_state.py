@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -90,3 +91,33 @@ def test_fast_path_imports_nothing_heavy(tmp_path):
             "print(sorted(heavy & (set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_dead_daemons_verdict_is_not_trusted(tmp_path):
+    """The verdict names the process that wrote it (pid and start time): once it is gone, the
+    verdict is not a live daemon's, however young."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = state.start_ticks(child.pid)
+        assert started is not None
+        _write(tmp_path, text=state.encode(_report().to_json(), BOOT, 1000.0, "alive", pid=child.pid,
+                                           pid_start=started))
+        got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1001.0)
+        assert got is not None and got.pid == child.pid, why
+    finally:
+        child.kill()
+        child.wait()
+    got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1001.0)
+    assert got is None and f"pid {child.pid}" in why and "no longer running" in why
+    # A pid reused by another process has another start time.
+    _write(tmp_path, text=state.encode(_report().to_json(), BOOT, 1000.0, "alive", pid=os.getpid(), pid_start=1))
+    got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1001.0)
+    assert got is None and "no longer running" in why
+    # A verdict that does not say who wrote it is refused.
+    text = state.encode(_report().to_json(), BOOT, 1000.0, "alive").replace('"pid_start":', '"pid_start_":')
+    _write(tmp_path, text=text)
+    got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1001.0)
+    assert got is None and "which daemon process" in why

@@ -9,7 +9,7 @@ fresh verdict costs well under a millisecond on top of the interpreter's start-u
 File format (version 1), one JSON object::
 
     {"v": 1, "kind": "nodehealth-daemon-state", "boot_id": "…", "written_at": 1732912345.1,
-     "interval_s": 30.0, "pid": 1234, "round": 17,
+     "interval_s": 30.0, "pid": 1234, "pid_start": 8812345, "round": 17,
      "xid": {"follower": "alive" | "dead" | "absent" | "off", "since": 1732912000.0 | null},
      "report": {… Report.to_json() …}}
 
@@ -71,13 +71,17 @@ def path_in(state_dir: str) -> str:
 
 
 def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: Optional[float] = None,
-         require_xid: bool = True, procfs_root: str = layout.PROCFS_ROOT) -> tuple[Optional[DaemonState], str]:
+         require_xid: bool = True, procfs_root: str = layout.PROCFS_ROOT,
+         pid_root: str = "/proc") -> tuple[Optional[DaemonState], str]:
     """The daemon's verdict if it may be used now, else ``(None, why)``.
 
     ``boot_id``: this boot's id (read under ``procfs_root`` when None); a verdict from another
     boot is never used. ``require_xid``: the XID follower must have been alive when the
     verdict was written (``absent`` = a daemon without a follower, ``off`` = disabled in
-    config are refused too); False accepts any follower state except ``dead``.
+    config are refused too); False accepts any follower state except ``dead``. The daemon
+    process that wrote the verdict must still be running: its pid and start time (clock ticks
+    since boot, ``/proc/<pid>/stat``) are in the file and are checked under ``pid_root`` (one
+    small read), so a dead daemon's verdict is never trusted, however young.
     """
     path = path_in(state_dir)
     unsafe = files.check_dir(state_dir)
@@ -126,17 +130,36 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
     pid = raw.get("pid")
     rnd = rnd if isinstance(rnd, int) and not isinstance(rnd, bool) else 0
     pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+    started = raw.get("pid_start")
+    if not isinstance(started, int) or isinstance(started, bool) or pid <= 0:
+        return None, "daemon state does not say which daemon process wrote it (pid and start time)"
+    if start_ticks(pid, pid_root) != started:
+        return None, f"the daemon that wrote the state (pid {pid}) is no longer running"
     return DaemonState(path, file_boot, float(written), max(0.0, age), follower, report,
                        rnd, pid), "fresh"
 
 
+def start_ticks(pid: int, pid_root: str = "/proc") -> Optional[int]:
+    """When process ``pid`` started (field 22 of ``/proc/<pid>/stat``, clock ticks since boot), or None."""
+    try:
+        with open(os.path.join(pid_root, str(pid), "stat"), "rb") as f:
+            stat = f.read(4096).decode("ascii", "replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower: str,
            xid_since: Optional[float] = None, interval_s: float = 0.0, round: int = 0,
-           pid: Optional[int] = None) -> str:
-    """The file's text for a Report's JSON (the daemon writes it atomically)."""
+           pid: Optional[int] = None, pid_start: Optional[int] = None) -> str:
+    """The file's text for a Report's JSON (the daemon writes it atomically); ``pid`` and
+    ``pid_start`` default to this process's."""
     if xid_follower not in XID_STATES:
         raise ValueError(f"xid_follower must be one of {XID_STATES}")
+    pid = os.getpid() if pid is None else pid
+    if pid_start is None:
+        pid_start = start_ticks(pid)
     obj = {"v": VERSION, "kind": KIND, "boot_id": boot_id, "written_at": written_at, "interval_s": interval_s,
-           "pid": os.getpid() if pid is None else pid, "round": round,
+           "pid": pid, "pid_start": pid_start, "round": round,
            "xid": {"follower": xid_follower, "since": xid_since}, "report": report}
     return files.dumps(obj, compact=True) + "\n"
