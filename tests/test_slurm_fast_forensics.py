@@ -75,3 +75,27 @@ def test_epilog_drains_for_an_xid_during_the_job_naming_it(slurm_cluster) -> Non
     state = c.nh_state()
     assert state["drain"]["phase"] == "epilog" and state["drain"]["job_id"] == job
     assert not (c.state_dir / "jobs" / f"{job}.json").exists()  # the baseline was consumed
+
+
+def test_a_killed_daemons_verdict_sends_the_next_prolog_cold(slurm_cluster) -> None:  # noqa: F811
+    """A verdict written by a daemon process that has since died is not trusted, however young."""
+    import subprocess
+    import sys
+
+    c: SlurmCluster = slurm_cluster(scenario="healthy.toml", nodehealth={"check_timeout": 5})
+    daemon_round_state(c)  # a fresh verdict, written by this (live) process
+    env = c.face_env(job_id="501", gpus="0")
+    res = subprocess.run([c.wrapper("nodehealth-prolog")], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "fast path" in res.stderr and "not taken" not in res.stderr, res.stderr
+    # The same verdict, as written by a daemon that was then killed.
+    path = daemon_state.path_in(str(c.state_dir))
+    code = ("import sys, json; from nodehealth.statedir import verdict as v; raw = json.load(open(sys.argv[1])); "
+            "print(v.encode(raw['report'], raw['boot_id'], raw['written_at'], 'alive', interval_s=30, round=2), "
+            "end='')")
+    dead = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
+    with open(path, "w") as f:
+        f.write(dead)
+    env = c.face_env(job_id="502", gpus="0")
+    res = subprocess.run([c.wrapper("nodehealth-prolog")], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "fast path not taken" in res.stderr and "no longer running" in res.stderr, res.stderr
