@@ -40,6 +40,7 @@ from nodehealth.statedir import layout
 
 TASKS = 64  # packaging/systemd/nodehealth.service: TasksMax=64
 ATTACKERS = 300
+XID_PROBE_THREADS = 2  # a drain-class XID is judged by gpu_xid: its two probes (xid, nvml) run in threads, briefly
 PATIENCE_S = 20.0
 XID_79 = "NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
@@ -126,7 +127,9 @@ def test_a_slowloris_under_the_units_task_limit_costs_no_task_and_the_xid_follow
                 time.sleep(0.05)
             assert acted, "the fatal XID was not judged and published while /metrics was attacked"
             assert all(_cut(s) for s in first), "slowloris connections were never cut"
-            assert most <= base, f"the daemon went from {base} to {most} tasks under {ATTACKERS} connections"
+            # No task for any connection; judging the XID briefly takes its probes' threads.
+            assert most <= base + XID_PROBE_THREADS, \
+                f"the daemon went from {base} to {most} tasks under {ATTACKERS} connections"
             code, body, _ = get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # a scraper is still served
             assert code == 200 and sample(body.decode(), "nodehealth_xid_errors_total", gpu="4", xid="79") == 1
         finally:
