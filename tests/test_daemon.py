@@ -150,7 +150,7 @@ def test_state_dir_that_is_a_file_and_missing_textfile_dir_are_start_errors(tmp_
     proc = start(cfg)
     proc.wait(timeout=20)
     code, err = stop(proc)
-    assert code == 1 and "state dir" in err and "not writable" in err
+    assert code == 1 and "state dir" in err and "Not a directory" in err, err
     cfg = write_config(tmp_path, "healthy-8x-h100", free_port(), extra=f'textfile_dir = "{tmp_path / "nope"}"')
     proc = start(cfg)
     proc.wait(timeout=20)

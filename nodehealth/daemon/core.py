@@ -66,14 +66,13 @@ def validate_start(cfg: Config) -> None:
     except ProbeSetupError as exc:
         raise StartError(str(exc)) from None
     sd = cfg.paths.state_dir
-    try:
-        os.makedirs(sd, mode=0o755, exist_ok=True)
-        probe = os.path.join(sd, f".write-test.{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("")
-        os.unlink(probe)
-    except OSError as exc:
-        raise StartError(f"state dir {sd} is not writable: {exc.strerror or exc}") from None
+    from nodehealth.statedir import files
+
+    unsafe = files.ensure_state_dir(sd)  # created 0700; refused when another user's, writable by others, a link
+    if unsafe:
+        raise StartError(f"state dir {sd}: {unsafe}")
+    if not os.access(sd, os.W_OK):
+        raise StartError(f"state dir {sd} is not writable")
     td = cfg.daemon.textfile_dir
     if td and not os.path.isdir(td):
         raise StartError(f"textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = \"\")")

@@ -164,13 +164,14 @@ def load_state(state_dir: str) -> tuple[StoreState, tuple[str, ...]]:
     but cannot be read.
     """
     path = store_path(state_dir)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_STORE_BYTES + 1)
-    except FileNotFoundError:
-        return StoreState(), ()
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from None
+    unsafe = files.check_dir(state_dir) if os.path.lexists(state_dir) else None
+    if unsafe:
+        raise StoreError(f"event store not trusted: {unsafe}")
+    raw, why = files.read_checked(path, MAX_STORE_BYTES + 1)  # O_NOFOLLOW, regular files only
+    if raw is None:
+        if why is None:
+            return StoreState(), ()
+        raise StoreError(f"cannot read {path}: {why}")
     if len(raw) > MAX_STORE_BYTES:
         return StoreState(), (f"{path} is larger than {MAX_STORE_BYTES} bytes; starting a new event store",)
     try:
@@ -250,7 +251,7 @@ def save_state(state_dir: str, state: StoreState) -> None:
     """Write the state atomically (``statedir.files.write_atomic``: temp file, fsync, rename)."""
     path = store_path(state_dir)
     try:
-        files.write_atomic(path, json.dumps(state.to_json(), separators=(",", ":")))
+        files.write_atomic(path, json.dumps(state.to_json(), separators=(",", ":")), mode=files.STATE_FILE_MODE)
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -259,8 +260,9 @@ def save_state(state_dir: str, state: StoreState) -> None:
 def locked(state_dir: str, deadline: Optional[float] = None) -> Iterator[None]:
     """Hold the store's lock; ``deadline`` (monotonic) bounds the wait (StoreError after it)."""
     try:
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        fd = os.open(layout.path(state_dir, layout.XID_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        files.require_state_dir(state_dir)  # 0700 when new; refused when another user's or writable by others
+        fd = os.open(layout.path(state_dir, layout.XID_LOCK),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, files.STATE_FILE_MODE)
     except OSError as exc:
         raise StoreError(f"cannot open the event store lock in {state_dir}: {exc.strerror or exc}") from None
     try:
