@@ -565,3 +565,14 @@ def test_rule_hand_written_registry_can_fail(tmp_path):
         f"tests/test_x.py:1 lists {MAX_LISTED_CHECKS + 1} checks",
         f"tests/test_x.py:3 lists {MAX_LISTED_CHECKS + 1} checks",
     ]
+
+
+@pytest.mark.parametrize("path", sources(PKG), ids=lambda p: str(p.relative_to(PKG)))
+def test_no_shell_and_no_sudo(path):
+    """Programs run by argv list with an absolute path: no ``shell=True``, no ``sudo`` (docs/security.md)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "shell":
+            assert isinstance(node.value, ast.Constant) and node.value.value is False, f"shell= in {path}"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            assert not node.value.split() or node.value.split()[0] not in ("sudo", "/usr/bin/sudo"), path
