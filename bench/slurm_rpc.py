@@ -1,0 +1,673 @@
+"""Benchmark: what nodehealth costs slurmctld, on a private multi-node Slurm cluster.
+
+  .venv/bin/python bench/slurm_rpc.py [--nodes 4] [--minutes 6] [--jobs 20] [--mode daemon|faces|both|scale]
+
+Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (Slurm 22.05). Starts munged,
+slurmctld and one slurmd per node, each slurmd in its own UTS namespace with its own node name
+(``n1``..``nN``, all on 127.0.0.1 with their own ports), 8 fake GPUs per node, and nodehealth's
+installed entry points as ``Prolog``, ``Epilog`` and ``HealthCheckProgram`` (``PrologFlags=Alloc``,
+``HealthCheckNodeState=ANY``). Each node has its own nodehealth config, state dir and simulated
+GPUs; in ``daemon`` mode one ``nodehealth daemon`` per node runs beside its slurmd. Time is
+compressed: a short ``HealthCheckInterval``, short daemon rounds and ``[slurm] reconcile_s`` at
+its minimum (60 s), so that reconciliations show up in a run of minutes.
+
+Every ``scontrol`` call nodehealth makes goes through ``[slurm] scontrol`` = a wrapper that
+appends the time, the node, the caller (prolog, epilog, healthcheck, daemon) and the argv to a
+log, then execs ``/usr/bin/scontrol``. slurmctld logs every RPC it receives
+(``DebugFlags=Protocol``): the RPCs of a window are counted from that log by time, and
+``sdiag``'s per-message-type counts, read before and after each window, are shown beside them.
+The benchmark makes no node or partition query of its own inside a window: it submits jobs
+with ``sbatch`` and waits for their epilogs' records in the nodes' job ledgers (``squeue`` would
+add a ``REQUEST_PARTITION_INFO``), so the node-info and update RPCs of a window are nodehealth's.
+
+Windows (per mode):
+
+* steady: every node healthy, ``--minutes`` long, ``--jobs`` short jobs
+  (``sbatch -w NODE --wrap hostname``, round robin over the nodes) spread over it;
+* fault: one node's simulated GPUs switched to a faulty scenario (GPU 1 with a row remap
+  pending) until nodehealth has drained it, then held for two health-check intervals;
+* resume: the scenario switched back to healthy until nodehealth has resumed the node.
+
+Then (``--scale``, default 10,000) a cluster of one registered node and that many nodes
+declared: what one ``scontrol show node`` costs slurmctld there (sdiag's time per RPC type).
+
+The report (stdout and ``--report``) gives the calls and RPCs per node per hour in steady state,
+per fault and per resume, the extrapolation to the default ``reconcile_s`` (3600 s) and to
+10,000 nodes, the cost of one call at that size, and every wrapper-log line of each window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv's bin: nodehealth-prolog & co.
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+SCONTROL = "/usr/bin/scontrol"
+DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
+CLIENTS = (SCONTROL, "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/sdiag", "/usr/bin/scancel", "/usr/bin/unshare")
+FACES = ("nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
+# The message types a node-health tool costs slurmctld: what `scontrol show node` and `scontrol update` send.
+NODE_TYPES = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE")
+TARGET_NODES = 10_000
+RPC_LINE = re.compile(r"^\[(\S+?)\] \S*: received opcode (\w+) from", re.M)
+SDIAG_LINE = re.compile(r"^\s*(REQUEST_\w+|MESSAGE_\w+|RESPONSE_\w+)\s+\(\s*\d+\)\s+count:(\d+)"
+                        r"(?:\s+ave_time:\d+\s+total_time:(\d+))?", re.M)
+
+
+def missing() -> Optional[str]:
+    for path in DAEMONS + CLIENTS:
+        if not os.access(path, os.X_OK):
+            return f"{path} not installed (apt-get install slurmctld slurmd slurm-client munge)"
+    if os.geteuid() != 0:
+        return "the private Slurm cluster runs its daemons as root"
+    for face in FACES + ("nodehealth",):
+        if not (BIN / face).exists():
+            return f"{BIN / face} missing (pip install -e .)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+class Cluster:
+    """munged + slurmctld + one slurmd per node (own UTS namespace), nodehealth on every node."""
+
+    def __init__(self, root: Path, nodes: int, hc_interval: int, daemon_interval: float, reconcile_s: float,
+                 clean_runs: int, daemons: bool, sched_params: str = "batch_sched_delay=0", ghosts: int = 0) -> None:
+        self.root = root
+        self.names = [f"n{i}" for i in range(1, nodes + 1)]
+        self.hc_interval, self.daemon_interval, self.reconcile_s = hc_interval, daemon_interval, reconcile_s
+        self.clean_runs, self.with_daemons, self.sched_params = clean_runs, daemons, sched_params
+        self.ghosts = ghosts  # declared nodes that never register (g1..gN): a cluster of that size to slurmctld
+        self.conf = root / "etc" / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.env.pop("NODEHEALTH_CONFIG", None)
+        self.calls_log = root / "scontrol-calls.log"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.scenario_seq = 0
+
+    def node_dir(self, name: str) -> Path:
+        return self.root / "nodes" / name
+
+    def state_dir(self, name: str) -> Path:
+        return self.node_dir(name) / "state"
+
+    # ---------------------------------------------------------------- files
+
+    def use_scenario(self, name: str, scenario: Path) -> None:
+        """Switch one node's simulated GPUs.
+
+        The scenario goes to a new file and the node's config is pointed at it (both written
+        atomically), then its daemon is sent SIGHUP: a running daemon parses a scenario path
+        once (``nodehealth.probes._scenario`` is cached by path), so rewriting the same file
+        would change what the faces see but not what the daemon sees.
+        """
+        nd = self.node_dir(name)
+        self.scenario_seq += 1
+        target = nd / f"scenario-{self.scenario_seq}.toml"
+        shutil.copyfile(scenario, target)
+        self._write_node_config(name, target)
+        daemon = self.procs.get(f"daemon-{name}")
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGHUP)
+
+    def _write_node_config(self, name: str, scenario: Path) -> None:
+        nd = self.node_dir(name)
+        tmp = nd / ".nodehealth.toml.tmp"
+        tmp.write_text("\n".join([
+            f'node_name = "{name}"',
+            "[phases.prolog]", "budget_s = 10",
+            "[phases.epilog]", "budget_s = 10",
+            "[phases.healthcheck]", "budget_s = 20",
+            "[nvml]", f'simulate = "{scenario}"',
+            "[paths]", f'state_dir = "{nd / "state"}"',
+            "[slurm]", f'scontrol = "{self.root / "bin" / "scontrol"}"', "timeout_s = 3", f'conf = "{self.conf}"',
+            f"reconcile_s = {self.reconcile_s:g}",
+            "[resume]", f"clean_runs = {self.clean_runs}",
+            "[daemon]", f"interval_s = {self.daemon_interval:g}", 'listen = ""', "xid_follow = true",
+            "[checks.gpu_xid]", f'kmsg_path = "{nd / "kmsg"}"',
+        ]) + "\n")
+        os.replace(tmp, nd / "nodehealth.toml")
+
+    def _script(self, path: Path, text: str) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+        return str(path)
+
+    def _write(self) -> None:
+        r = self.root
+        for d in ("etc", "state", "spool", "log", "run", "munge", "out", "bin"):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(r, 0o755)
+        os.chmod(r / "munge", 0o755)  # munged wants o+x on its socket's directory
+        key = r / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+        self.calls_log.write_text("")
+        # One line per call, written with one write(2): time, node, caller, pid, argv (tab-separated).
+        self._script(r / "bin" / "scontrol", (
+            "#!/bin/sh\n"
+            f"line=\"$(/bin/date +%s.%N)\t${{NH_NODE:-?}}\t${{NH_FACE:-?}}\t$$\"\n"
+            "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
+            f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
+            f"exec {SCONTROL} \"$@\"\n"))
+        faces = {}
+        for face in FACES:
+            short = face.split("-", 1)[1]
+            faces[short] = self._script(r / "bin" / face, (
+                "#!/bin/sh\n"
+                f"NODEHEALTH_CONFIG={r}/nodes/$SLURMD_NODENAME/nodehealth.toml\n"
+                f"NH_NODE=$SLURMD_NODENAME NH_FACE={short}\n"
+                "export NODEHEALTH_CONFIG NH_NODE NH_FACE\n"
+                f"exec {BIN / face}\n"))
+        gres = ["AutoDetect=off"]
+        node_lines = []
+        for name in self.names:
+            nd = self.node_dir(name)
+            for sub in ("dev", "state"):
+                (nd / sub).mkdir(parents=True, exist_ok=True)
+            for i in range(8):  # gres File= must be a character device
+                (nd / "dev" / f"gpu{i}").symlink_to("/dev/null")
+            (nd / "kmsg").write_text("")
+            self.use_scenario(name, FIXTURES / "healthy.toml")
+            gres.append(f"NodeName={name} Name=gpu File={nd}/dev/gpu[0-7]")
+            node_lines.append(f"NodeName={name} NodeAddr=127.0.0.1 Port={free_port()} CPUs={os.cpu_count()} "
+                              "RealMemory=1000 Gres=gpu:8 State=UNKNOWN")
+        if self.ghosts:
+            node_lines.append(f"NodeName=g[1-{self.ghosts}] NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
+                              "RealMemory=1000 Gres=gpu:8 State=UNKNOWN")
+        (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
+        host = socket.gethostname().split(".")[0]
+        self.conf.write_text("\n".join([
+            "ClusterName=nhrpc", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={free_port()}",
+            "SlurmUser=root", "SlurmdUser=root",
+            "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/munge.socket", "CredType=cred/munge",
+            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            # DebugFlags=Protocol: slurmctld logs every RPC it receives, with its time (ms) and type.
+            "SlurmctldDebug=info", "DebugFlags=Protocol", "LogTimeFormat=iso8601_ms", "SlurmdDebug=info",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill", f"SchedulerParameters={self.sched_params}", "MpiDefault=none",
+            "MailProg=/bin/true", "ReturnToService=2", "GresTypes=gpu",
+            f"Prolog={faces['prolog']}", f"Epilog={faces['epilog']}", "PrologFlags=Alloc",
+            "PrologEpilogTimeout=60",
+            f"HealthCheckProgram={faces['healthcheck']}", f"HealthCheckInterval={self.hc_interval}",
+            "HealthCheckNodeState=ANY",
+            *node_lines,
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        ]) + "\n")
+
+    # ---------------------------------------------------------------- processes
+
+    def _spawn(self, name: str, argv: list[str], env: Optional[dict[str, str]] = None) -> None:
+        with open(self.root / "log" / f"{name}.stdio", "ab") as log:
+            self.procs[name] = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, cwd=self.root)
+
+    def start(self) -> None:
+        self._write()
+        r = self.root
+        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={r}/munge/munge.socket",
+                               f"--key-file={r}/munge/munge.key", f"--pid-file={r}/munge/munged.pid",
+                               f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
+        wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
+        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
+        wait_for(lambda: self.run(SCONTROL, "ping").returncode == 0, 15, "slurmctld up")
+        for name in self.names:
+            self._spawn(f"slurmd-{name}", ["/usr/bin/unshare", "--uts", "sh", "-c",
+                                           f"hostname {name} && exec /usr/sbin/slurmd -D -N {name}"])
+        wait_for(lambda: all(s not in ("", "UNKNOWN", "DOWN") and "*" not in s
+                             for n, s in self.states().items() if n in self.names), 60, "every node registered")
+        if self.with_daemons:
+            for name in self.names:
+                env = dict(self.env, NH_NODE=name, NH_FACE="daemon")
+                self._spawn(f"daemon-{name}", [str(BIN / "nodehealth"), "daemon", "--config",
+                                               str(self.node_dir(name) / "nodehealth.toml")], env)
+
+    def stop(self) -> None:
+        for name in [n for n in self.procs if n.startswith("daemon-")]:
+            self._stop(name)
+        if "slurmctld" in self.procs:
+            self.run("/usr/bin/scancel", "--user=root")
+            end = time.monotonic() + 20  # else slurmstepd and job processes are orphaned
+            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i").stdout.strip():
+                time.sleep(0.2)
+        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
+            self._stop(name)
+
+    def _stop(self, name: str) -> None:
+        p = self.procs.pop(name, None)
+        if p is None:
+            return
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    # ---------------------------------------------------------------- Slurm (outside the windows)
+
+    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def states(self) -> dict[str, str]:
+        out = self.run(SCONTROL, "show", "node", "-o").stdout
+        return {m.group(1): m.group(2) for m in re.finditer(r"NodeName=(\S+) .*?\bState=(\S+)", out)}
+
+    def show(self, name: str) -> str:
+        return self.run(SCONTROL, "show", "node", "-o", name).stdout.strip()
+
+    # ---------------------------------------------------------------- inside the windows (no node query)
+
+    def sdiag(self, field: int = 2) -> dict[str, int]:
+        """sdiag's per-type RPC counts (``field=3``: total time, microseconds)."""
+        out = self.run("/usr/bin/sdiag").stdout
+        return {m.group(1): int(m.group(field) or 0) for m in SDIAG_LINE.finditer(out)}
+
+    def sbatch(self, node: str) -> str:
+        res = self.run("/usr/bin/sbatch", "--parsable", "-N1", "-w", node, "-o", f"{self.root}/out/slurm-%j.out",
+                       "--wrap", "hostname")
+        return res.stdout.strip().split(";")[0]
+
+    def ended_jobs(self) -> set[str]:
+        """Jobs whose epilog has run, from the nodes' job ledgers (no Slurm call)."""
+        out = set()
+        for name in self.names:
+            try:
+                text = (self.state_dir(name) / "jobs.jsonl").read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("event") == "end":
+                    out.add(str(rec.get("job_id")))
+        return out
+
+    def nh_state(self, name: str) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.state_dir(name) / "slurm-state.json").read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def logged_rpcs(self, t0: float, t1: float) -> dict[str, int]:
+        """RPCs slurmctld received between t0 and t1 by its own log (DebugFlags=Protocol), by type."""
+        out: Counter[str] = Counter()
+        text = (self.root / "log" / "slurmctld.log").read_text(errors="replace")
+        for m in RPC_LINE.finditer(text):
+            when = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            if t0 <= when < t1:
+                out[m.group(2)] += 1
+        return dict(sorted(out.items()))
+
+    def calls(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.calls_log.read_text(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) < 4:
+                continue
+            out.append({"time": float(parts[0]), "node": parts[1], "face": parts[2], "pid": parts[3],
+                        "argv": parts[4:], "line": line})
+        return out
+
+
+def kind(call: dict[str, Any]) -> str:
+    """``show <node>``, ``show all``, ``update drain``, ``update resume`` or the argv."""
+    argv = call["argv"]
+    if argv[:2] == ["show", "node"]:
+        return "show all" if len([a for a in argv[2:] if a != "-o"]) == 0 else "show node"
+    if argv[:1] == ["update"]:
+        state = next((a.split("=", 1)[1] for a in argv if a.startswith("state=")), "?")
+        return f"update {state}"
+    return " ".join(argv)
+
+
+def rpc_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))
+            if after.get(k, 0) - before.get(k, 0)}
+
+
+class Window:
+    """One measured window: the sdiag counts and the wrapper-log calls between ``begin`` and ``end``."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.c, self.name = cluster, name
+        self.t0 = self.t1 = 0.0
+        self.sdiag0: dict[str, int] = {}
+        self.rpcs: dict[str, int] = {}  # slurmctld's log, by the window's times
+        self.sdiag: dict[str, int] = {}  # sdiag's counts, after minus before
+        self.calls: list[dict[str, Any]] = []
+        self.jobs: list[str] = []
+        self.notes: list[str] = []
+
+    def begin(self) -> Window:
+        self.t0 = time.time()
+        self.sdiag0 = self.c.sdiag()
+        return self
+
+    def end(self) -> Window:
+        self.sdiag = rpc_delta(self.sdiag0, self.c.sdiag())
+        self.t1 = time.time()
+        time.sleep(0.5)  # slurmctld's log line of the last RPC
+        self.rpcs = self.c.logged_rpcs(self.t0, self.t1)
+        self.calls = [c for c in self.c.calls() if self.t0 <= c["time"] < self.t1]
+        return self
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+    def node_rpcs(self) -> int:
+        return sum(self.rpcs.get(t, 0) for t in NODE_TYPES)
+
+    def by_node(self) -> dict[str, Counter[str]]:
+        out: dict[str, Counter[str]] = {n: Counter() for n in self.c.names}
+        for call in self.calls:
+            out.setdefault(call["node"], Counter())[f"{call['face']}: {kind(call)}"] += 1
+        return out
+
+    def rpcs_expected(self) -> int:
+        """RPCs the wrapper-log calls should cost: 2 per show (node + partition info), 1 per update."""
+        return sum(2 if kind(c).startswith("show") else 1 for c in self.calls)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": round(self.seconds, 1), "rpcs": self.rpcs, "sdiag": self.sdiag,
+                "jobs": len(self.jobs),
+                "calls": [c["line"] for c in self.calls], "notes": self.notes}
+
+
+def spread_jobs(c: Cluster, w: Window, jobs: int, seconds: float) -> None:
+    """``jobs`` short jobs spread evenly over ``seconds`` and over the nodes; then wait for their epilogs."""
+    start = time.monotonic()
+    for i in range(jobs):
+        due = start + (i + 0.5) * seconds / max(jobs, 1)
+        time.sleep(max(0.0, due - time.monotonic()))
+        w.jobs.append(c.sbatch(c.names[i % len(c.names)]))
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
+    # Not squeue: it costs slurmctld a REQUEST_PARTITION_INFO besides REQUEST_JOB_INFO. The epilog's ledger record.
+    wait_for(lambda: set(w.jobs) <= c.ended_jobs(), 120, "every job's epilog", every=0.5)
+    time.sleep(2)  # the epilog's completion message
+
+
+def run_mode(root: Path, args: argparse.Namespace, daemons: bool) -> dict[str, Any]:
+    c = Cluster(root, args.nodes, args.hc_interval, args.daemon_interval, args.reconcile_s, args.clean_runs, daemons)
+    mode = "daemon" if daemons else "faces"
+    result: dict[str, Any] = {"mode": mode, "nodes": c.names, "windows": []}
+    print(f"[{mode}] starting {len(c.names)} nodes in {root}", flush=True)
+    c.start()
+    try:
+        # Warm-up: the first health check and daemon rounds read the node once and cache it.
+        warm = Window(c, "warm-up").begin()
+        wait_for(lambda: all(c.nh_state(n).get("slurm_node") for n in c.names), 120, "every node's cached view")
+        if daemons:
+            wait_for(lambda: all((c.state_dir(n) / "daemon-state.json").exists() for n in c.names), 60,
+                     "every daemon's first verdict")
+        time.sleep(max(args.hc_interval, 2 * args.daemon_interval) + 2)
+        result["windows"].append(warm.end().to_json())
+
+        print(f"[{mode}] steady state: {args.minutes:g} min, {args.jobs} jobs", flush=True)
+        steady = Window(c, "steady").begin()
+        spread_jobs(c, steady, args.jobs, args.minutes * 60)
+        steady.end()
+        outs = sorted((root / "out").glob("slurm-*.out"))
+        steady.notes.append(f"{len(outs)} job output files, hosts: "
+                            f"{dict(Counter(p.read_text().strip() for p in outs))}")
+        result["windows"].append(steady.to_json())
+        result["steady"] = summarize_steady(c, steady, args)
+
+        victim = c.names[1 % len(c.names)]
+        print(f"[{mode}] fault on {victim}", flush=True)
+        fault = Window(c, "fault").begin()
+        c.use_scenario(victim, FIXTURES / args.fault_scenario)
+        t_fault = time.time()
+        wait_for(lambda: bool(c.nh_state(victim).get("drain")), 300, f"{victim} drained by nodehealth", every=0.1)
+        fault.notes.append(f"drain recorded {time.time() - t_fault:.1f} s after the scenario switch, "
+                           f"by the {c.nh_state(victim)['drain'].get('phase')}")
+        time.sleep(2 * args.hc_interval + 2)  # the drained node's health checks and rounds go on
+        fault.end()
+        fault.notes.append(f"Slurm: {c.show(victim)}")
+        result["windows"].append(fault.to_json())
+
+        print(f"[{mode}] resume on {victim}", flush=True)
+        resume = Window(c, "resume").begin()
+        c.use_scenario(victim, FIXTURES / "healthy.toml")
+        t_back = time.time()
+        wait_for(lambda: not c.nh_state(victim).get("drain"), 600, f"{victim} resumed by nodehealth", every=0.2)
+        resume.notes.append(f"drain record cleared {time.time() - t_back:.1f} s after the switch back")
+        time.sleep(5)
+        resume.end()
+        resume.notes.append(f"Slurm: {c.show(victim)}")
+        result["windows"].append(resume.to_json())
+        result["victim"] = victim
+        result["fault"] = summarize_event(fault, victim)
+        result["resume"] = summarize_event(resume, victim)
+    finally:
+        c.stop()
+    return result
+
+
+def measure_scale(root: Path, ghosts: int, calls: int) -> dict[str, Any]:
+    """What one call costs slurmctld when the cluster has ``ghosts`` + 1 nodes.
+
+    ``scontrol show node NODE`` loads every node and every partition (``scontrol_load_nodes``
+    and ``scontrol_load_partitions`` in src/scontrol/info_node.c, 22.05 to 25.11) and filters
+    on the client, so a one-node read costs what the whole cluster's view costs. Measured: the
+    wall time of the command and the time slurmctld spent in each RPC type (sdiag's total_time).
+    """
+    c = Cluster(root, 1, 0, 30, 3600, 3, daemons=False, ghosts=ghosts)
+    print(f"[scale] one node + {ghosts} declared nodes in {root}", flush=True)
+    c.start()
+    out: dict[str, Any] = {"nodes": ghosts + 1, "calls": calls}
+    try:
+        cases = {"show node -o n1": [SCONTROL, "show", "node", "-o", "n1"],
+                 "show node -o (all)": [SCONTROL, "show", "node", "-o"],
+                 "update drain": [SCONTROL, "update", "nodename=g1", "state=drain", "reason=nodehealth: bench"],
+                 # For comparison (nodehealth does not use it): sinfo asks for one node (REQUEST_NODE_INFO_SINGLE).
+                 "sinfo -n n1": ["/usr/bin/sinfo", "-h", "-N", "-n", "n1", "-o", "%N|%T|%E|%G"]}
+        for name, argv in cases.items():
+            n0, t0 = c.sdiag(), c.sdiag(3)
+            walls, size = [], 0
+            for _ in range(1 if name.startswith("update") else calls):
+                start = time.perf_counter()
+                res = c.run(*argv)
+                walls.append(time.perf_counter() - start)
+                size = len(res.stdout)
+            n1, t1 = c.sdiag(), c.sdiag(3)
+            per_type = {}
+            for t in sorted(set(n1) - {"REQUEST_STATS_INFO"}):  # sdiag's own RPC is not the command's
+                k = n1.get(t, 0) - n0.get(t, 0)
+                if k:
+                    per_type[t] = {"count": k, "ms_each": round((t1.get(t, 0) - t0.get(t, 0)) / k / 1000, 2)}
+            walls.sort()
+            out[name] = {"wall_ms_median": round(walls[len(walls) // 2] * 1000, 1), "stdout_bytes": size,
+                         "rpcs": per_type,
+                         "slurmctld_ms_per_call": round(sum(v["count"] * v["ms_each"] for v in per_type.values())
+                                                        / len(walls), 2)}
+    finally:
+        c.stop()
+    return out
+
+
+def summarize_steady(c: Cluster, w: Window, args: argparse.Namespace) -> dict[str, Any]:
+    per_node = {n: sum(k.values()) for n, k in w.by_node().items()}
+    calls = sum(per_node.values())
+    hours = w.seconds / 3600
+    n = len(c.names)
+    reconcile = sum(1 for call in w.calls if kind(call) == "show node")
+    other = calls - reconcile
+    # Reconciliation reads per node per reconcile_s period. A period lasts reconcile_s plus up to one round
+    # or health-check interval (the next look after the cached view expired), so dividing by reconcile_s
+    # overstates what one period costs: an upper bound.
+    periods = w.seconds / args.reconcile_s
+    per_period = reconcile / n / periods if periods else 0.0
+    # At the default reconcile_s (3600 s) one period is an hour; the other calls are per hour already.
+    calls_h_default = per_period + other / n / hours
+    rpc_per_call = (w.node_rpcs() / calls) if calls else 2.0
+    rpc_h_default = calls_h_default * rpc_per_call
+    return {
+        "seconds": round(w.seconds, 1), "jobs": len(w.jobs), "calls": calls, "calls_per_node": per_node,
+        "reconcile_reads": reconcile, "other_calls": other,
+        "calls_per_node_hour": round(calls / n / hours, 2),
+        "node_rpcs": w.node_rpcs(), "node_rpcs_expected": w.rpcs_expected(),
+        "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES),
+        "node_rpcs_per_node_hour": round(w.node_rpcs() / n / hours, 2),
+        "rpcs_per_call": round(rpc_per_call, 3),
+        "reconcile_reads_per_node_period": round(per_period, 3),
+        "default_calls_per_node_hour": round(calls_h_default, 3),
+        "default_rpcs_per_node_hour": round(rpc_h_default, 3),
+        "default_rpc_per_s_10k": round(rpc_h_default * TARGET_NODES / 3600, 2),
+        "bench_rpc_per_s_10k": round(w.node_rpcs() / n / w.seconds * TARGET_NODES, 1),
+    }
+
+
+def summarize_event(w: Window, victim: str) -> dict[str, Any]:
+    mine = [c for c in w.calls if c["node"] == victim]
+    others = [c for c in w.calls if c["node"] != victim]
+    return {"seconds": round(w.seconds, 1), "calls": len(mine),
+            "kinds": dict(Counter(f"{c['face']}: {kind(c)}" for c in mine)),
+            "rpcs_expected": sum(2 if kind(c).startswith("show") else 1 for c in mine),
+            "other_nodes_calls": dict(Counter(f"{c['node']} {c['face']}: {kind(c)}" for c in others)),
+            "node_rpcs": w.node_rpcs(), "node_rpcs_expected": w.rpcs_expected(),
+            "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES)}
+
+
+def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [f"# nodehealth's slurmctld cost (bench/slurm_rpc.py), {datetime.date.today().isoformat()}",
+             f"{slurm_version()}, {platform.node()}, {os.cpu_count()} CPUs; {args.nodes} nodes, "
+             f"HealthCheckInterval={args.hc_interval} s, [daemon] interval_s={args.daemon_interval:g} s, "
+             f"[slurm] reconcile_s={args.reconcile_s:g} s, [resume] clean_runs={args.clean_runs}",
+             "calls: the scontrol wrapper's log; node RPCs: " + ", ".join(NODE_TYPES) +
+             " received by slurmctld in the window (its log, DebugFlags=Protocol; sdiag's deltas beside)", ""]
+    for res in results:
+        s = res["steady"]
+        lines += [f"## mode: {res['mode']}" + (" (one nodehealth daemon per node)" if res["mode"] == "daemon"
+                                                else " (prolog, epilog, health check; no daemon)"), ""]
+        lines += [f"steady state, {s['seconds']:.0f} s, {s['jobs']} jobs, every node healthy:",
+                  f"  scontrol calls: {s['calls']} ({s['reconcile_reads']} reconciliation reads "
+                  f"`show node -o NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
+                  f"  node RPCs: {s['node_rpcs']} (sdiag: {s['node_rpcs_sdiag']}); the calls account for "
+                  f"{s['node_rpcs_expected']} (2 per show, 1 per update)",
+                  f"  per node per hour at reconcile_s={args.reconcile_s:g}: {s['calls_per_node_hour']} calls, "
+                  f"{s['node_rpcs_per_node_hour']} node RPCs ({s['bench_rpc_per_s_10k']} RPC/s at "
+                  f"{TARGET_NODES:,} nodes)",
+                  f"  reconciliation reads per node per reconcile_s period: {s['reconcile_reads_per_node_period']}",
+                  f"  extrapolated to reconcile_s=3600 (the default): {s['default_calls_per_node_hour']} calls and "
+                  f"{s['default_rpcs_per_node_hour']} RPCs per node per hour -> {s['default_rpc_per_s_10k']} RPC/s "
+                  f"at {TARGET_NODES:,} nodes (goal: <= 1 call per node per hour, <= 10 RPC/s)", ""]
+        for ev in ("fault", "resume"):
+            e = res[ev]
+            lines += [f"{ev} on {res['victim']} ({e['seconds']:.0f} s window): {e['calls']} calls "
+                      f"{e['kinds']} = {e['rpcs_expected']} RPCs; all node RPCs in the window: {e['node_rpcs']} "
+                      f"(sdiag: {e['node_rpcs_sdiag']}), other nodes' calls in it: {e['other_nodes_calls'] or 'none'}"
+                      f" = {e['node_rpcs_expected'] - e['rpcs_expected']} RPCs"]
+        lines.append("")
+        for w in res["windows"]:
+            lines.append(f"### window {w['name']} ({w['seconds']} s, {w['jobs']} jobs)")
+            lines.append(f"  RPCs received (slurmctld's log): {w['rpcs']}")
+            lines.append(f"  sdiag deltas: {w['sdiag']}")
+            lines += [f"  note: {n}" for n in w["notes"]]
+            lines += [f"  call: {line}" for line in w["calls"]]
+            lines.append("")
+    if sc:
+        lines += [f"## one call's cost with {sc['nodes']:,} nodes declared (1 registered), median of {sc['calls']}", ""]
+        for name in ("show node -o n1", "show node -o (all)", "update drain", "sinfo -n n1"):
+            v = sc[name]
+            cmd = name if name.startswith("sinfo") else f"scontrol {name}"
+            lines.append(f"  {cmd}: wall {v['wall_ms_median']} ms, output {v['stdout_bytes']:,} bytes, "
+                         f"slurmctld {v['slurmctld_ms_per_call']} ms per call {v['rpcs']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def slurm_version() -> str:
+    try:
+        return subprocess.run(["/usr/sbin/slurmctld", "-V"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--minutes", type=float, default=6.0, help="steady-state window")
+    ap.add_argument("--jobs", type=int, default=20, help="short jobs in the steady-state window")
+    ap.add_argument("--hc-interval", type=int, default=30, help="HealthCheckInterval, s")
+    ap.add_argument("--daemon-interval", type=float, default=10.0, help="[daemon] interval_s")
+    ap.add_argument("--reconcile-s", type=float, default=60.0, help="[slurm] reconcile_s (minimum 60)")
+    ap.add_argument("--clean-runs", type=int, default=3, help="[resume] clean_runs")
+    ap.add_argument("--fault-scenario", default="remap-pending.toml", help="under tests/fixtures/slurm")
+    ap.add_argument("--mode", choices=("daemon", "faces", "both", "scale"), default="both",
+                    help="scale: only the one-call cost with --scale nodes")
+    ap.add_argument("--scale", type=int, default=10_000,
+                    help="also time one call with this many nodes declared (0: skip)")
+    ap.add_argument("--report", default="/tmp/nodehealth-slurm-rpc.txt")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, state dirs)")
+    args = ap.parse_args()
+    why = missing()
+    if why:
+        print(f"cannot run: {why}", file=sys.stderr)
+        return 2
+    results = []
+    for daemons in {"daemon": (True,), "faces": (False,), "both": (True, False), "scale": ()}[args.mode]:
+        root = Path(tempfile.mkdtemp(prefix="nh-rpc."))  # munged wants every directory above it searchable
+        try:
+            results.append(run_mode(root, args, daemons))
+        finally:
+            if args.keep:
+                print(f"kept {root}", file=sys.stderr)
+            else:
+                shutil.rmtree(root, ignore_errors=True)
+    scale = None
+    if args.scale > 1:
+        root = Path(tempfile.mkdtemp(prefix="nh-rpc-scale."))
+        try:
+            scale = measure_scale(root, args.scale - 1, 21)
+        finally:
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
+    text = report(results, scale, args)
+    print(text)
+    Path(args.report).write_text(text + "\n")
+    Path(args.report).with_suffix(".json").write_text(json.dumps({"modes": results, "scale": scale}, indent=1) + "\n")
+    print(f"report: {args.report} (+ .json)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
