@@ -249,3 +249,28 @@ def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
     rc = healthcheck.main()
     assert rc == (1 if unreachable_counted else 0)
     assert f.state()["clean_runs"] == (2 if not unreachable_counted else 0)
+
+
+def test_a_prolog_does_not_trust_a_drain_record_older_than_its_job(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A person resumed the node while its fault persists: the next prolog's job could only start
+    because the drain was lifted, so the prolog drains again (with our reason, not Slurm's "Prolog
+    error", which nodehealth would never resume) instead of trusting its old record."""
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert healthcheck.main() == 1
+    ours = f.nodes()["n1"][1]
+    assert ours.startswith("nodehealth: gpu_remapped_rows")
+    f.set_nodes({"n1": ["IDLE", None]})  # scontrol update state=resume, by hand
+    state = f.state()
+    state["drain"]["time"] -= 3600  # drained an hour ago
+    (f.d / "state" / "slurm-state.json").write_text(json.dumps(state))
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    assert prolog.main() == 1
+    assert f.nodes()["n1"] == ["IDLE+DRAIN", ours]
+    # A record the daemon wrote a moment ago (the node drained while this job was being allocated)
+    # is trusted: no call.
+    calls = len(f.calls())
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    assert prolog.main() == 1
+    assert len(f.calls()) == calls

@@ -30,6 +30,8 @@ from nodehealth.slurm.client import Scontrol
 from nodehealth.slurm.policy import scope_processes, worst_failure
 from nodehealth.statedir import counters, layout, ledger
 
+PROLOG_RECORD_SLACK_S = 60.0
+
 
 @dataclass
 class Run:
@@ -48,8 +50,12 @@ class Run:
     def actor(self) -> act.Actor:
         client = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
                           self.environ)
+        # The prolog's job was just allocated on a node Slurm held schedulable: a drain recorded more
+        # than a minute ago (before the allocation; the daemon may drain while it is under way) was
+        # lifted since and is read back rather than trusted.
+        after = time.time() - PROLOG_RECORD_SLACK_S if self.phase == "prolog" else None
         return act.Actor(cfg=self.cfg, node=self.node, phase=self.phase, client=client, deadline=self.deadline,
-                         log=self.log, boot_id=self.boot_id, job_id=self.job_id)
+                         log=self.log, boot_id=self.boot_id, job_id=self.job_id, record_trusted_after=after)
 
 
 def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) -> Union[Run, int]:

@@ -71,6 +71,10 @@ class Actor:
     log: Log
     boot_id: Optional[str]
     job_id: Optional[str] = None
+    # A drain record older than this (Unix time) is not trusted without asking Slurm: a prolog
+    # runs only on a node Slurm let a job start on, so a drain of ours recorded before the job
+    # was allocated has been lifted since (a person resumed the node). None: trust the record.
+    record_trusted_after: Optional[float] = None
 
     def lock_timeout(self) -> float:
         return min(1.0, max(0.1, self.deadline.left()))
@@ -132,7 +136,9 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
     if not cfg.drain.enabled:
         return not_drained(Outcome.DISABLED, "[drain] enabled = false: not draining", me)
     state = slurmstate.load(cfg.paths.state_dir)
-    if state.drain is not None and (me is None or policy.owns(me, state)):
+    trusted = state.drain is not None and (actor.record_trusted_after is None
+                                           or state.drain.time >= actor.record_trusted_after)
+    if state.drain is not None and (policy.owns(me, state) if me is not None else trusted):
         # Ours already (by our record; Slurm keeps an existing reason, so no call is needed to stay drained).
         decision = policy.decide_drain(_as_ours(me, state), state, fault, reason)
         if decision.action != "drain":
