@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth.config.loader import ConfigError, load_safe
-    from nodehealth.daemon.core import Daemon, StartError, probe_setup
+    from nodehealth.config.loader import ConfigError, load_safe, probe_setup
+    from nodehealth.daemon.core import Daemon, StartError
 
     try:
         loaded = load_safe(args.config, check=probe_setup, defaults=False)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from nodehealth import runner
 from nodehealth.config import lean
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, Loaded, load_valid
+from nodehealth.config.loader import ConfigError, Loaded, load_valid, probe_setup
 from nodehealth.config.schema import Config
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
@@ -35,16 +35,6 @@ from nodehealth.xid.settings import CHECK as XID_CHECK
 
 class StartError(Exception):
     """The daemon cannot start as configured (listen address, state dir, textfile dir)."""
-
-
-def probe_setup(cfg: Config) -> None:
-    """What the probes need of a config (a scenario file that parses), as a ConfigError."""
-    from nodehealth.probes import ProbeSetupError, validate
-
-    try:
-        validate(cfg)
-    except ProbeSetupError as exc:
-        raise ConfigError(str(exc), "setup") from None
 
 
 def file_identity(path: str) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, load_safe, phase_budget
+from nodehealth.config.loader import ConfigError, load_safe, phase_budget, probe_setup
 from nodehealth.config.schema import Config
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
@@ -84,16 +84,6 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
     deadline = Deadline.from_process_start(phase_budget(cfg, phase))
     return Run(face=face, phase=phase, cfg=cfg, node=node_name(cfg.node_name, env), log=log, deadline=deadline,
                environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
-
-
-def probe_setup(cfg: Config) -> None:
-    """What the probes need of a config (a scenario file that parses), as a ConfigError."""
-    from nodehealth.probes import ProbeSetupError, validate
-
-    try:
-        validate(cfg)
-    except ProbeSetupError as exc:
-        raise ConfigError(str(exc), "setup") from None
 
 
 def run_outcome(run: Run) -> tuple[Report, Observations]:
