@@ -25,12 +25,14 @@ STARTUP_ALLOWANCE_S = 5.0
 
 def process_age_s(procfs_root: str = "/proc") -> float:
     """Seconds since this process started (0.0 when it cannot be told)."""
+    from nodehealth.statedir.verdict import start_ticks  # the one reader of a process's start time
+
+    ticks = start_ticks("self", procfs_root)
+    if ticks is None:
+        return 0.0
     try:
-        with open(os.path.join(procfs_root, "self", "stat"), "rb") as f:
-            stat = f.read(4096).decode("ascii", "replace")
-        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
         return 0.0
     return age if 0.0 <= age < 3600.0 else 0.0
 

@@ -44,7 +44,7 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float) -> Union[NodeIn
             return ProbeError("slurm_node", "unavailable", "no cached Slurm view of this node yet "
                               "(the health check or the daemon writes it)")
         return cached
-    if cached is not None and cached.seen_at is not None and 0 <= now - cached.seen_at < cfg.slurm.reconcile_s:
+    if cached is not None and cached.fresh(now, cfg.slurm.reconcile_s):
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):

@@ -254,4 +254,4 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
 
 
 def _fresh(node: Optional[NodeInfo], now: float, max_age_s: float) -> bool:
-    return node is not None and node.seen_at is not None and 0 <= now - node.seen_at < max_age_s
+    return node is not None and node.fresh(now, max_age_s)

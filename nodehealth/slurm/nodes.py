@@ -169,6 +169,10 @@ class NodeInfo:
     def drained_by_others(self) -> bool:
         return self.state.drained and not self.drained_by_us
 
+    def fresh(self, now: float, max_age_s: float) -> bool:
+        """slurmctld said so less than ``max_age_s`` ago (a view with no time is never fresh)."""
+        return self.seen_at is not None and 0 <= now - self.seen_at < max_age_s
+
     def to_json(self) -> dict[str, Any]:
         """What the Slurm state file caches of this node (the prolog and epilog read it, no Slurm call)."""
         return {"name": self.name, "gres_gpus": self.gres_gpus, "state": self.state.text,

@@ -30,7 +30,7 @@ from nodehealth.statedir import files, layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
-    from typing import Any, Optional
+    from typing import Any, Optional, Union
 
 FILE_NAME = layout.DAEMON_STATE
 KIND = "nodehealth-daemon-state"
@@ -139,8 +139,9 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
                        rnd, pid), "fresh"
 
 
-def start_ticks(pid: int, pid_root: str = "/proc") -> Optional[int]:
-    """When process ``pid`` started (field 22 of ``/proc/<pid>/stat``, clock ticks since boot), or None."""
+def start_ticks(pid: Union[int, str], pid_root: str = "/proc") -> Optional[int]:
+    """When process ``pid`` (or ``"self"``) started (field 22 of ``/proc/<pid>/stat``, clock ticks
+    since boot), or None."""
     try:
         with open(os.path.join(pid_root, str(pid), "stat"), "rb") as f:
             stat = f.read(4096).decode("ascii", "replace")
