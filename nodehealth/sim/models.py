@@ -267,7 +267,7 @@ PROVENANCE: Dict[str, Dict[str, str]] = {
     "B200": _prov(_IDENTITY, name="driver-table", pci_device_id="driver-table", power_limit_w="datasheet",
                   nvlink="issue", nvlink__counters="nvml.h", retired_pages_supported="nvml.h",
                   remapped_rows_supported="nvml.h", ecc_enabled="assumed", persistence_mode="assumed",
-                  fabric="datasheet", form_factor="datasheet"),
+                  fabric="issue", form_factor="datasheet"),
     "GB200": _prov(_IDENTITY, name="driver-table", pci_device_id="driver-table", power_limit_w="datasheet",
                    nvlink="issue", nvlink__counters="nvml.h", retired_pages_supported="nvml.h",
                    remapped_rows_supported="nvml.h", ecc_enabled="assumed", persistence_mode="assumed",
@@ -366,6 +366,8 @@ SOURCES: Dict[str, str] = {
         "https://docs.vultr.com/inference-cookbook/cuda/getting-started/hardware-overview (HGX B200: TDP 1000W, "
         "topology NV18 on every pair) and https://glennklockwood.com/garden/processors/B200 ('1000 W maximum'); "
         f"nvlink 18: same topology and https://github.com/vllm-project/vllm/issues/16336 (B200 node, NV18); "
+        "fabric: https://github.com/siderolabs/extensions/pull/717 (quotes the Fabric Manager user guide: on "
+        "DGX/HGX B200 the GPUs register with the NVLink fabric, 'Completed' once registered); "
         f"counters: {_NVML_H}; cc 10.0 (sm_100): {_CUDA_GPUS}. Not sourced: memory_total_mib (spec pages say "
         "179-192 GB, no MiB figure from nvidia-smi), PCIe link, idle temperature/power, every temperature threshold."
     ),
