@@ -10,7 +10,7 @@ PY39   ?= $(shell bash scripts/find-python39.sh)
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean
+.PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml
 
 all: test
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
-demo: $(STAMP)
+demo: $(STAMP) fakenvml
 	@echo "== a node with a pending row remap on GPU 1 (expect FAIL, exit 1) =="
 	-@$(BIN)/nodehealth check --simulate examples/scenarios/row-remap-pending.toml
 	@echo
@@ -40,10 +40,10 @@ types: $(STAMP)
 compat: $(STAMP)
 	$(BIN)/vermin --target=3.9- --violations --eval-annotations --no-tips --backport dataclasses nodehealth
 
-pytest: $(STAMP)
+pytest: $(STAMP) fakenvml
 	$(BIN)/pytest -q
 
-pytest39: $(STAMP)
+pytest39: $(STAMP) fakenvml
 	@if [ -n "$(PY39)" ]; then \
 		echo "== the suite under $$($(PY39) --version) =="; \
 		[ -x .venv39/bin/python ] || "$(PY39)" -m venv .venv39; \
@@ -54,6 +54,25 @@ test: lint types compat pytest pytest39
 
 bench: $(STAMP)
 	$(BIN)/python bench/check_latency.py
+
+# The fake NVIDIA driver library (nodehealth/sim/fakenvml), one libnvidia-ml.so.1 per driver branch, each
+# exporting exactly its branch's column of symbols.tsv (a linker version script made from it with awk).
+FAKENVML     := nodehealth/sim/fakenvml
+FAKENVML_BR  := 470 525 535 550 570 580
+FAKENVML_SRC := $(wildcard $(FAKENVML)/*.c) $(wildcard $(FAKENVML)/*.h)
+
+fakenvml: $(foreach b,$(FAKENVML_BR),$(FAKENVML)/build/$(b)/exports.map $(FAKENVML)/build/$(b)/libnvidia-ml.so.1)
+
+$(FAKENVML)/build/%/exports.map: $(FAKENVML)/symbols.tsv
+	@mkdir -p $(@D)
+	@awk -v b=$* -F '\t' '/^#/ {next} /^symbol/ {for (i = 2; i <= NF; i++) if ($$i == b) c = i; next} \
+		c && $$c == "1" {s = s "    " $$1 ";\n"} \
+		END {if (!c) {print "no column " b " in symbols.tsv" > "/dev/stderr"; exit 1} \
+		     printf "{\n  global:\n%s  local: *;\n};\n", s}' $< > $@.tmp && mv $@.tmp $@
+
+$(FAKENVML)/build/%/libnvidia-ml.so.1: $(FAKENVML_SRC) $(FAKENVML)/build/%/exports.map
+	cc -DNVML_BRANCH=$* -shared -fPIC -O2 -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 \
+		-Wl,--version-script=$(FAKENVML)/build/$*/exports.map -o $@ $(filter %.c,$^)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
