@@ -1,0 +1,64 @@
+"""``nodehealth validate-nvml``: record what NVML answers on this node, as evidence for the simulator.
+
+    nodehealth validate-nvml --out DIR [--simulate SCENARIO] [--timeout S] [--no-replay]
+
+Read-only: no NVML call that changes a GPU setting can be made (the recorder refuses them),
+nothing is cleared or reset, Slurm is not touched. docs/validation.md.
+
+Exit codes: 0 evidence written and the simulator agrees with every call; 1 evidence written
+and the report lists differences (or the recording did not complete); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "validate-nvml",
+        help="record this node's NVML answers (read-only) and where the simulator disagrees",
+        description="Run the NVML probe on this node through a read-only recorder and write the evidence "
+        "into DIR: calls.jsonl (every NVML call), symbols.json (the driver library's exported NVML "
+        "symbols), nvidia-smi-q.txt, nvrm.txt (kernel NVRM/Xid lines), scenario.toml (this node as a "
+        "simulator scenario), replay/ and report.md/report.json (where the simulator disagrees). "
+        "Never changes a GPU setting and never touches Slurm.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write into (created if missing)")
+    p.add_argument("--simulate", metavar="SCENARIO", help="record a simulated node from this scenario file instead")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="deadline for the whole NVML reading, in seconds (default: %(default)s)")
+    p.add_argument("--no-replay", action="store_true", help="do not replay the written scenario in the simulator")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nodehealth.sim.nvml import ScenarioError
+    from nodehealth.validation import kit
+
+    if not args.timeout > 0:
+        print("nodehealth: --timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"nodehealth: --out {args.out}: not a directory", file=sys.stderr)
+        return 2
+    simulate = os.path.abspath(args.simulate) if args.simulate else None
+    try:
+        doc = kit.run(args.out, simulate=simulate, timeout_s=args.timeout, replay=not args.no_replay)
+    except ScenarioError as exc:
+        print(f"nodehealth: {exc}", file=sys.stderr)
+        return 2
+    run_info, replay = doc["run"], doc.get("replay") or {}
+    print(f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "
+          f"driver {run_info.get('driver_version') or 'unknown'}, "
+          f"{run_info.get('gpu_count') if run_info.get('gpu_count') is not None else 'no'} GPU(s)")
+    if replay.get("error"):
+        print(f"replay: not done: {replay['error']}")
+    elif replay:
+        print(f"replay: {len(replay['differences'])} difference(s) between the node and the simulator "
+              f"(see {os.path.join(args.out, 'report.md')})")
+    differs = bool(replay.get("differences")) or bool(replay.get("error"))
+    return 1 if differs or run_info["outcome"] != "complete" else 0

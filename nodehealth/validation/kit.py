@@ -1,0 +1,215 @@
+"""``run``: the whole validation of one node into one directory (docs/validation.md).
+
+1. ``calls.jsonl`` (+ ``observations.jsonl``): the probe reads the node through the recorder.
+2. ``symbols.json``: the ``nvml*`` symbols the driver library that pynvml loaded exports.
+3. ``nvidia-smi-q.txt``, ``nvrm.txt``: ``nvidia-smi -q`` and the kernel's NVRM/Xid lines.
+4. ``scenario.toml``: the node as a simulator scenario.
+5. ``replay/``: that scenario recorded through the simulator; ``report.md`` / ``report.json``:
+   timings and every difference between the node and the simulator.
+
+Nothing here changes a GPU setting or touches Slurm.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+from typing import Any, Callable, Optional
+
+from nodehealth.validation import elf, record, report, scenario_writer
+
+SYMBOLS_FILE = "symbols.json"
+SMI_FILE = "nvidia-smi-q.txt"
+NVRM_FILE = "nvrm.txt"
+SCENARIO_FILE = "scenario.toml"
+REPLAY_DIR = "replay"
+SMI_TIMEOUT_S = 60.0
+KERNEL_LINE = re.compile(r"NVRM|Xid|nvidia", re.IGNORECASE)
+# A recording that ended at its deadline is replayed for at most this long: the replay of a
+# hung call hangs too, and what came before it is quick.
+REPLAY_AFTER_HANG_S = 10.0
+
+
+def simulated_loader(path: str) -> tuple[Callable[[], Any], Any]:
+    """(loader, scenario) for a scenario file, as the project's ``[nvml] simulate`` builds it.
+
+    ``nodehealth.sim.nvml.loader(scenario)`` (the simulated driver library under the real
+    pynvml) where the simulator has it; the Python stand-in ``module_for(scenario)`` otherwise.
+    """
+    from nodehealth.sim import nvml as simnvml
+
+    scenario = simnvml.parse(path)
+    make = getattr(simnvml, "loader", None)
+    if make is not None:
+        check = getattr(simnvml, "check_built", None)
+        if check is not None:
+            check(scenario)
+        return make(scenario), scenario
+    module_for = simnvml.module_for  # type: ignore[attr-defined,unused-ignore]
+    return (lambda: module_for(scenario)), scenario
+
+
+def _real_loader() -> Callable[[], Any]:
+    from nodehealth.probes import nvml as probe
+
+    return probe.load_module
+
+
+def _pci_bus_ids(sysfs_root: str) -> tuple[list[str], str]:
+    from nodehealth.observations import PciGpus
+    from nodehealth.probes import pci
+
+    found = pci.nvidia_gpus(sysfs_root)
+    if isinstance(found, PciGpus):
+        return list(found.bus_ids), f"{len(found.bus_ids)} NVIDIA GPU(s) on PCI ({sysfs_root})"
+    return [], f"PCI not read: {getattr(found, 'message', found)}"
+
+
+def _symbols(out_dir: str, recording: record.Recording) -> dict[str, Any]:
+    libs = recording.libraries
+    doc: dict[str, Any] = {"libraries_mapped": libs, "library": libs[0] if libs else None, "exported": None}
+    if libs:
+        path = os.path.realpath(libs[0])
+        doc["library_realpath"] = path
+        try:
+            doc["exported"] = elf.exported(path, "nvml")
+        except elf.ElfError as exc:
+            doc["error"] = str(exc)
+    else:
+        doc["error"] = ("no libnvidia-ml.so* was mapped in the recording process"
+                        + (f" (NVML module {recording.meta.get('module')})" if recording.meta.get("module") else ""))
+    with open(os.path.join(out_dir, SYMBOLS_FILE), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+    return doc
+
+
+def _host_evidence(out_dir: str, simulated: bool, kmsg_path: str, smi: Optional[str]) -> dict[str, str]:
+    from nodehealth.platform import evidence
+
+    notes: dict[str, str] = {}
+    smi_path = os.path.join(out_dir, SMI_FILE)
+    nvrm_path = os.path.join(out_dir, NVRM_FILE)
+    if simulated:
+        text = "not collected: --simulate (the host's driver does not describe the simulated GPUs)\n"
+        for path in (smi_path, nvrm_path):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        return {SMI_FILE: text.strip(), NVRM_FILE: text.strip()}
+    program = smi if smi is not None else evidence.find_program("nvidia-smi")
+    with open(smi_path, "w", encoding="utf-8") as fh:
+        if program is None:
+            fh.write("nvidia-smi: not found\n")
+            notes[SMI_FILE] = "nvidia-smi not found"
+        else:
+            out = evidence.run_readonly([program, "-q"], SMI_TIMEOUT_S)
+            fh.write(f"# {program} -q: exit {out.rc}{'; ' + out.error if out.error else ''}\n")
+            fh.write(out.stdout)
+            if out.stderr:
+                fh.write("\n# stderr\n" + out.stderr)
+            notes[SMI_FILE] = f"{program} -q: exit {out.rc}{', ' + out.error if out.error else ''}"
+    log = evidence.kernel_lines(lambda line: bool(KERNEL_LINE.search(line)), kmsg_path)
+    with open(nvrm_path, "w", encoding="utf-8") as fh:
+        fh.write(f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
+                 f"{' (the last ones only)' if log.truncated else ''}\n")
+        for note in log.notes:
+            fh.write(f"# {note}\n")
+        fh.write("".join(line + "\n" for line in log.lines))
+    notes[NVRM_FILE] = (f"{len(log.lines)} line(s) from {log.source}" if log.source
+                        else "kernel log not read: " + "; ".join(log.notes))
+    return notes
+
+
+def _models(calls: list[record.Call]) -> list[str]:
+    return sorted({str(c.value) for c in calls if c.fn == "nvmlDeviceGetName" and c.returned and c.rc == 0})
+
+
+def _value(calls: list[record.Call], fn: str) -> Any:
+    return next((c.value for c in calls if c.fn == fn and c.returned and c.rc == 0), None)
+
+
+def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, replay: bool = True,
+        sysfs_root: str = "/sys", kmsg_path: str = "/dev/kmsg", nvidia_smi: Optional[str] = None,
+        date: Optional[datetime.datetime] = None) -> dict[str, Any]:
+    """Validate this node's NVML (or, with ``simulate``, a scenario's) into ``out_dir``; the report."""
+    from nodehealth import __version__
+
+    os.makedirs(out_dir, exist_ok=True)
+    when = (date or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if simulate:
+        loader, scenario = simulated_loader(simulate)
+        pci, pci_note = list(scenario.pci_bus_ids), "the scenario's PCI bus"
+    else:
+        loader = _real_loader()
+        pci, pci_note = _pci_bus_ids(sysfs_root)
+    done = record.record(out_dir, loader, timeout_s)
+    recording = record.read(os.path.join(out_dir, record.CALLS_FILE))
+    calls = recording.calls
+    symbols = _symbols(out_dir, recording)
+    host = _host_evidence(out_dir, bool(simulate), kmsg_path, nvidia_smi)
+    host["pci"] = pci_note
+
+    unavailable = recording.meta.get("unavailable")
+    built = scenario_writer.scenario_from_calls(calls, pci, tuple(unavailable) if unavailable else None)
+    header = (f"The node {os.uname().nodename} as nodehealth validate-nvml recorded it on {when}\n"
+              f"({'simulated: ' + simulate if simulate else 'real NVML'}; {len(calls)} NVML calls, "
+              f"recording {done.outcome}).\nReplay: nodehealth validate-nvml --simulate scenario.toml --out DIR")
+    scenario_path = os.path.join(out_dir, SCENARIO_FILE)
+    try:
+        notes = built.notes + scenario_writer.write(scenario_path, built, header)
+        scenario_error = None
+    except Exception as exc:  # noqa: BLE001 - the evidence stands without a checked scenario
+        notes = built.notes
+        scenario_error = f"{type(exc).__name__}: {exc}"
+        with open(scenario_path, "w", encoding="utf-8") as fh:
+            fh.write(scenario_writer.to_toml(built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}"))
+
+    replay_doc: Optional[dict[str, Any]] = None
+    if replay:
+        replay_dir = os.path.join(out_dir, REPLAY_DIR)
+        if scenario_error is not None:
+            replay_doc = {"error": f"the scenario was not accepted ({scenario_error})"}
+        else:
+            try:
+                replay_loader, _ = simulated_loader(scenario_path)
+            except Exception as exc:  # noqa: BLE001 - e.g. the simulated driver is not built
+                replay_doc = {"error": f"{type(exc).__name__}: {exc}"}
+            else:
+                limit = timeout_s if done.outcome == "complete" else min(timeout_s, REPLAY_AFTER_HANG_S)
+                again = record.record(replay_dir, replay_loader, limit)
+                replayed = record.read(os.path.join(replay_dir, record.CALLS_FILE))
+                diffs = report.diff_calls(calls, replayed.calls)
+                replay_doc = {"dir": REPLAY_DIR, "outcome": again.outcome, "recorded_calls": len(calls),
+                              "replayed_calls": len(replayed.calls), "differences": diffs,
+                              "summary": report.summarise_differences(diffs),
+                              "library": replayed.libraries[0] if replayed.libraries else None}
+
+    driver_version = _value(calls, "nvmlSystemGetDriverVersion")
+    symbol_cmp = report.compare_symbols(symbols.get("exported"),
+                                        None if driver_version is None else str(driver_version))
+    symbol_cmp["library"] = symbols.get("library")
+    files = sorted(f for f in os.listdir(out_dir) if os.path.isfile(os.path.join(out_dir, f))) + ["report.json",
+                                                                                                    "report.md"]
+    doc: dict[str, Any] = {
+        "run": {
+            "date_utc": when, "host": os.uname().nodename, "mode": "simulated" if simulate else "real",
+            "scenario": simulate, "driver_version": driver_version,
+            "cuda_driver_version": _value(calls, "nvmlSystemGetCudaDriverVersion"),
+            "gpu_models": _models(calls), "gpu_count": _value(calls, "nvmlDeviceGetCount"),
+            "pynvml_version": recording.meta.get("pynvml_version"),
+            "pynvml_path": recording.meta.get("pynvml_path"), "nvml_module": recording.meta.get("module"),
+            "library": symbols.get("library"), "timeout_s": timeout_s, "outcome": done.outcome,
+            "message": done.message, "elapsed_s": round(done.elapsed_s, 3), "nodehealth": __version__,
+        },
+        "files": sorted(set(files)),
+        "timing": report.timing(calls),
+        "symbols": symbol_cmp,
+        "scenario_notes": notes,
+        "scenario_error": scenario_error,
+        "replay": replay_doc,
+        "host_evidence": host,
+    }
+    report.write(out_dir, doc)
+    return doc
