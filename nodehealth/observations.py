@@ -97,6 +97,9 @@ class GpuObservation:
     temperature_c: Optional[int] = None
     slowdown_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
     shutdown_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+    gpu_max_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_GPU_MAX (max operating)
+    mem_max_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_MEM_MAX (HBM max operating)
+    memory_temp_c: Optional[int] = None  # NVML_FI_DEV_MEMORY_TEMP (HBM)
     power_w: Optional[float] = None
     power_limit_w: Optional[float] = None
     utilization_gpu_pct: Optional[int] = None
@@ -117,11 +120,15 @@ class GpuObservation:
     nvlinks: Optional[tuple[NvLink, ...]] = None  # None: GPU has no NVLink / not supported
     fabric_state: Optional[int] = None  # NVML_GPU_FABRIC_STATE_*; None: not an NVSwitch system
     fabric_status: Optional[str] = None  # None when the fabric registration succeeded
+    fabric_health_mask: Optional[int] = None  # nvmlGpuFabricInfo_v2+ healthMask; None: v1 call
+    fabric_health_summary: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_* (v3)
     processes: Optional[tuple[GpuProcess, ...]] = None
     throttle_reasons: Optional[int] = None  # nvmlClocksEventReason* bitmask
     persistence_mode: Optional[bool] = None
     recovery_action: Optional[int] = None  # NVML_GPU_RECOVERY_ACTION_*; None: not reported
+    mig_enabled: Optional[bool] = None  # current MIG mode
     lost: bool = False  # NVML answered "GPU is lost" (fallen off the bus)
+    unreachable: bool = False  # counted by NVML, but no handle (errors say why)
     errors: tuple[FieldError, ...] = ()
 
     @property
@@ -133,7 +140,7 @@ class GpuObservation:
 class NvmlSnapshot:
     """The NVML probe's view of the node.
 
-    ``complete`` is False when the probe was cut off at its deadline; then ``stalled_gpu``
+    ``complete`` is False when the probe was cut off (``stop`` says why); then ``stalled_gpu``
     and ``stalled_call`` say where NVML stopped answering (``stalled_gpu`` None: before any
     GPU, e.g. in nvmlInit) and ``gpus`` holds the GPUs read before that.
     """
@@ -148,6 +155,11 @@ class NvmlSnapshot:
     stalled_gpu: Optional[int] = None
     stalled_call: Optional[str] = None
     simulated: bool = False
+    # Why an incomplete read stopped: "hung" (one call passed its own deadline, call_timeout_s)
+    # or "budget" (the read's budget, timeout_s, ended while NVML was still answering).
+    stop: Optional[str] = None
+    call_timeout_s: Optional[float] = None
+    in_flight_s: Optional[float] = None  # how long the call cut off had been running
 
 
 # --------------------------------------------------------------------------- PCI and Slurm

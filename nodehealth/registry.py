@@ -82,6 +82,10 @@ class CheckSpec:
     default_enabled: bool
     cost: str
     description: str = ""
+    # Probes the check reads too, whose deadline it does not set while a check that needs
+    # them runs: gpu_xid names the GPU of an XID from NVML, but NVML's deadline is the GPU
+    # checks' timeout_s, not gpu_xid's (alone, the check's own timeout_s applies).
+    uses: tuple[str, ...] = ()
 
     @property
     def settings_class(self) -> type[CheckSettings]:
@@ -103,7 +107,7 @@ _GPU = ("nvml", "pci_gpus", "slurm_node")
 CHECKS: tuple[CheckSpec, ...] = (
     #         name                   module               needs          phases  default cost
     # The epilog's judgement of the job that just ended (first in its report, as its summary names the job).
-    CheckSpec("job_forensics",       job_forensics,       ("job", "nvml", "xid"), EPILOG, True, "cheap"),
+    CheckSpec("job_forensics",       job_forensics,       ("job", "xid"), EPILOG, True, "cheap", uses=("nvml",)),
     CheckSpec("nvml",                nvml,                _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_count",           gpu_count,           _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_driver",          gpu_driver,          _GPU,          ALL,    True,   "cheap"),
@@ -117,7 +121,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
     CheckSpec("gpu_processes",       gpu_processes,       _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
-    CheckSpec("gpu_xid",             gpu_xid,             ("xid", "nvml"), ALL,  True,   "cheap"),
+    CheckSpec("gpu_xid",             gpu_xid,             ("xid",),      ALL,    True,   "cheap", uses=("nvml",)),
     CheckSpec("host_memory",         host_memory,         ("memory",),   ALL,    True,   "cheap"),
     CheckSpec("host_mounts",         host_mounts,         ("mounts",),   ALL,    True,   "cheap"),
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.

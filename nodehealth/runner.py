@@ -76,10 +76,15 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     name = node or node_name(config.node_name)
     specs = select(phase, config.enabled(), only)
     needed: dict[str, float] = {}
+    used: dict[str, float] = {}
     for spec in specs:
         timeout = config.checks[spec.name].timeout_s
         for probe in spec.needs:
             needed[probe] = max(needed.get(probe, 0.0), timeout)
+        for probe in spec.uses:
+            used[probe] = max(used.get(probe, 0.0), timeout)
+    for probe, timeout in used.items():
+        needed.setdefault(probe, timeout)  # a probe only used takes its users' deadline
     pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase)
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})

@@ -120,10 +120,15 @@ def lost_field(name: str, kind: str) -> tuple[FieldError, ...]:
 TIMEOUT = ProbeError("nvml", "timeout", "nvml probe did not finish within 10.2 s")
 MISSING = ProbeError("nvml", "unavailable", "nvmlInit: Library not found")
 BROKEN = ProbeError("nvml", "error", "nvmlInit: Unknown")
-STALLED_AT_INIT = NvmlSnapshot(None, None, None, (), elapsed_s=1.0, complete=False, timeout_s=1.0,
-                               stalled_gpu=None, stalled_call="nvmlInit")
+STALLED_AT_INIT = NvmlSnapshot(None, None, None, (), elapsed_s=1.0, complete=False, timeout_s=10.0,
+                               stalled_gpu=None, stalled_call="nvmlInit", stop="hung", call_timeout_s=1.0)
 STALLED_AT_GPU4 = NvmlSnapshot("550.127.05", 12040, 8, tuple(h100(i) for i in range(4)), elapsed_s=1.0,
-                               complete=False, timeout_s=1.0, stalled_gpu=4, stalled_call="nvmlDeviceGetRemappedRows")
+                               complete=False, timeout_s=10.0, stalled_gpu=4, stalled_call="nvmlDeviceGetFieldValues",
+                               stop="hung", call_timeout_s=1.0)
+# Slow, not hung: the read's budget ended while GPU 3 was still being opened.
+SLOW_AT_GPU3 = NvmlSnapshot("550.127.05", 12040, 8, tuple(h100(i) for i in range(3)), elapsed_s=2.0,
+                            complete=False, timeout_s=2.0, stalled_gpu=3, stalled_call="nvmlDeviceGetHandleByIndex",
+                            stop="budget", call_timeout_s=8.0, in_flight_s=0.4)
 
 def slurm_node(gres_gpus: Optional[int]) -> SlurmNode:
     return SlurmNode("n1", parse_state("IDLE"), gres_gpus=gres_gpus)
@@ -134,9 +139,21 @@ ROWS = [
     Row("nvml-ok", nvml, node(), OK, summary_has="driver 550.127.05, 8 GPU(s)"),
     Row("nvml-probe-timeout", nvml, without(TIMEOUT), FAIL, REBOOT, None, "did not answer"),
     Row("nvml-stalled-in-init", nvml, without(STALLED_AT_INIT), FAIL, REBOOT, None,
-        "NVML did not answer within 1 s (nvmlInit)"),
+        "NVML: nvmlInit did not return within 1 s (hung)"),
     Row("nvml-stalled-on-gpu4", nvml, without(STALLED_AT_GPU4), FAIL, REBOOT, 4,
-        "GPU 4 did not answer within 1 s (nvmlDeviceGetRemappedRows)"),
+        "GPU 4: nvmlDeviceGetFieldValues did not return within 1 s (hung)"),
+    Row("nvml-unreachable-handle", nvml, eight(3, unreachable=True, errors=(
+        FieldError("handle", "unknown", "nvmlDeviceGetHandleByIndex: Unknown Error"),)), FAIL, REBOOT, 3,
+        "unable to determine the device handle"),
+    Row("nvml-unreachable-insufficient-power", nvml, eight(3, unreachable=True, errors=(
+        FieldError("handle", "insufficient_power", "nvmlDeviceGetHandleByIndex: Insufficient External Power"),)),
+        FAIL, INSPECT, 3),
+    Row("nvml-init-no-permission", nvml, without(ProbeError("nvml", "permission", "nvmlInit: No permission")),
+        FAIL, INSPECT, None, "refused access"),
+    Row("nvml-slow-not-hung", nvml, without(SLOW_AT_GPU3), UNKNOWN, NONE, None,
+        "3 of 8 GPU(s) read in 2.0 s (budget 2 s); GPU(s) 3, 4, 5, 6, 7 not read"),
+    Row("temperature-slow-judges-what-was-read", gpu_temperature, without(SLOW_AT_GPU3), OK,
+        summary_has="(5 GPU(s) not read"),
     Row("nvml-unavailable-gpus-expected", nvml, without(MISSING), FAIL, INSPECT, None, "GPUs are expected"),
     Row("nvml-unavailable-gpus-expected-auto-pci", nvml, without(MISSING), FAIL, INSPECT, expected="auto"),
     Row("nvml-unavailable-no-gpu-expected", nvml, without(MISSING, pci=()), SKIPPED, expected=0,
@@ -162,6 +179,10 @@ ROWS = [
         summary_has="pci"),
     Row("count-auto-unknown", gpu_count, node(pci=None, slurm=ProbeError("slurm_node", "timeout", "slow")), WARN,
         expected="auto", summary_has="expected count unknown"),
+    # MIG: Slurm's Gres counts MIG devices (here 16), the bus counts GPUs (8).
+    Row("count-mig-slurm-counts-slices", gpu_count, node(*(h100(i, mig_enabled=True) for i in range(8)),
+                                                         slurm=slurm_node(16)), OK, expected="auto",
+        summary_has="MIG enabled"),
     Row("count-stalled-before-any-gpu", gpu_count, without(STALLED_AT_INIT), UNKNOWN, summary_has="no NVML data"),
     Row("count-stalled-on-gpu4-knows-count", gpu_count, without(STALLED_AT_GPU4), OK),
     # ---------------------------------------------------------------- gpu_driver
@@ -186,7 +207,16 @@ ROWS = [
         "power brake", settings={"hw_slowdown": "fail"}),
     Row("temp-hw-slowdown-ignored", gpu_temperature, eight(6, throttle_reasons=0x08), OK,
         settings={"hw_slowdown": "ignore"}),
-    Row("temp-software-reasons-not-judged", gpu_temperature, eight(0, throttle_reasons=0x1 | 0x4 | 0x20), OK),
+    Row("temp-software-reasons-not-judged", gpu_temperature, eight(0, throttle_reasons=0x1 | 0x4 | 0x10), OK),
+    # SW thermal slowdown (0x20): the driver slows the GPU for heat (Hopper: for hot HBM).
+    Row("temp-sw-thermal-slowdown", gpu_temperature, eight(0, throttle_reasons=0x20), WARN, INSPECT, 0,
+        "SW thermal slowdown"),
+    Row("temp-hbm-near-max", gpu_temperature, eight(3, memory_temp_c=90, mem_max_c=95), WARN, INSPECT, 3,
+        "memory (HBM) 90 C"),
+    Row("temp-hbm-at-max", gpu_temperature, eight(3, memory_temp_c=95, mem_max_c=95), FAIL, INSPECT, 3,
+        "max operating 95 C"),
+    Row("temp-throttle-error-unknown", gpu_temperature, eight(1, errors=(FieldError("throttle", "unknown", "x"),)),
+        UNKNOWN, NONE, 1),
     Row("temp-fail-beats-warn-on-other-gpu", gpu_temperature,
         node(*(h100(i, temperature_c={1: 82, 3: 90}.get(i, 34)) for i in range(8))), FAIL, INSPECT, 3),
     Row("temp-not-supported", gpu_temperature, node(*(bare(i) for i in range(8))), SKIPPED),
@@ -253,6 +283,18 @@ ROWS = [
     Row("pcie-not-supported", gpu_pcie, node(*(bare(i) for i in range(8))), SKIPPED),
     # ---------------------------------------------------------------- gpu_nvlink
     Row("nvlink-ok", gpu_nvlink, node(), OK),
+    # PCIe cards with NVLink hardware and no bridge: every link of every GPU down is "not connected".
+    Row("nvlink-unbridged-pcie-not-judged", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
+        NvLink(n, False, 0, 0) for n in range(12))) for i in range(8))), SKIPPED,
+        summary_has="no NVLink bridges fitted"),
+    Row("nvlink-unbridged-but-expected", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
+        NvLink(n, False, 0, 0) for n in range(12))) for i in range(8))), FAIL, RESET, 0,
+        settings={"expected_links": 12}),
+    # One GPU's links all down while the others are up: bridges are fitted, so that is a fault.
+    Row("nvlink-one-gpu-all-down", gpu_nvlink, eight(4, nvlinks=tuple(NvLink(n, False, 0, 0) for n in range(18))),
+        FAIL, RESET, 4),
+    # Blackwell: per-link counters unsupported are None, not 0 — and not judged.
+    Row("nvlink-no-counters", gpu_nvlink, eight(1, nvlinks=tuple(NvLink(n, True) for n in range(18))), OK),
     Row("nvlink-down", gpu_nvlink, eight(3, nvlinks=tuple(NvLink(n, n not in (5, 11), 0, 0, 0, 0)
                                                           for n in range(18))), FAIL, RESET, 3, "NVLink 5,11"),
     Row("nvlink-fewer-than-expected", gpu_nvlink, eight(2, nvlinks=tuple(NvLink(n, True) for n in range(12))),
@@ -269,7 +311,12 @@ ROWS = [
     # ---------------------------------------------------------------- gpu_fabric
     Row("fabric-ok", gpu_fabric, node(), OK),
     Row("fabric-not-started", gpu_fabric, eight(6, fabric_state=1), FAIL, REBOOT, 6, "not started"),
-    Row("fabric-in-progress", gpu_fabric, eight(6, fabric_state=2), FAIL, REBOOT, 6, "in progress"),
+    # Registration under way (after a boot): no job may land, but nothing asks for a reboot.
+    Row("fabric-in-progress", gpu_fabric, eight(6, fabric_state=2), FAIL, NONE, 6, "in progress"),
+    Row("fabric-health-mask-degraded", gpu_fabric, eight(2, fabric_state=3, fabric_health_mask=0x1), WARN, INSPECT,
+        2, "degraded bandwidth"),
+    Row("fabric-summary-unhealthy", gpu_fabric, eight(2, fabric_state=3, fabric_health_summary=2), FAIL, REBOOT, 2,
+        "fabric unhealthy"),
     Row("fabric-completed-with-error", gpu_fabric, eight(6, fabric_status="NVML error 999"), FAIL, REBOOT, 6,
         "registration failed"),
     Row("fabric-state-not-supported", gpu_fabric, node(*(h100(i, fabric_state=0) for i in range(8))), SKIPPED),
@@ -278,7 +325,9 @@ ROWS = [
     Row("recovery-none", gpu_recovery_action, node(), OK),
     Row("recovery-gpu-reset", gpu_recovery_action, eight(5, recovery_action=1), FAIL, RESET, 5, "GPU reset"),
     Row("recovery-node-reboot", gpu_recovery_action, eight(5, recovery_action=2), FAIL, REBOOT, 5, "node reboot"),
-    Row("recovery-drain-p2p", gpu_recovery_action, eight(5, recovery_action=3), FAIL, RESET, 5),
+    Row("recovery-drain-p2p", gpu_recovery_action, eight(5, recovery_action=3), FAIL, RESTART, 5),
+    Row("recovery-field-error-unknown", gpu_recovery_action,
+        eight(5, errors=(FieldError("recovery_action", "unknown", "field 230: unknown"),)), UNKNOWN, NONE, 5),
     Row("recovery-drain-and-reset", gpu_recovery_action, eight(5, recovery_action=4), FAIL, RESET, 5),
     Row("recovery-imex", gpu_recovery_action, eight(5, recovery_action=5), FAIL, INSPECT, 5),
     Row("recovery-bus-reset", gpu_recovery_action, eight(5, recovery_action=6), FAIL, RESET, 5),

@@ -14,8 +14,7 @@ from nodehealth.sim import nvml as simnvml
 def scenario(tmp_path: Path, text: str):
     path = tmp_path / "s.toml"
     path.write_text(text)
-    sc = simnvml.parse(str(path))
-    return lambda: simnvml.module_for(sc)
+    return simnvml.loader(simnvml.parse(str(path)))
 
 
 def test_a_hang_in_shutdown_after_all_data_costs_only_the_grace(tmp_path):
@@ -29,7 +28,7 @@ def test_a_hang_in_shutdown_after_all_data_costs_only_the_grace(tmp_path):
 
 def test_a_hang_mid_node_keeps_what_was_read_and_names_the_call(tmp_path):
     loader = scenario(tmp_path, '[[gpu]]\n[[gpu]]\n[[gpu]]\n[[faults.hangs]]\ncall = "nvmlDeviceGetEccMode"\ngpu = 2\n')
-    pending = nvml.start(loader, timeout_s=1.0, simulated=True)
+    pending = nvml.start(loader, timeout_s=5.0, simulated=True, call_timeout_s=1.0)
     t0 = time.monotonic()
     snap = pending.collect()
     assert time.monotonic() - t0 < 1.5

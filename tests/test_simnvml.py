@@ -1,4 +1,5 @@
-"""The scenario-driven NVML stand-in: bad scenario files, and what a scenario means.
+"""Scenario files: bad ones, and what a good one means when the probe reads it through the
+real pynvml over the simulated driver.
 
 Every bad file is one ``ScenarioError`` naming the file and the key, and on the command line
 one line on stderr, exit 2, no traceback.
@@ -6,7 +7,6 @@ one line on stderr, exit 2, no traceback.
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from nodehealth import cli
+from nodehealth.observations import NvmlSnapshot, ProbeError
+from nodehealth.probes import nvml
 from nodehealth.sim import nvml as simnvml
 
 ONE_GPU = "[[gpu]]\n"
@@ -96,7 +98,7 @@ def _write(tmp_path: Path, text: str, name: str = "bad.toml") -> str:
 def test_bad_scenario_names_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(simnvml.ScenarioError) as info:
-        simnvml.load(path)
+        simnvml.parse(path)
     message = str(info.value)
     assert message.startswith(f"{path}: ")
     assert key in message
@@ -106,19 +108,19 @@ def test_bad_scenario_names_file_and_key(tmp_path: Path, text: str, key: str) ->
 def test_missing_file(tmp_path: Path) -> None:
     path = str(tmp_path / "nope.toml")
     with pytest.raises(simnvml.ScenarioError, match="nope.toml: no such scenario file"):
-        simnvml.load(path)
+        simnvml.parse(path)
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(simnvml.ScenarioError, match="cannot read"):
-        simnvml.load(str(tmp_path))  # a directory
+        simnvml.parse(str(tmp_path))  # a directory
 
 
 def test_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'[[gpu]]\nname = "caf\xe9"\n')
     with pytest.raises(simnvml.ScenarioError, match="latin1.toml: cannot read"):
-        simnvml.load(str(path))
+        simnvml.parse(str(path))
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -170,42 +172,43 @@ def test_cli_bad_scenario_real_process_no_traceback(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- what a scenario means
 
 
-def _sim(tmp_path: Path, text: str) -> Any:
-    nv = simnvml.load(_write(tmp_path, text, "s.toml"))
-    nv.nvmlInit()
-    return nv
+def _read(tmp_path: Path, text: str, **limits: float) -> NvmlSnapshot:
+    """The probe's snapshot of the scenario: pynvml over the simulated driver, in the child."""
+    sc = simnvml.parse(_write(tmp_path, text, "s.toml"))
+    snap = nvml.start(simnvml.loader(sc), timeout_s=limits.pop("timeout_s", 10.0), simulated=True,
+                      **limits).collect()
+    assert isinstance(snap, NvmlSnapshot), snap
+    return snap
 
 
-def test_defaults_are_an_h100_and_nested_tables_merge_key_by_key(tmp_path: Path) -> None:
-    nv = _sim(tmp_path, "[defaults]\npcie = { gen = 4 }\n[[gpu]]\npcie = { width = 8 }\n"
-                        "nvlink = { down = [2] }\n[[gpu]]\n")
-    g0, g1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
-    assert nv.nvmlDeviceGetName(g0) == "NVIDIA H100 80GB HBM3"
-    assert nv.nvmlDeviceGetTemperatureThreshold(g0, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == 87
-    # width from the GPU, gen from [defaults], the maxima from the built-in H100
-    assert (nv.nvmlDeviceGetCurrPcieLinkWidth(g0), nv.nvmlDeviceGetMaxPcieLinkWidth(g0)) == (8, 16)
-    assert (nv.nvmlDeviceGetCurrPcieLinkGeneration(g0), nv.nvmlDeviceGetMaxPcieLinkGeneration(g0)) == (4, 5)
-    assert nv.nvmlDeviceGetNvLinkState(g0, 2) == nv.NVML_FEATURE_DISABLED
-    assert nv.nvmlDeviceGetNvLinkState(g0, 17) == nv.NVML_FEATURE_ENABLED  # still 18 links
-    with pytest.raises(nv.NVMLError):
-        nv.nvmlDeviceGetNvLinkState(g0, 18)
-    assert nv.nvmlDeviceGetCurrPcieLinkWidth(g1) == 16
+def _err(gpu: Any, field: str) -> Any:
+    return next((e for e in gpu.errors if e.field == field), None)
+
+
+def test_defaults_are_a_published_h100_and_nested_tables_merge_key_by_key(tmp_path: Path) -> None:
+    snap = _read(tmp_path, "[defaults]\npcie = { gen = 4 }\n[[gpu]]\npcie = { width = 8 }\n"
+                           "nvlink = { down = [2] }\n[[gpu]]\n")
+    g0, g1 = snap.gpus
+    assert g0.name == "NVIDIA H100 80GB HBM3"
+    assert (g0.slowdown_c, g0.shutdown_c, g0.mem_max_c) == (89, 92, 95)  # models.py, from nvidia-smi -q
+    # width from the GPU, gen from [defaults], the maxima from the model
+    assert (g0.pcie_width, g0.pcie_max_width, g0.pcie_gen, g0.pcie_max_gen) == (8, 16, 4, 5)
+    assert g0.nvlinks is not None and len(g0.nvlinks) == 18
+    assert [link.link for link in g0.nvlinks if not link.active] == [2]
+    assert g1.pcie_width == 16
+    # Hopper: page retirement is N/A (row remapping instead): not a zero, not reported at all.
+    assert g0.retired_pages_sbe is None and g0.remapped_rows is not None
 
 
 def test_missing_gpu_is_on_the_pci_bus_but_not_in_nvml(tmp_path: Path) -> None:
     text = "".join(f"[[gpu]]\npci_bus_id = \"0000:{b}:00.0\"\n" + ("missing = true\n" if b == "2a" else "")
                    for b in ("18", "2a", "3a"))
-    path = _write(tmp_path, text, "m.toml")
-    scenario = simnvml.parse(path)
+    scenario = simnvml.parse(_write(tmp_path, text, "m.toml"))
     assert scenario.pci_bus_ids == ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0")
-    nv = simnvml.load(path)
-    nv.nvmlInit()
-    assert nv.nvmlDeviceGetCount() == 2
+    snap = _read(tmp_path, text)
+    assert snap.device_count == 2
     # NVML renumbers: the GPU after the missing one is index 1
-    assert nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(1)).busId == "00000000:3A:00.0"
-    with pytest.raises(nv.NVMLError) as info:
-        nv.nvmlDeviceGetHandleByIndex(2)
-    assert info.value.value == nv.NVML_ERROR_INVALID_ARGUMENT
+    assert [g.pci_bus_id for g in snap.gpus] == ["0000:18:00.0", "0000:3a:00.0"]
 
 
 def test_default_pci_bus_ids_and_uuids_are_distinct(tmp_path: Path) -> None:
@@ -214,75 +217,72 @@ def test_default_pci_bus_ids_and_uuids_are_distinct(tmp_path: Path) -> None:
     assert len({g.values["uuid"] for g in scenario.gpus}) == 8
 
 
-@pytest.mark.parametrize(("state", "code"), [
-    ("library_not_found", 12), ("driver_not_loaded", 9), ("init_error", 999), ("no_permission", 4)])
-def test_nvml_states_fail_init(tmp_path: Path, state: str, code: int) -> None:
-    nv = simnvml.load(_write(tmp_path, ONE_GPU + f"[faults]\nnvml = \"{state}\"\n"))
-    with pytest.raises(nv.NVMLError) as info:
-        nv.nvmlInit()
-    assert info.value.value == code
-
-
-def test_calls_before_init_are_uninitialized(tmp_path: Path) -> None:
-    nv = simnvml.load(_write(tmp_path, ONE_GPU))
-    with pytest.raises(nv.NVMLError) as info:
-        nv.nvmlDeviceGetCount()
-    assert info.value.value == nv.NVML_ERROR_UNINITIALIZED
+@pytest.mark.parametrize(("state", "kind"), [
+    ("library_not_found", "unavailable"), ("driver_not_loaded", "unavailable"), ("init_error", "error"),
+    ("no_permission", "permission")])
+def test_nvml_states_fail_init(tmp_path: Path, state: str, kind: str) -> None:
+    sc = simnvml.parse(_write(tmp_path, ONE_GPU + f"[faults]\nnvml = \"{state}\"\n"))
+    res = nvml.start(simnvml.loader(sc), timeout_s=5.0, simulated=True).collect()
+    assert isinstance(res, ProbeError) and res.kind == kind, res
 
 
 def test_error_fault_hits_only_its_gpu_and_call(tmp_path: Path) -> None:
-    nv = _sim(tmp_path, ONE_GPU * 2 + "[[faults.errors]]\ncall = \"nvmlDeviceGetTemperature\"\ngpu = 1\n"
-                                      "error = \"GPU_IS_LOST\"\n")
-    g0, g1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
-    assert nv.nvmlDeviceGetTemperature(g0, nv.NVML_TEMPERATURE_GPU) == 34
-    assert nv.nvmlDeviceGetName(g1)
-    with pytest.raises(nv.NVMLError) as info:
-        nv.nvmlDeviceGetTemperature(g1, nv.NVML_TEMPERATURE_GPU)
-    assert info.value.value == nv.NVML_ERROR_GPU_IS_LOST
-    assert str(info.value) == "Gpu is lost"
+    snap = _read(tmp_path, ONE_GPU * 2 + "[[faults.errors]]\ncall = \"nvmlDeviceGetPowerUsage\"\ngpu = 1\n"
+                                         "error = \"NO_PERMISSION\"\n")
+    g0, g1 = snap.gpus
+    assert g0.power_w is not None and _err(g0, "power") is None
+    assert g1.power_w is None and _err(g1, "power").kind == "no_permission"
+    assert g1.temperature_c is not None
+
+
+def test_gpu_is_lost_marks_the_gpu_lost(tmp_path: Path) -> None:
+    snap = _read(tmp_path, ONE_GPU * 2 + "[[faults.errors]]\ncall = \"nvmlDeviceGetTemperature\"\ngpu = 1\n"
+                                         "error = \"GPU_IS_LOST\"\n")
+    assert [g.lost for g in snap.gpus] == [False, True]
 
 
 def test_error_fault_without_gpu_hits_every_gpu(tmp_path: Path) -> None:
-    nv = _sim(tmp_path, ONE_GPU * 2 + "[[faults.errors]]\ncall = \"nvmlDeviceGetPowerUsage\"\n"
-                                      "error = \"NO_PERMISSION\"\n")
-    for i in range(2):
-        with pytest.raises(nv.NVMLError):
-            nv.nvmlDeviceGetPowerUsage(nv.nvmlDeviceGetHandleByIndex(i))
+    snap = _read(tmp_path, ONE_GPU * 2 + "[[faults.errors]]\ncall = \"nvmlDeviceGetPowerUsage\"\n"
+                                         "error = \"NO_PERMISSION\"\n")
+    assert all(_err(g, "power") is not None for g in snap.gpus)
 
 
-def test_unsupported_calls_answer_not_supported(tmp_path: Path) -> None:
-    nv = _sim(tmp_path, "[[gpu]]\nunsupported = [\"nvmlDeviceGetRemappedRows\"]\n")
-    with pytest.raises(nv.NVMLError) as info:
-        nv.nvmlDeviceGetRemappedRows(nv.nvmlDeviceGetHandleByIndex(0))
-    assert info.value.value == nv.NVML_ERROR_NOT_SUPPORTED
+def test_unsupported_removes_the_data_for_call_and_fields(tmp_path: Path) -> None:
+    snap = _read(tmp_path, "[[gpu]]\nunsupported = [\"nvmlDeviceGetRemappedRows\", \"nvmlDeviceGetPowerUsage\"]\n")
+    gpu = snap.gpus[0]
+    assert gpu.remapped_rows is None and gpu.power_w is None and not gpu.errors
 
 
-def test_hang_fault_sleeps_on_its_gpu_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(simnvml.time, "sleep", slept.append)
-    nv = _sim(tmp_path, ONE_GPU * 2 + "[[faults.hangs]]\ncall = \"nvmlDeviceGetRemappedRows\"\ngpu = 1\n")
-    nv.nvmlDeviceGetRemappedRows(nv.nvmlDeviceGetHandleByIndex(0))
-    assert slept == []
-    nv.nvmlDeviceGetRemappedRows(nv.nvmlDeviceGetHandleByIndex(1))
-    assert slept == [simnvml.HANG_SECONDS]
+def test_a_field_call_fault_applies_to_the_field_values_call(tmp_path: Path) -> None:
+    snap = _read(tmp_path, ONE_GPU + "[[faults.errors]]\ncall = \"nvmlDeviceGetRemappedRows\"\n"
+                                     "error = \"UNKNOWN\"\n")
+    gpu = snap.gpus[0]
+    assert gpu.remapped_rows is None and _err(gpu, "remapped_rows").kind == "unknown"
+
+
+def test_hang_fault_hangs_its_gpu_only(tmp_path: Path) -> None:
+    snap = _read(tmp_path, ONE_GPU * 2 + "[[faults.hangs]]\ncall = \"nvmlDeviceGetEccMode\"\ngpu = 1\n",
+                 call_timeout_s=0.5)
+    assert not snap.complete and snap.stop == "hung"
+    assert [g.index for g in snap.gpus] == [0]
+    assert (snap.stalled_gpu, snap.stalled_call) == (1, "nvmlDeviceGetEccMode")
 
 
 def test_values_and_units(tmp_path: Path) -> None:
-    nv = _sim(tmp_path, "[[gpu]]\npower_w = 512.5\nmemory_used_mib = 1024\nthrottle_reasons = "
-                        "[\"sw_power_cap\", \"hw_slowdown\"]\nrecovery_action = \"drain_and_reset\"\n"
-                        "retired_pages = { sbe = 3 }\nnvlink = { replay = 7, errors = [{ link = 2, replay = 99 }] }\n"
-                        "fabric = { state = \"in_progress\", status = 3 }\n")
-    h = nv.nvmlDeviceGetHandleByIndex(0)
-    assert nv.nvmlDeviceGetPowerUsage(h) == 512500  # milliwatts, as NVML
-    assert nv.nvmlDeviceGetMemoryInfo(h).used == 1024 << 20  # bytes
-    assert nv.nvmlDeviceGetCurrentClocksEventReasons(h) == 0x4 | 0x8
-    assert nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0].value.uiVal == 4
-    assert len(nv.nvmlDeviceGetRetiredPages(h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)) == 3
-    assert nv.nvmlDeviceGetNvLinkErrorCounter(h, 0, nv.NVML_NVLINK_ERROR_DL_REPLAY) == 7
-    assert nv.nvmlDeviceGetNvLinkErrorCounter(h, 2, nv.NVML_NVLINK_ERROR_DL_REPLAY) == 99
-    info = nv.c_nvmlGpuFabricInfo_t()
-    nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
-    assert (info.state, info.status) == (nv.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 3)
+    snap = _read(tmp_path, "[node]\ndriver_version = \"570.133.20\"\n[[gpu]]\npower_w = 512.5\n"
+                           "memory_used_mib = 1024\nthrottle_reasons = [\"sw_power_cap\", \"hw_slowdown\"]\n"
+                           "recovery_action = \"drain_and_reset\"\n"
+                           "nvlink = { replay = 7, errors = [{ link = 2, replay = 99 }] }\n"
+                           "fabric = { state = \"in_progress\", status = 3 }\n"
+                           "remapped_rows = { correctable = 2, pending = true }\n")
+    gpu = snap.gpus[0]
+    assert gpu.power_w == 512.5  # milliwatts through NVML, watts in the observation
+    assert gpu.memory_used_bytes == 1024 << 20
+    assert gpu.throttle_reasons == 0x4 | 0x8
+    assert gpu.recovery_action == 4
+    assert gpu.nvlinks is not None and gpu.nvlinks[0].replay == 7 and gpu.nvlinks[2].replay == 99
+    assert (gpu.fabric_state, gpu.fabric_status) == (2, "NVML error 3 (not_supported)")
+    assert gpu.remapped_rows is not None and (gpu.remapped_rows.correctable, gpu.remapped_rows.pending) == (2, True)
 
 
 def test_every_shipped_scenario_loads() -> None:

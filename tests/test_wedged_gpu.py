@@ -56,7 +56,7 @@ def test_rounds_against_a_hung_nvml_leave_no_zombies(hung_config):
     for _ in range(ROUNDS):
         result = _nvml(runner.execute(cfg, phase="daemon", only=ONLY).report)
         assert result.status.name == "FAIL" and result.action.value == "reboot", result
-        assert "did not answer within" in result.summary, result.summary
+        assert "did not return within" in result.summary, result.summary
     new = {pid: st for pid, st in _children().items() if pid not in before}
     # Each round's reader was killed at its deadline; the next round reaped it before forking.
     assert len(new) <= 1, new
@@ -80,7 +80,7 @@ def test_a_reader_that_survives_sigkill_is_the_only_one_and_the_rounds_report_it
     monkeypatch.setattr(child.os, "kill", unkillable(real_kill))
 
     first = _nvml(runner.execute(cfg, phase="daemon", only=ONLY).report)
-    assert "did not answer within" in first.summary, first.summary
+    assert "did not return within" in first.summary, first.summary
     stuck = set(_children()) - before
     assert len(stuck) == 1 and spared, (stuck, spared)
     (pid,) = stuck

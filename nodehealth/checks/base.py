@@ -119,8 +119,8 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
     judged: list[int] = []
     not_applicable: list[int] = []
     for gpu in snap.gpus:
-        if gpu.lost:
-            continue  # the nvml check reports a lost GPU
+        if gpu.lost or gpu.unreachable:
+            continue  # the nvml check reports a lost or unreachable GPU
         verdict = judge(gpu)
         if verdict is None:
             not_applicable.append(gpu.index)
@@ -141,7 +141,8 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
         unread = snap.device_count - len(snap.gpus)
         details["gpus_not_read"] = unread
         folded = dataclasses.replace(
-            folded, summary=f"{folded.summary} ({unread} GPU(s) not read: NVML stopped answering)",
+            folded, summary=f"{folded.summary} ({unread} GPU(s) not read: NVML "
+                            f"{'too slow for the budget' if snap.stop == 'budget' else 'stopped answering'})",
             details=details)
     return folded
 

@@ -31,6 +31,10 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
     expected, source = expected_gpu_count(obs, ctx)
     seen = snap.device_count if snap.device_count is not None else len(snap.gpus)
     details: dict[str, Any] = {"expected": expected, "expected_from": source, "nvml_count": seen}
+    if source == "slurm gres" and any(g.mig_enabled for g in snap.gpus) and isinstance(obs.pci_gpus, PciGpus):
+        # With MIG, Gres=gpu:N counts MIG devices, not GPUs: count physical GPUs on the bus.
+        expected, source = len(obs.pci_gpus.bus_ids), f"pci ({obs.pci_gpus.source}; MIG enabled, Slurm counts slices)"
+        details.update(expected=expected, expected_from=source)
     if expected is None:
         return result(ctx, Status.WARN, f"{seen} GPU(s) visible; expected count unknown "
                       "(set [gpu] expected_count, or run under Slurm with Gres=gpu:N)", **details)

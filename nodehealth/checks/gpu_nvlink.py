@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
+from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
-from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations import GpuObservation, NvmlSnapshot, Observations
 
 
 @dataclass(frozen=True)
@@ -23,13 +23,29 @@ class Settings(CheckSettings):
         1000, "WARN above this many CRC (flit + data) errors on one link", unit="errors", min=0)
 
 
+def _unbridged(snap: Any) -> bool:
+    """Every GPU with NVLink hardware reports every link down: PCIe cards with no bridge fitted.
+
+    A100 PCIe and H100 NVL have NVLink hardware, bridges are optional, and NVML reports the
+    links of an unbridged card as inactive, not as "not supported" (NVIDIA DCGM issues #49 and
+    #198; NVSentinel PR #1481). One link up anywhere on the node means bridges are fitted, and
+    then a down link is a fault (docs/checks.md).
+    """
+    if not isinstance(snap, NvmlSnapshot):
+        return False
+    linked = [g for g in snap.gpus if g.nvlinks]
+    return bool(linked) and all(not link.active for g in linked for link in g.nvlinks or ())
+
+
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    unbridged = not settings.expected_links and _unbridged(obs.nvml)
+
     def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
         err = field_error(gpu, "nvlink")
         if err is not None:
             return [err]
-        if not gpu.nvlinks:
-            return None
+        if not gpu.nvlinks or unbridged:
+            return None  # no NVLink, or NVLink hardware with nothing connected
         out: list[Finding] = []
         down = [link.link for link in gpu.nvlinks if not link.active]
         active = len(gpu.nvlinks) - len(down)
@@ -53,7 +69,11 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
                                    Action.INSPECT, gpu.index))
         return out
 
-    return judge_gpus(obs, ctx, judge, "{n} GPU(s): all NVLinks active, error counters low")
+    res = judge_gpus(obs, ctx, judge, "{n} GPU(s): all NVLinks active, error counters low")
+    if unbridged and res.status == Status.SKIPPED:
+        res = result(ctx, Status.SKIPPED, "NVLink hardware present but no link active on any GPU: no NVLink "
+                     "bridges fitted (set expected_links if this node should have them)", **res.details)
+    return res
 
 
 def _links(links: list[int]) -> str:

@@ -30,7 +30,7 @@ def _status(word: str) -> Status:
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
-        err = field_error(gpu, "pcie")
+        err = field_error(gpu, "pcie", "utilization")
         if err is not None:
             return [err]
         if gpu.pcie_width is None or gpu.pcie_max_width is None:

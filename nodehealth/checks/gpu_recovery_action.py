@@ -14,7 +14,9 @@ RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
     0: ("none", Action.NONE),
     1: ("GPU reset", Action.RESET_GPU),
     2: ("node reboot", Action.REBOOT),
-    3: ("drain peer-to-peer traffic", Action.RESET_GPU),
+    # "Drain peer-to-peer traffic, then query the action again" (nvml.h): no reset is asked
+    # for; the node takes no new job until the driver stops asking (docs/checks.md).
+    3: ("draining peer-to-peer traffic (then query again)", Action.RESTART_APP),
     4: ("drain and reset", Action.RESET_GPU),
     5: ("recover the IMEX domain", Action.INSPECT),
     6: ("PCI bus reset", Action.RESET_GPU),

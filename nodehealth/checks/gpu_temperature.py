@@ -1,4 +1,4 @@
-"""GPU temperature against NVML's own slowdown threshold, and hardware slowdown in force."""
+"""GPU and memory (HBM) temperature against NVML's own thresholds, and slowdowns in force."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ _HW_REASONS = {
     HW_SLOWDOWN: "HW slowdown",
     HW_THERMAL_SLOWDOWN: "HW thermal slowdown",
     HW_POWER_BRAKE: "HW power brake slowdown",
+    # The driver lowers clocks because the GPU or its memory (Hopper's HBM) is too hot: not
+    # a hardware alarm, but the job runs slower, as under the hardware reasons.
+    SW_THERMAL_SLOWDOWN: "SW thermal slowdown",
 }
 
 
@@ -31,18 +34,26 @@ class Settings(CheckSettings):
     fallback_slowdown_c: int = setting(
         85, "slowdown threshold to use when NVML does not report one", unit="degC", min=40, max=120)
     hw_slowdown: str = setting(
-        "warn", "status when a hardware slowdown (HW, HW thermal, power brake) is active",
+        "warn", "status when a hardware or thermal slowdown (HW, HW thermal, power brake, SW thermal) is active",
         choices=("ignore", "warn", "fail"))
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
-        err = field_error(gpu, "temperature")
+        err = field_error(gpu, "temperature", "throttle")
         if err is not None:
             return [err]
         if gpu.temperature_c is None:
             return None
         findings: list[Finding] = []
+        if gpu.memory_temp_c is not None and gpu.mem_max_c:
+            hbm, limit = gpu.memory_temp_c, gpu.mem_max_c
+            if hbm >= limit - settings.fail_below_slowdown_c:
+                findings.append(Finding(Status.FAIL, f"GPU {gpu.index}: memory (HBM) {hbm} C, max operating "
+                                        f"{limit} C", Action.INSPECT, gpu.index))
+            elif hbm >= limit - settings.warn_below_slowdown_c:
+                findings.append(Finding(Status.WARN, f"GPU {gpu.index}: memory (HBM) {hbm} C, within "
+                                        f"{limit - hbm} C of its max operating {limit} C", Action.INSPECT, gpu.index))
         slowdown = gpu.slowdown_c if gpu.slowdown_c else settings.fallback_slowdown_c
         temp = gpu.temperature_c
         if temp >= slowdown - settings.fail_below_slowdown_c:

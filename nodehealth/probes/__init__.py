@@ -60,12 +60,14 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import nvml
 
     simulate = ctx.config.nvml.simulate
+    call_s, init_s = ctx.config.nvml.call_timeout_s, ctx.config.nvml.init_timeout_s
     if simulate:
         from nodehealth.sim import nvml as simnvml
 
         scenario = _scenario(simulate)
-        return nvml.start(lambda: simnvml.module_for(scenario), timeout_s, simulated=True)
-    return nvml.start(nvml.load_module, timeout_s)
+        return nvml.start(simnvml.loader(scenario), timeout_s, simulated=True, call_timeout_s=call_s,
+                          slow_call_timeout_s=init_s)
+    return nvml.start(nvml.load_module, timeout_s, call_timeout_s=call_s, slow_call_timeout_s=init_s)
 
 
 def _pci_gpus(ctx: ProbeContext, timeout_s: float) -> Any:

@@ -11,9 +11,16 @@ abandoned child that has exited since, and while the last abandoned reader is st
 (blocked in the driver, it survives SIGKILL) it forks no new one and reports the stall instead
 (a ``timeout``, as a hang is).
 
-The module is ``pynvml`` (package nvidia-ml-py) in production, or the scenario-driven
-stand-in ``nodehealth.sim.nvml`` in tests and demos: the swap happens below this code,
-so both run the same probe. Vendor errors are translated here into our error kinds.
+The module is always ``pynvml`` (package nvidia-ml-py), unmodified. In tests and demos it
+runs over the simulated driver (``nodehealth.sim``: a fake ``libnvidia-ml.so.1`` built from
+C, loaded by pynvml's own loader), so a simulated run goes through the vendor's Python code
+and this probe exactly as production does. Vendor errors are translated here into our
+error kinds; nothing the vendor raises (``NVMLLibraryMismatchError`` is not an NVMLError)
+and no constant an older wheel lacks can make the probe crash.
+
+Slow is not hung: every call has its own deadline (a call past it is hung: the GPU is
+wedged); the whole read has a budget (when it ends with calls still answering, the driver
+is slow, and what was not read is named as not read).
 """
 
 from __future__ import annotations
@@ -42,8 +49,7 @@ from nodehealth.observations import (
 )
 from nodehealth.platform import child
 
-# Every pynvml name this probe uses. The contract test checks each exists, with the same
-# parameters, in the installed nvidia-ml-py and in the stand-in.
+# Every pynvml function this probe calls (first choice, then what it falls back to).
 NVML_FUNCTIONS = (
     "nvmlInit",
     "nvmlShutdown",
@@ -61,58 +67,113 @@ NVML_FUNCTIONS = (
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetEccMode",
-    "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetRetiredPages",
-    "nvmlDeviceGetRetiredPagesPendingStatus",
-    "nvmlDeviceGetRemappedRows",
     "nvmlDeviceGetCurrPcieLinkGeneration",
     "nvmlDeviceGetMaxPcieLinkGeneration",
     "nvmlDeviceGetCurrPcieLinkWidth",
     "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
     "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetFieldValues",
+    # Only where the driver predates the per-link NVLink fields (drivers before 525):
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
 )
-NVML_CONSTANTS = (
-    "NVML_TEMPERATURE_GPU",
-    "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN",
-    "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN",
-    "NVML_MEMORY_ERROR_TYPE_CORRECTED",
-    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
-    "NVML_VOLATILE_ECC",
-    "NVML_AGGREGATE_ECC",
-    "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
-    "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
-    "NVML_NVLINK_MAX_LINKS",
-    "NVML_NVLINK_ERROR_DL_REPLAY",
-    "NVML_NVLINK_ERROR_DL_RECOVERY",
-    "NVML_NVLINK_ERROR_DL_CRC_FLIT",
-    "NVML_NVLINK_ERROR_DL_CRC_DATA",
-    "NVML_FEATURE_ENABLED",
-    "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
-    "NVML_SUCCESS",
-    "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_INVALID_ARGUMENT",
-    "NVML_ERROR_GPU_IS_LOST",
-    "NVML_ERROR_RESET_REQUIRED",
-    "NVML_ERROR_NO_PERMISSION",
-    "NVML_ERROR_LIBRARY_NOT_FOUND",
-    "NVML_ERROR_DRIVER_NOT_LOADED",
-    "NVML_ERROR_FUNCTION_NOT_FOUND",
-    "NVML_ERROR_TIMEOUT",
-    "NVML_ERROR_UNINITIALIZED",
-    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+NVML_CLASSES = ("NVMLError",)
+
+# nvmlReturn_t (nvml.h). The probe keeps its own table: the installed nvidia-ml-py may be
+# older or newer than the driver, and a missing constant must never become a crash.
+RETURN_CODES = {
+    0: "success", 1: "uninitialized", 2: "invalid_argument", 3: "not_supported", 4: "no_permission",
+    5: "already_initialized", 6: "not_found", 7: "insufficient_size", 8: "insufficient_power",
+    9: "driver_not_loaded", 10: "timeout", 11: "irq_issue", 12: "library_not_found",
+    13: "function_not_found", 14: "corrupted_inforom", 15: "gpu_lost", 16: "reset_required",
+    17: "operating_system", 18: "version_mismatch", 19: "in_use", 20: "memory", 21: "no_data",
+    23: "insufficient_resources", 25: "argument_version_mismatch", 26: "deprecated", 27: "not_ready",
+    28: "gpu_not_found", 29: "invalid_state", 999: "unknown",
+}
+SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, FUNCTION_NOT_FOUND, GPU_IS_LOST = 0, 2, 3, 13, 15
+ARGUMENT_VERSION_MISMATCH = 25
+# A call that answered one of these does not apply to this GPU or driver: the field is None.
+_NOT_APPLICABLE = frozenset({"not_supported", "function_not_found", "library_mismatch"})
+
+# nvml.h constants by value (pynvml's names; the oldest wheels lack some of them).
+TEMPERATURE_GPU = 0
+THRESHOLD_SHUTDOWN, THRESHOLD_SLOWDOWN, THRESHOLD_MEM_MAX, THRESHOLD_GPU_MAX = 0, 1, 2, 3
+FEATURE_ENABLED = 1
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS since CUDA 12.0 (12 before)
+NVLINK_ERROR_DL_REPLAY, NVLINK_ERROR_DL_RECOVERY, NVLINK_ERROR_DL_CRC_FLIT, NVLINK_ERROR_DL_CRC_DATA = 0, 1, 2, 3
+
+# Field ids (NVML_FI_DEV_*, nvml.h). One nvmlDeviceGetFieldValues call reads them all.
+FI_ECC_SBE_VOL_TOTAL, FI_ECC_DBE_VOL_TOTAL, FI_ECC_SBE_AGG_TOTAL, FI_ECC_DBE_AGG_TOTAL = 3, 4, 5, 6
+FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
+FI_MEMORY_TEMP = 82
+FI_NVLINK_LINK_COUNT = 91
+FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
+# Per link, with scopeId = link (CUDA 12.0 / driver 525 and later):
+FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC = 161, 162, 163
+FI_NVLINK_GET_STATE = 165
+FI_GET_GPU_RECOVERY_ACTION = 230  # drivers 570 and later; nvidia-ml-py from 12.570.86
+_GPU_FIELDS = (
+    FI_ECC_SBE_VOL_TOTAL, FI_ECC_DBE_VOL_TOTAL, FI_ECC_SBE_AGG_TOTAL, FI_ECC_DBE_AGG_TOTAL,
+    FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING, FI_MEMORY_TEMP, FI_NVLINK_LINK_COUNT,
+    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_GET_GPU_RECOVERY_ACTION,
 )
-NVML_CLASSES = ("NVMLError", "c_nvmlGpuFabricInfo_t")
+_LINK_FIELDS = (FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC)
+# Which observation a field feeds (for the errors a check reads).
+_FIELD_GROUP = {
+    FI_ECC_SBE_VOL_TOTAL: "ecc_errors", FI_ECC_DBE_VOL_TOTAL: "ecc_errors", FI_ECC_SBE_AGG_TOTAL: "ecc_errors",
+    FI_ECC_DBE_AGG_TOTAL: "ecc_errors", FI_RETIRED_SBE: "retired_pages", FI_RETIRED_DBE: "retired_pages",
+    FI_RETIRED_PENDING: "retired_pages", FI_MEMORY_TEMP: "temperature", FI_NVLINK_LINK_COUNT: "nvlink",
+    FI_REMAPPED_COR: "remapped_rows", FI_REMAPPED_UNC: "remapped_rows", FI_REMAPPED_PENDING: "remapped_rows",
+    FI_REMAPPED_FAILURE: "remapped_rows", FI_GET_GPU_RECOVERY_ACTION: "recovery_action",
+    FI_NVLINK_GET_STATE: "nvlink", FI_NVLINK_ERROR_DL_REPLAY: "nvlink", FI_NVLINK_ERROR_DL_RECOVERY: "nvlink",
+    FI_NVLINK_ERROR_DL_CRC: "nvlink",
+}
+
+
+class _FabricInfoV1(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as nvml.h lays it out: the state is one byte at offset 24.
+
+    nvidia-ml-py before 13.615.71 declares an 80-byte clusterUuid (state read at offset 88,
+    always 0 = "not supported"), so the probe passes its own structure.
+    """
+
+    _fields_ = [("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_uint),  # noqa: RUF012
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte)]
+
+
+class _FabricInfoV3(ctypes.Structure):
+    """nvmlGpuFabricInfo_v3_t (nvml.h): adds the health mask and summary (version 0x3000028)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
+                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte),
+                ("healthMask", ctypes.c_uint), ("healthSummary", ctypes.c_ubyte)]
+
+
+class _FabricInfoV2(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t (nvml.h): version 0x02000024, health mask, no summary."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
+                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte),
+                ("healthMask", ctypes.c_uint)]
+
+
+_FABRIC_VERSIONS = ((_FabricInfoV3, 0x3000028), (_FabricInfoV2, 0x02000024))
 
 _FRAME = struct.Struct("!I")
 SHUTDOWN_GRACE_S = 0.2
 # A killed reader that can die has died this long after SIGKILL; one still there is stuck.
 STUCK_GRACE_S = 0.05
+# Calls that may legitimately take seconds: nvmlInit, and opening a GPU, which initialises
+# it when persistence mode is off. They get the longer per-call deadline.
+SLOW_CALLS = frozenset({"nvmlInit", "nvmlDeviceGetHandleByIndex"})
+HUNG_SHARE = 0.9
 
 # The reader abandoned at its last deadline, until it is reaped: (pid, wall-clock time it was
 # started). While it is still there no new reader is forked.
@@ -141,21 +202,20 @@ def load_module() -> ModuleType:
 
 
 def error_kind(nv: ModuleType, exc: BaseException) -> str:
-    """Our name for a vendor error: not_supported, gpu_lost, reset_required, no_permission, ..."""
+    """Our name for what a call raised: not_supported, gpu_lost, no_permission, library_mismatch, ...
+
+    Not only NVMLError: nvidia-ml-py raises NVMLLibraryMismatchError (an Exception) when the
+    driver lacks the versioned symbol it wants (``_v3`` on drivers before 510), and an older
+    wheel lacks attributes a newer driver has.
+    """
+    if type(exc).__name__ == "NVMLLibraryMismatchError":
+        return "library_mismatch"
+    if isinstance(exc, AttributeError):
+        return "function_not_found"
     code = getattr(exc, "value", None)
-    table = {
-        getattr(nv, "NVML_ERROR_NOT_SUPPORTED", -1): "not_supported",
-        getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", -1): "not_supported",
-        getattr(nv, "NVML_ERROR_INVALID_ARGUMENT", -1): "not_supported",
-        getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1): "gpu_lost",
-        getattr(nv, "NVML_ERROR_RESET_REQUIRED", -1): "reset_required",
-        getattr(nv, "NVML_ERROR_NO_PERMISSION", -1): "no_permission",
-        getattr(nv, "NVML_ERROR_TIMEOUT", -1): "timeout",
-        getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", -1): "library_not_found",
-        getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", -1): "driver_not_loaded",
-        getattr(nv, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", -1): "version_mismatch",
-    }
-    return table.get(code, "error")
+    if isinstance(exc, nv.NVMLError) and isinstance(code, int):
+        return RETURN_CODES.get(code, "error")
+    return "error"
 
 
 def _text(value: Any) -> str:
@@ -174,28 +234,38 @@ class _Reader:
         self.errors: list[FieldError] = []
         self.lost = False
 
-    def call(self, fieldname: str, fn: str, *args: Any) -> Any:
-        """The call's value, or None when not supported or failed (failure kept in errors)."""
+    def _fail(self, fieldname: str, kind: str, message: str) -> None:
+        if kind == "gpu_lost":
+            self.lost = True
+        if not any(e.field == fieldname for e in self.errors):
+            self.errors.append(FieldError(fieldname, kind, message))
+
+    def call(self, fieldname: str, fns: Union[str, tuple[str, ...]], *args: Any) -> Any:
+        """The first answer among ``fns`` (a function, then its fallbacks for older drivers
+        or wheels), or None when none applies or a call failed (failure kept in errors)."""
         if self.lost:
             return None
-        self.announce(("call", fn))
-        try:
-            return getattr(self.nv, fn)(*args)
-        except self.nv.NVMLError as exc:
-            kind = error_kind(self.nv, exc)
-            if kind == "not_supported":
+        for fn in (fns,) if isinstance(fns, str) else fns:
+            self.announce(("call", fn))
+            try:
+                return getattr(self.nv, fn)(*args)
+            except Exception as exc:  # noqa: BLE001 - every vendor failure becomes a kind
+                kind = error_kind(self.nv, exc)
+                if kind in ("function_not_found", "library_mismatch"):
+                    continue  # this driver or wheel lacks it: try the older spelling
+                if kind != "not_supported":
+                    self._fail(fieldname, kind, f"{fn}: {exc}")
                 return None
-            if kind == "gpu_lost":
-                self.lost = True
-            if not any(e.field == fieldname for e in self.errors):
-                self.errors.append(FieldError(fieldname, kind, f"{fn}: {exc}"))
-            return None
+        return None
 
     def read(self, index: int) -> GpuObservation:
-        nv = self.nv
         handle = self.call("handle", "nvmlDeviceGetHandleByIndex", index)
         if handle is None:
-            return GpuObservation(index=index, lost=self.lost, errors=tuple(self.errors))
+            # nvidia-smi's "Unable to determine the device handle for GPU": counted by
+            # nvmlDeviceGetCount, yet unreachable. Never a GPU that is merely "not read".
+            if not self.errors and not self.lost:
+                self._fail("handle", "error", "nvmlDeviceGetHandleByIndex gave no handle")
+            return GpuObservation(index=index, lost=self.lost, errors=tuple(self.errors), unreachable=True)
         c = self.call
         pci = c("pci", "nvmlDeviceGetPciInfo", handle)
         util = c("utilization", "nvmlDeviceGetUtilizationRates", handle)
@@ -203,109 +273,166 @@ class _Reader:
         ecc_mode = c("ecc_mode", "nvmlDeviceGetEccMode", handle)
         power_mw = c("power", "nvmlDeviceGetPowerUsage", handle)
         limit_mw = c("power", "nvmlDeviceGetEnforcedPowerLimit", handle)
-        pending_retire = c("retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus", handle)
-        remap = c("remapped_rows", "nvmlDeviceGetRemappedRows", handle)
-        procs = c("processes", "nvmlDeviceGetComputeRunningProcesses", handle)
+        procs = c("processes", ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+                  handle)
         persistence = c("persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
+        mig = c("mig_mode", "nvmlDeviceGetMigMode", handle)
+        fields = self._fields(handle, [(fid, 0) for fid in _GPU_FIELDS])
+        links = self._nvlinks(handle, fields.get(FI_NVLINK_LINK_COUNT))
+        remap: list[Any] = [fields.get(f) for f in (FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING,
+                                                     FI_REMAPPED_FAILURE)]
+        retired = [fields.get(f) for f in (FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING)]
         return GpuObservation(
             index=index,
             name=_opt(_text, c("name", "nvmlDeviceGetName", handle)),
             uuid=_opt(_text, c("uuid", "nvmlDeviceGetUUID", handle)),
             pci_bus_id=_bus_id(pci),
-            temperature_c=c("temperature", "nvmlDeviceGetTemperature", handle, nv.NVML_TEMPERATURE_GPU),
-            slowdown_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle,
-                         nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
-            shutdown_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle,
-                         nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+            temperature_c=c("temperature", "nvmlDeviceGetTemperature", handle, TEMPERATURE_GPU),
+            slowdown_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle, THRESHOLD_SLOWDOWN),
+            shutdown_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle, THRESHOLD_SHUTDOWN),
+            gpu_max_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle, THRESHOLD_GPU_MAX),
+            mem_max_c=c("temperature", "nvmlDeviceGetTemperatureThreshold", handle, THRESHOLD_MEM_MAX),
+            memory_temp_c=_opt(int, fields.get(FI_MEMORY_TEMP)),
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
             utilization_gpu_pct=None if util is None else int(util.gpu),
             utilization_memory_pct=None if util is None else int(util.memory),
             memory_used_bytes=None if mem is None else int(mem.used),
             memory_total_bytes=None if mem is None else int(mem.total),
-            ecc_enabled=None if ecc_mode is None else bool(ecc_mode[0] == nv.NVML_FEATURE_ENABLED),
-            ecc_pending_enabled=None if ecc_mode is None else bool(ecc_mode[1] == nv.NVML_FEATURE_ENABLED),
-            ecc=self._ecc(handle) if ecc_mode is not None else EccCounts(),
-            retired_pages_sbe=self._retired(handle, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-            retired_pages_dbe=self._retired(handle, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
-            retired_pages_pending=None if pending_retire is None else bool(
-                pending_retire == nv.NVML_FEATURE_ENABLED),
-            remapped_rows=None if remap is None else RemappedRows(
+            ecc_enabled=None if ecc_mode is None else bool(ecc_mode[0] == FEATURE_ENABLED),
+            ecc_pending_enabled=None if ecc_mode is None else bool(ecc_mode[1] == FEATURE_ENABLED),
+            ecc=EccCounts(
+                volatile_corrected=_opt(int, fields.get(FI_ECC_SBE_VOL_TOTAL)),
+                volatile_uncorrected=_opt(int, fields.get(FI_ECC_DBE_VOL_TOTAL)),
+                aggregate_corrected=_opt(int, fields.get(FI_ECC_SBE_AGG_TOTAL)),
+                aggregate_uncorrected=_opt(int, fields.get(FI_ECC_DBE_AGG_TOTAL)),
+            ) if ecc_mode is not None else EccCounts(),
+            retired_pages_sbe=_opt(int, retired[0]),
+            retired_pages_dbe=_opt(int, retired[1]),
+            retired_pages_pending=None if retired[2] is None else bool(retired[2]),
+            remapped_rows=None if None in remap else RemappedRows(
                 int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
             pcie_gen=c("pcie", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
             pcie_max_gen=c("pcie", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
             pcie_width=c("pcie", "nvmlDeviceGetCurrPcieLinkWidth", handle),
             pcie_max_width=c("pcie", "nvmlDeviceGetMaxPcieLinkWidth", handle),
-            nvlinks=self._nvlinks(handle),
+            nvlinks=links,
             **self._fabric(handle),
             processes=None if procs is None else tuple(
                 GpuProcess(int(p.pid), _opt(int, getattr(p, "usedGpuMemory", None))) for p in procs),
-            throttle_reasons=c("throttle", "nvmlDeviceGetCurrentClocksEventReasons", handle),
-            persistence_mode=None if persistence is None else bool(persistence == nv.NVML_FEATURE_ENABLED),
-            recovery_action=self._recovery_action(handle),
+            # The event-reason call exists from driver 535; the deprecated throttle-reason
+            # call has the same bits on every driver.
+            throttle_reasons=c("throttle", ("nvmlDeviceGetCurrentClocksEventReasons",
+                                            "nvmlDeviceGetCurrentClocksThrottleReasons"), handle),
+            persistence_mode=None if persistence is None else bool(persistence == FEATURE_ENABLED),
+            mig_enabled=None if mig is None else bool(mig[0] == FEATURE_ENABLED),
+            recovery_action=_opt(int, fields.get(FI_GET_GPU_RECOVERY_ACTION)),
             lost=self.lost,
             errors=tuple(self.errors),
         )
 
-    def _ecc(self, handle: Any) -> EccCounts:
-        nv, c = self.nv, self.call
-        fn = "nvmlDeviceGetTotalEccErrors"
-        return EccCounts(
-            volatile_corrected=c("ecc_errors", fn, handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
-            volatile_uncorrected=c("ecc_errors", fn, handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                   nv.NVML_VOLATILE_ECC),
-            aggregate_corrected=c("ecc_errors", fn, handle, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                                  nv.NVML_AGGREGATE_ECC),
-            aggregate_uncorrected=c("ecc_errors", fn, handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                    nv.NVML_AGGREGATE_ECC),
-        )
+    def _fields(self, handle: Any, wanted: list[tuple[int, int]]) -> dict[Any, Any]:
+        """One nvmlDeviceGetFieldValues call: {fieldId: value} ({(fieldId, scope): value} for
+        scoped ones). A field the driver does not know or the GPU lacks is absent; any other
+        per-field failure is an error on the observation the field feeds."""
+        values = self.call("fields", "nvmlDeviceGetFieldValues", handle, wanted)
+        out: dict[Any, Any] = {}
+        if values is None:
+            failed = next((e for e in self.errors if e.field == "fields"), None)
+            if failed is not None:  # the call itself failed: so did every value it carries
+                for group in sorted({_FIELD_GROUP.get(fid, "fields") for fid, _ in wanted}):
+                    self._fail(group, failed.kind, failed.message)
+            return out
+        for (fid, scope), value in zip(wanted, values):
+            ret = int(value.nvmlReturn)
+            key = fid if not scope and fid not in _LINK_FIELDS else (fid, scope)
+            if ret == SUCCESS:
+                out[key] = _field_value(value)
+            elif ret not in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                kind = RETURN_CODES.get(ret, "error")
+                self._fail(_FIELD_GROUP.get(fid, "fields"), kind,
+                           f"nvmlDeviceGetFieldValues field {fid}{f' link {scope}' if scope else ''}: "
+                           f"{kind.replace('_', ' ')} (NVML return {ret})")
+        return out
 
-    def _retired(self, handle: Any, cause: int) -> Optional[int]:
-        pages = self.call("retired_pages", "nvmlDeviceGetRetiredPages", handle, cause)
-        return None if pages is None else len(pages)
-
-    def _nvlinks(self, handle: Any) -> Optional[tuple[NvLink, ...]]:
-        nv = self.nv
+    def _nvlinks(self, handle: Any, count: Any) -> Optional[tuple[NvLink, ...]]:
+        if not count:
+            return None  # no NVLink on this GPU (or not reported)
+        count = min(int(count), NVLINK_MAX_LINKS)
+        wanted = [(fid, link) for link in range(count) for fid in _LINK_FIELDS]
+        got = self._fields(handle, wanted)
+        if not any((FI_NVLINK_GET_STATE, link) in got for link in range(count)):
+            if any(e.field == "nvlink" for e in self.errors):
+                return None
+            return self._nvlinks_by_call(handle, count)  # driver before the per-link fields
         links = []
-        for link in range(nv.NVML_NVLINK_MAX_LINKS):
-            # Links past the GPU's last one answer "not supported" / "invalid argument".
+        for link in range(count):
+            state = got.get((FI_NVLINK_GET_STATE, link))
+            if state is None:
+                continue
+            links.append(NvLink(link, bool(int(state) == FEATURE_ENABLED),
+                                replay=_opt(int, got.get((FI_NVLINK_ERROR_DL_REPLAY, link))),
+                                recovery=_opt(int, got.get((FI_NVLINK_ERROR_DL_RECOVERY, link))),
+                                crc_flit=_opt(int, got.get((FI_NVLINK_ERROR_DL_CRC, link)))))
+        return tuple(links) or None
+
+    def _nvlinks_by_call(self, handle: Any, count: int) -> Optional[tuple[NvLink, ...]]:
+        links = []
+        for link in range(count):
             state = self.call("nvlink", "nvmlDeviceGetNvLinkState", handle, link)
             if state is None:
-                break  # links are numbered from 0; the first unsupported one ends the list
+                continue
             counters = {
                 name: self.call("nvlink", "nvmlDeviceGetNvLinkErrorCounter", handle, link, const)
-                for name, const in (
-                    ("replay", nv.NVML_NVLINK_ERROR_DL_REPLAY),
-                    ("recovery", nv.NVML_NVLINK_ERROR_DL_RECOVERY),
-                    ("crc_flit", nv.NVML_NVLINK_ERROR_DL_CRC_FLIT),
-                    ("crc_data", nv.NVML_NVLINK_ERROR_DL_CRC_DATA),
-                )
+                for name, const in (("replay", NVLINK_ERROR_DL_REPLAY), ("recovery", NVLINK_ERROR_DL_RECOVERY),
+                                    ("crc_flit", NVLINK_ERROR_DL_CRC_FLIT), ("crc_data", NVLINK_ERROR_DL_CRC_DATA))
             }
-            links.append(NvLink(link, bool(state == nv.NVML_FEATURE_ENABLED), **counters))
+            links.append(NvLink(link, bool(state == FEATURE_ENABLED), **counters))
         return tuple(links) or None
 
     def _fabric(self, handle: Any) -> dict[str, Any]:
-        nv = self.nv
-        info = nv.c_nvmlGpuFabricInfo_t()
-        # pynvml hands the argument to the C function as is: it must be a pointer.
-        if self.call("fabric", "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
-            return {"fabric_state": None, "fabric_status": None}
+        """The fabric state through the versioned call (with the health mask) where the driver
+        and wheel have it, else the v1 call; always with the C layout of nvml.h."""
+        none = {"fabric_state": None, "fabric_status": None, "fabric_health_mask": None,
+                "fabric_health_summary": None}
+        info: Any = None
+        if hasattr(self.nv, "nvmlDeviceGetGpuFabricInfoV"):
+            for cls, version in _FABRIC_VERSIONS:
+                candidate = cls(version=version)
+                self.announce(("call", "nvmlDeviceGetGpuFabricInfoV"))
+                try:
+                    self.nv.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(candidate))
+                except Exception as exc:  # noqa: BLE001
+                    code = getattr(exc, "value", None)
+                    if code == ARGUMENT_VERSION_MISMATCH:
+                        continue  # an older driver: try the previous struct version
+                    kind = error_kind(self.nv, exc)
+                    if kind in _NOT_APPLICABLE:
+                        break  # the driver predates the versioned call: use v1
+                    self._fail("fabric", kind, f"nvmlDeviceGetGpuFabricInfoV: {exc}")
+                    return none
+                info = candidate
+                break
+        if info is None:
+            v1 = _FabricInfoV1()
+            # pynvml hands the argument to the C function as is: it must be a pointer.
+            if self.call("fabric", "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(v1)) is None:
+                return none
+            info = v1
         status = int(info.status)
         return {
             "fabric_state": int(info.state),
-            "fabric_status": None if status == nv.NVML_SUCCESS else f"NVML error {status}",
+            "fabric_status": None if status == SUCCESS else f"NVML error {status} "
+                                                            f"({RETURN_CODES.get(status, 'unknown')})",
+            "fabric_health_mask": int(info.healthMask) if hasattr(info, "healthMask") else None,
+            "fabric_health_summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
         }
 
-    def _recovery_action(self, handle: Any) -> Optional[int]:
-        nv = self.nv
-        values = self.call("recovery_action", "nvmlDeviceGetFieldValues", handle,
-                           [nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
-        if not values:
-            return None
-        value = values[0]
-        if int(value.nvmlReturn) != nv.NVML_SUCCESS:
-            return None  # older drivers: field unknown / not supported
-        return int(value.value.uiVal)
+
+def _field_value(value: Any) -> Any:
+    """The union member nvmlFieldValue_t's valueType names (NVML_VALUE_TYPE_*, nvml.h)."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return getattr(value.value, member.get(int(value.valueType), "ullVal"))
 
 
 def _opt(fn: Callable[[Any], Any], value: Any) -> Any:
@@ -313,13 +440,16 @@ def _opt(fn: Callable[[Any], Any], value: Any) -> Any:
 
 
 def _bus_id(pci: Any) -> Optional[str]:
-    """NVML's busId ("00000000:3B:00.0") as sysfs spells it ("0000:3b:00.0")."""
+    """NVML's busId ("00000000:3B:00.0") as sysfs spells it ("0000:3b:00.0").
+
+    The domain keeps every significant digit: VMD domains are five ("10000:e1:00.0").
+    """
     if pci is None:
         return None
     text = _text(getattr(pci, "busId", "") or getattr(pci, "busIdLegacy", "")).strip().lower()
     domain, sep, rest = text.partition(":")
     if sep and len(domain) > 4:
-        domain = domain[-4:]
+        domain = domain.lstrip("0").rjust(4, "0")
     return f"{domain}{sep}{rest}" if sep else text or None
 
 
@@ -332,19 +462,18 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
     announce(("call", "nvmlInit"))
     try:
         nv.nvmlInit()
-    except nv.NVMLError as exc:
-        kind = error_kind(nv, exc)
-        announce(("unavailable", (kind, f"nvmlInit: {exc}")))
+    except Exception as exc:  # noqa: BLE001
+        announce(("unavailable", (error_kind(nv, exc), f"nvmlInit: {exc}")))
         return
     try:
         announce(("call", "nvmlSystemGetDriverVersion"))
-        driver = _safe(nv, nv.nvmlSystemGetDriverVersion)
+        driver = _safe(nv.nvmlSystemGetDriverVersion)
         announce(("call", "nvmlSystemGetCudaDriverVersion"))
-        cuda = _safe(nv, nv.nvmlSystemGetCudaDriverVersion)
+        cuda = _safe(nv.nvmlSystemGetCudaDriverVersion)
         announce(("call", "nvmlDeviceGetCount"))
         try:
             count = int(nv.nvmlDeviceGetCount())
-        except nv.NVMLError as exc:
+        except Exception as exc:  # noqa: BLE001
             announce(("unavailable", (error_kind(nv, exc), f"nvmlDeviceGetCount: {exc}")))
             return
         announce(("header", {"driver_version": None if driver is None else _text(driver),
@@ -360,10 +489,10 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
             pass
 
 
-def _safe(nv: ModuleType, fn: Callable[[], Any]) -> Any:
+def _safe(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
-    except nv.NVMLError:
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -372,7 +501,13 @@ def _safe(nv: ModuleType, fn: Callable[[], Any]) -> Any:
 
 @dataclass
 class PendingProbe:
-    """A forked NVML reader; ``collect`` waits for it until the deadline, never longer."""
+    """A forked NVML reader; ``collect`` waits for it, never past its deadlines.
+
+    Two deadlines: each call has its own (``call_timeout_s``; ``slow_call_timeout_s`` for
+    nvmlInit and opening a GPU, which initialises it when persistence mode is off): a call
+    past it is *hung*. The whole read has ``timeout_s``: when that ends while calls are still
+    answering, the driver is *slow*, and what was not read is named, not called hung.
+    """
 
     pid: int
     fd: int
@@ -380,30 +515,50 @@ class PendingProbe:
     timeout_s: float
     simulated: bool
     started_wall: float = 0.0
+    call_timeout_s: float = 3.0
+    slow_call_timeout_s: float = 8.0
+
+    def _call_limit(self, call: Optional[str]) -> float:
+        """The call's own deadline; a call that alone takes (nearly) the whole budget is hung
+        whatever its own deadline says: slow calls share the budget, a hung one eats it."""
+        own = self.slow_call_timeout_s if call in SLOW_CALLS else self.call_timeout_s
+        return min(own, HUNG_SHARE * self.timeout_s)
 
     def collect(self, clock: Callable[[], float] = time.monotonic) -> Union[NvmlSnapshot, ProbeError]:
         deadline = self.started + self.timeout_s
         buf = bytearray()
         frames: list[Any] = []
         eof = False
+        stop: Optional[str] = None
+        current: Optional[str] = None
+        since = self.started  # when the call in flight was announced
         try:
             while not eof:
-                left = deadline - clock()
-                if left <= 0:
+                now = clock()
+                call_deadline = since + self._call_limit(current)
+                if now >= call_deadline and call_deadline <= deadline:
+                    stop = "hung"
                     break
-                ready, _, _ = select.select([self.fd], [], [], left)
+                if now >= deadline:
+                    stop = "budget"
+                    break
+                ready, _, _ = select.select([self.fd], [], [], min(deadline, call_deadline) - now)
                 if not ready:
-                    break
+                    continue  # the loop head tells which deadline passed
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
                     eof = True
                 buf += chunk
                 new = _take_frames(buf)
                 frames.extend(new)
+                for kind, value in new:
+                    if kind == "call":
+                        current, since = value, clock()
                 if any(frame[0] == "end" for frame in new):
                     # Everything is read; only nvmlShutdown is left. Give it a moment, not the
                     # rest of the deadline: a shutdown that hangs changes nothing we report.
                     deadline = min(deadline, clock() + SHUTDOWN_GRACE_S)
+                    current, since = "nvmlShutdown", clock() + 3600.0
         finally:
             os.close(self.fd)
         elapsed = clock() - self.started
@@ -413,7 +568,8 @@ class PendingProbe:
             child.reap(self.pid, clock)
         ended = any(frame[0] == "end" for frame in frames)
         return _assemble(frames, complete=eof or ended, elapsed=elapsed, timeout_s=self.timeout_s,
-                         simulated=self.simulated)
+                         simulated=self.simulated, stop=None if ended else stop,
+                         call_limit=self._call_limit(current), in_flight_s=clock() - since)
 
 
 @dataclass(frozen=True)
@@ -455,7 +611,8 @@ def stuck_reader() -> Optional[tuple[int, float]]:
 
 
 def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = False,
-          clock: Callable[[], float] = time.monotonic) -> Union[PendingProbe, StalledProbe]:
+          clock: Callable[[], float] = time.monotonic, call_timeout_s: float = 3.0,
+          slow_call_timeout_s: float = 8.0) -> Union[PendingProbe, StalledProbe]:
     """Fork the reader. Call it before starting other threads (fork copies only this one).
 
     ``loader`` runs in the child and returns the NVML module: pynvml is imported (and
@@ -495,7 +652,8 @@ def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = 
             os._exit(code)
     os.close(wfd)
     return PendingProbe(pid=pid, fd=rfd, started=started, timeout_s=timeout_s, simulated=simulated,
-                        started_wall=started_wall)
+                        started_wall=started_wall, call_timeout_s=call_timeout_s,
+                        slow_call_timeout_s=slow_call_timeout_s)
 
 
 def _send(fd: int, frame: Any) -> None:
@@ -516,7 +674,8 @@ def _take_frames(buf: bytearray) -> list[Any]:
 
 
 def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: float,
-              simulated: bool) -> Union[NvmlSnapshot, ProbeError]:
+              simulated: bool, stop: Optional[str] = None, call_limit: Optional[float] = None,
+              in_flight_s: float = 0.0) -> Union[NvmlSnapshot, ProbeError]:
     header: dict[str, Any] = {}
     gpus: list[GpuObservation] = []
     last_call: Optional[str] = None
@@ -538,6 +697,8 @@ def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: floa
             err_kind, message = value
             if err_kind in ("library_not_found", "driver_not_loaded"):
                 return ProbeError("nvml", "unavailable", message)
+            if err_kind == "no_permission":
+                return ProbeError("nvml", "permission", message)
             return ProbeError("nvml", "error", message)
         elif kind == "crash":
             return ProbeError("nvml", "error", f"NVML probe crashed: {value}")
@@ -554,4 +715,7 @@ def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: floa
         stalled_gpu=None if ended else current,
         stalled_call=None if ended else last_call,
         simulated=simulated,
+        stop=None if ended else (stop or "budget"),
+        call_timeout_s=call_limit,
+        in_flight_s=None if ended else round(in_flight_s, 3),
     )

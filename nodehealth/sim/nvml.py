@@ -1,88 +1,44 @@
-"""A stand-in for pynvml, driven by a scenario file that describes one node's GPUs and faults.
+"""Scenario files: one node's simulated GPUs and faults, compiled for the simulated driver.
 
-It has pynvml's function surface (same names, same parameters, same error class shape), so
-``nodehealth.probes.nvml`` runs unchanged on top of it. The format is documented in
-docs/simulation.md; examples/scenarios/ holds ready-made nodes.
+A scenario (TOML, documented in docs/simulation.md; examples/scenarios/ holds ready-made
+nodes) is parsed and validated here, then compiled into the line-oriented spec that the fake
+``libnvidia-ml.so.1`` (``nodehealth/sim/fakenvml``, docs/fake-nvml.md) reads. ``loader``
+returns what the NVML probe runs in its child: it loads that library for the scenario's
+driver branch and imports the real, unmodified pynvml over it.
 
-``load(path)`` parses and validates a scenario and returns a module-like object. Every
-problem in the file is a ``ScenarioError`` naming the file and the key.
+Every problem in the file is a ``ScenarioError`` naming the file and the key.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
+import os
 import re
 import sys
-import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-# The constants the probe uses, with pynvml's values (nvml.h).
-NVML_SUCCESS = 0
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_CORRUPTED_INFOROM = 14
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_RESET_REQUIRED = 16
-NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
-NVML_ERROR_UNKNOWN = 999
-NVML_FEATURE_DISABLED = 0
-NVML_FEATURE_ENABLED = 1
-NVML_TEMPERATURE_GPU = 0
-NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
-NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
-NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-NVML_VOLATILE_ECC = 0
-NVML_AGGREGATE_ECC = 1
-NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
-NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
-NVML_NVLINK_MAX_LINKS = 36
-NVML_NVLINK_ERROR_DL_REPLAY = 0
-NVML_NVLINK_ERROR_DL_RECOVERY = 1
-NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
-NVML_NVLINK_ERROR_DL_CRC_DATA = 3
-NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
-NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0
-NVML_GPU_FABRIC_STATE_NOT_STARTED = 1
-NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2
-NVML_GPU_FABRIC_STATE_COMPLETED = 3
-
+# nvmlReturn_t (nvml.h), by the names a scenario uses.
 ERROR_CODES = {
-    "UNINITIALIZED": NVML_ERROR_UNINITIALIZED,
-    "INVALID_ARGUMENT": NVML_ERROR_INVALID_ARGUMENT,
-    "NOT_SUPPORTED": NVML_ERROR_NOT_SUPPORTED,
-    "NO_PERMISSION": NVML_ERROR_NO_PERMISSION,
-    "NOT_FOUND": NVML_ERROR_NOT_FOUND,
-    "DRIVER_NOT_LOADED": NVML_ERROR_DRIVER_NOT_LOADED,
-    "TIMEOUT": NVML_ERROR_TIMEOUT,
-    "LIBRARY_NOT_FOUND": NVML_ERROR_LIBRARY_NOT_FOUND,
-    "FUNCTION_NOT_FOUND": NVML_ERROR_FUNCTION_NOT_FOUND,
-    "CORRUPTED_INFOROM": NVML_ERROR_CORRUPTED_INFOROM,
-    "GPU_IS_LOST": NVML_ERROR_GPU_IS_LOST,
-    "RESET_REQUIRED": NVML_ERROR_RESET_REQUIRED,
-    "LIB_RM_VERSION_MISMATCH": NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-    "UNKNOWN": NVML_ERROR_UNKNOWN,
+    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13, "CORRUPTED_INFOROM": 14, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17, "LIB_RM_VERSION_MISMATCH": 18, "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21,
+    "INSUFFICIENT_RESOURCES": 23, "ARGUMENT_VERSION_MISMATCH": 25, "NOT_READY": 27, "GPU_NOT_FOUND": 28,
+    "INVALID_STATE": 29, "UNKNOWN": 999,
 }
-_ERROR_TEXT = {code: name.replace("_", " ").capitalize() for name, code in ERROR_CODES.items()}
-NVML_STATES = {"ok": None, "library_not_found": NVML_ERROR_LIBRARY_NOT_FOUND,
-               "driver_not_loaded": NVML_ERROR_DRIVER_NOT_LOADED, "init_error": NVML_ERROR_UNKNOWN,
-               "no_permission": NVML_ERROR_NO_PERMISSION}
+# [faults] nvml: how nvmlInit fails. library_not_found: the simulated library is not loaded
+# at all, so pynvml's own loader fails as on a node without the driver.
+NVML_STATES = {"ok": None, "library_not_found": None, "driver_not_loaded": ERROR_CODES["DRIVER_NOT_LOADED"],
+               "init_error": ERROR_CODES["UNKNOWN"], "no_permission": ERROR_CODES["NO_PERMISSION"]}
 THROTTLE_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
     "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
@@ -91,34 +47,18 @@ THROTTLE_BITS = {
 RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4,
                     "recover_imex_domain": 5, "bus_reset": 6, "system_reboot": 7}
 FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
-HANG_SECONDS = 10 ** 6
-_PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_PCI_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# Calls whose data the probe reads through nvmlDeviceGetFieldValues (one call for many
+# values): a fault on one of them is a fault on that call, and "unsupported" removes the data.
+FIELD_CALLS = {
+    "nvmlDeviceGetTotalEccErrors": "ecc", "nvmlDeviceGetRetiredPages": "retired_pages",
+    "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages", "nvmlDeviceGetRemappedRows": "remapped_rows",
+    "nvmlDeviceGetNvLinkState": "nvlink", "nvmlDeviceGetNvLinkErrorCounter": "nvlink",
+}
 
 
 class ScenarioError(Exception):
     """A scenario file problem, worded for a one-line error naming file and key."""
-
-
-class NVMLError(Exception):
-    """Same shape as pynvml.NVMLError: ``value`` is the NVML return code."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return _ERROR_TEXT.get(self.value, f"NVML error {self.value}")
-
-
-class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # noqa: N801 - pynvml's name and layout
-    """Zero-initialised like pynvml's: status NVML_SUCCESS, state NOT_SUPPORTED."""
-
-    _fields_ = [  # noqa: RUF012 - ctypes' own attribute
-        ("clusterUuid", ctypes.c_uint8 * 16),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint32),
-        ("state", ctypes.c_uint),
-    ]
 
 
 # --------------------------------------------------------------------------- the scenario
@@ -142,6 +82,8 @@ class Scenario:
     errors: tuple[tuple[str, Optional[int], int], ...] = ()  # (call, gpu index or None, code)
     hangs: tuple[tuple[str, Optional[int]], ...] = ()
     call_delay_s: float = 0.0
+    branch: int = 550  # the driver branch: which symbols and struct versions the library has
+    slow: tuple[tuple[str, Optional[int], float], ...] = ()  # (call or "*", gpu or None, seconds)
 
     @property
     def visible(self) -> tuple[SimGpu, ...]:
@@ -154,8 +96,9 @@ class Scenario:
 
 
 _GPU_KEYS: dict[str, Any] = {
-    "name": str, "uuid": str, "pci_bus_id": str, "missing": bool,
-    "temperature_c": int, "slowdown_c": int, "shutdown_c": int,
+    "model": str, "name": str, "uuid": str, "pci_bus_id": str, "missing": bool,
+    "temperature_c": int, "slowdown_c": int, "shutdown_c": int, "gpu_max_c": int, "mem_max_c": int,
+    "memory_temp_c": int, "mig_mode": bool, "init_ms": float,
     "power_w": float, "power_limit_w": float,
     "utilization_gpu_pct": int, "utilization_memory_pct": int,
     "memory_total_mib": int, "memory_used_mib": int,
@@ -165,9 +108,10 @@ _GPU_KEYS: dict[str, Any] = {
     "retired_pages": {"sbe": int, "dbe": int, "pending": bool},
     "remapped_rows": {"correctable": int, "uncorrectable": int, "pending": bool, "failure": bool},
     "pcie": {"gen": int, "max_gen": int, "width": int, "max_width": int},
-    "nvlink": {"links": int, "down": [int], "replay": int, "recovery": int, "crc_flit": int, "crc_data": int,
+    "nvlink": {"links": int, "down": [int], "counters": bool, "replay": int, "recovery": int, "crc_flit": int,
+               "crc_data": int,
                "errors": [{"link": int, "replay": int, "recovery": int, "crc_flit": int, "crc_data": int}]},
-    "fabric": {"state": str, "status": int},
+    "fabric": {"state": str, "status": int, "health_mask": int, "health_summary": int},
     "processes": [{"pid": int, "used_memory_mib": int}],
     "throttle_reasons": [str],
     "persistence_mode": bool,
@@ -175,6 +119,8 @@ _GPU_KEYS: dict[str, Any] = {
     "unsupported": [str],
 }
 
+# An idle, healthy H100 SXM5 80GB (HGX): the built-in defaults, used as is when
+# nodehealth.sim.models (values from published nvidia-smi output) has no entry.
 _H100 = {
     "name": "NVIDIA H100 80GB HBM3", "temperature_c": 34, "slowdown_c": 87, "shutdown_c": 92,
     "power_w": 71.5, "power_limit_w": 700.0, "utilization_gpu_pct": 0, "utilization_memory_pct": 0,
@@ -184,16 +130,55 @@ _H100 = {
     "retired_pages": {"sbe": 0, "dbe": 0, "pending": False},
     "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
     "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-    "nvlink": {"links": 18, "down": [], "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0, "errors": []},
+    "nvlink": {"links": 18, "down": [], "counters": True, "replay": 0, "recovery": 0, "crc_flit": 0,
+               "crc_data": 0, "errors": []},
     "fabric": {"state": "completed", "status": 0},
     "processes": [], "throttle_reasons": ["gpu_idle"], "persistence_mode": True, "recovery_action": "none",
-    "unsupported": [],
+    "mig_mode": False, "init_ms": 0.0, "unsupported": [],
 }
 
 
-def load(path: str) -> types.ModuleType:
-    """Parse and validate ``path``; return a module with pynvml's surface over it."""
-    return module_for(parse(path))
+def _default_gpu() -> dict[str, Any]:
+    """The built-in GPU under every scenario: the H100 SXM5 of the model table, as published."""
+    from nodehealth.sim import models
+
+    known = model_defaults(models.DEFAULT_MODEL)
+    return _overlay(_H100, known) if known else _H100
+
+
+def model_defaults(model: str) -> Optional[dict[str, Any]]:
+    """The scenario values of a GPU model in nodehealth.sim.models, or None if unknown."""
+    try:
+        from nodehealth.sim import models
+    except ImportError:  # pragma: no cover - the table ships with the package
+        return None
+    entry = models.MODELS.get(model)
+    if entry is None:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("name", "temperature_c", "slowdown_c", "shutdown_c", "gpu_max_c", "mem_max_c", "memory_temp_c",
+                "power_w", "power_limit_w", "memory_total_mib", "ecc_enabled", "persistence_mode"):
+        if entry.get(key) is not None:
+            out[key] = entry[key]
+    if isinstance(entry.get("pcie"), dict):
+        out["pcie"] = dict(entry["pcie"])
+    unsupported = []
+    if entry.get("retired_pages_supported") is False:
+        unsupported.append("nvmlDeviceGetRetiredPages")
+    if entry.get("remapped_rows_supported") is False:
+        unsupported.append("nvmlDeviceGetRemappedRows")
+    out["unsupported"] = unsupported
+    nvlink = entry.get("nvlink") or {}
+    links = int(nvlink.get("links", 0) or 0)
+    out["nvlink"] = {"links": links, "counters": bool(nvlink.get("counters", True)),
+                     # PCIe cards with NVLink hardware report their links down without a bridge.
+                     "down": list(range(links)) if entry.get("form_factor") in ("pcie", "nvl") else []}
+    if entry.get("fabric"):
+        out["fabric"] = {"state": str(entry["fabric"])}
+    return out
+
+
+_DEFAULT: dict[str, Any] = {}
 
 
 def parse(path: str) -> Scenario:
@@ -213,18 +198,28 @@ def parse(path: str) -> Scenario:
 
 
 def build(raw: dict[str, Any], path: str) -> Scenario:
+    if not _DEFAULT:
+        _DEFAULT.update(_default_gpu())
+
     def err(key: str, msg: str) -> ScenarioError:
         return ScenarioError(f"{path}: {key}: {msg}")
 
     _known(raw, {"node", "defaults", "gpu", "faults"}, "", err)
     node = raw.get("node", {})
-    _known(node, {"driver_version", "cuda_driver_version", "call_delay_ms"}, "node.", err)
+    _known(node, {"driver_version", "driver_branch", "cuda_driver_version", "call_delay_ms"}, "node.", err)
     driver = _typed(node.get("driver_version", "550.127.05"), str, "node.driver_version", err)
     cuda = _typed(node.get("cuda_driver_version", 12040), int, "node.cuda_driver_version", err)
     delay_ms = _typed(node.get("call_delay_ms", 0), float, "node.call_delay_ms", err)
+    from nodehealth.sim import driver as simdriver
+
+    branch = node.get("driver_branch")
+    if branch is None:
+        branch = simdriver.branch_for(driver)
+    elif _typed(branch, int, "node.driver_branch", err) not in simdriver.BRANCHES:
+        raise err("node.driver_branch", f"{branch} is not a simulated branch "
+                  f"(one of: {', '.join(str(b) for b in simdriver.BRANCHES)})")
     user_defaults = raw.get("defaults", {})
     _check_gpu(user_defaults, "defaults.", err)
-    defaults: dict[str, Any] = _overlay(_H100, user_defaults)
     gpu_tables = raw.get("gpu", [])
     if not isinstance(gpu_tables, list):
         raise err("gpu", "expected an array of tables ([[gpu]])")
@@ -235,7 +230,17 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         if not isinstance(table, dict):
             raise err(f"gpu[{i}]", "expected a table")
         _check_gpu(table, where, err)
-        values: dict[str, Any] = _overlay(defaults, table)
+        model = table.get("model", user_defaults.get("model"))
+        base = _DEFAULT
+        if model is not None:
+            known = model_defaults(model)
+            if known is None:
+                from nodehealth.sim import models
+
+                raise err(f"{where}model" if "model" in table else "defaults.model",
+                          f"unknown GPU model {model!r} (known: {', '.join(sorted(models.MODELS))})")
+            base = _overlay(_H100, known)
+        values: dict[str, Any] = _overlay(_overlay(base, user_defaults), table)
         values.setdefault("uuid", f"GPU-{i:08x}-5151-4e4f-8d48-{i:012x}")
         values.setdefault("pci_bus_id", f"0000:{0x18 + 0x11 * i:02x}:00.0")
         bus = str(values["pci_bus_id"]).lower()
@@ -264,7 +269,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         gpus.append(SimGpu(i, values, bool(values.get("missing", False)), frozenset(values.get("unsupported", []))))
 
     faults = raw.get("faults", {})
-    _known(faults, {"nvml", "errors", "hangs"}, "faults.", err)
+    _known(faults, {"nvml", "errors", "hangs", "slow"}, "faults.", err)
     state = faults.get("nvml", "ok")
     if state not in NVML_STATES:
         raise err("faults.nvml", f"{state!r} is not one of {', '.join(NVML_STATES)}")
@@ -281,7 +286,16 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     for i, h in enumerate(_tables(faults.get("hangs", []), "faults.hangs", err)):
         _known(h, {"call", "gpu"}, f"faults.hangs[{i}].", err)
         hangs.append((_call_name(h, f"faults.hangs[{i}].call", err), _gpu_ref(h, f"faults.hangs[{i}].gpu", err)))
-    return Scenario(path, driver, cuda, state, tuple(gpus), tuple(errors), tuple(hangs), delay_ms / 1000.0)
+    slow = []
+    for i, d in enumerate(_tables(faults.get("slow", []), "faults.slow", err)):
+        _known(d, {"call", "gpu", "ms"}, f"faults.slow[{i}].", err)
+        call = "*" if d.get("call", "*") == "*" else _call_name(d, f"faults.slow[{i}].call", err)
+        if "ms" not in d:
+            raise err(f"faults.slow[{i}].ms", "missing (how long the call takes)")
+        ms = _typed(d["ms"], float, f"faults.slow[{i}].ms", err)
+        slow.append((call, _gpu_ref(d, f"faults.slow[{i}].gpu", err), ms / 1000.0))
+    return Scenario(path, driver, cuda, state, tuple(gpus), tuple(errors), tuple(hangs), delay_ms / 1000.0,
+                    branch=int(branch), slow=tuple(slow))
 
 
 def _overlay(base: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +359,7 @@ def _call_name(table: dict[str, Any], key: str, err: Any) -> str:
         raise err(key, f"expected an NVML function name such as \"nvmlDeviceGetTemperature\", got {call!r}")
     from nodehealth.probes.nvml import NVML_FUNCTIONS
 
-    if call not in NVML_FUNCTIONS:
+    if call not in NVML_FUNCTIONS and call not in FIELD_CALLS:
         raise err(key, f"{call!r} is not a call the NVML probe makes, so it would never fire")
     return call
 
@@ -359,263 +373,131 @@ def _gpu_ref(table: dict[str, Any], key: str, err: Any) -> Optional[int]:
     return gpu
 
 
-# --------------------------------------------------------------------------- the module
+# --------------------------------------------------------------------------- the simulated driver
 
 
-@dataclass
-class _Handle:
-    index: int  # NVML index (position among visible GPUs)
-    gpu: SimGpu
+def nvml_bus_id(bus: str) -> str:
+    """sysfs "0000:18:00.0" as NVML spells busId: "00000000:18:00.0" (8 hex digits of domain)."""
+    domain, _, rest = bus.partition(":")
+    return f"{domain.rjust(8, '0')}:{rest}".upper()
 
 
-@dataclass
-class _Util:
-    gpu: int
-    memory: int
+def compile_spec(scenario: Scenario) -> str:
+    """The scenario as the fake libnvidia-ml.so.1 reads it (docs/fake-nvml.md)."""
+    lines = ["version 1", f"driver_version {scenario.driver_version}",
+             f"cuda_driver_version {scenario.cuda_driver_version}"]
+    code = NVML_STATES[scenario.nvml]
+    if code is not None:
+        lines.append(f"init_error {code}")
+    visible = scenario.visible
+    lines.append(f"gpus {len(visible)}")
+    for index, gpu in enumerate(visible):
+        lines.extend(f"gpu {index} {line}" for line in _gpu_lines(gpu))
+    for call, where, err_code in scenario.errors:
+        lines.append(f"error {_fault_call(call)} {'*' if where is None else where} {err_code}")
+    for call, where in scenario.hangs:
+        lines.append(f"hang {_fault_call(call)} {'*' if where is None else where}")
+    if scenario.call_delay_s:
+        lines.append(f"delay * * {int(scenario.call_delay_s * 1e6)}")
+    for call, where, seconds in scenario.slow:
+        name = call if call == "*" else _fault_call(call)
+        lines.append(f"delay {name} {'*' if where is None else where} {int(seconds * 1e6)}")
+    return "\n".join(lines) + "\n"
 
 
-@dataclass
-class _Memory:
-    total: int
-    used: int
-    free: int
+def _fault_call(call: str) -> str:
+    return "nvmlDeviceGetFieldValues" if call in FIELD_CALLS else call
 
 
-@dataclass
-class _Pci:
-    busId: str  # noqa: N815 - pynvml's name
-    busIdLegacy: str  # noqa: N815
+def _gpu_lines(gpu: SimGpu) -> list[str]:
+    v = gpu.values
+    gone = {FIELD_CALLS[c] for c in gpu.unsupported if c in FIELD_CALLS}
+    if "nvmlDeviceGetGpuFabricInfo" in gpu.unsupported or "nvmlDeviceGetGpuFabricInfoV" in gpu.unsupported:
+        gone.add("fabric")
+    out = [f"name {v['name']}", f"uuid {v['uuid']}", f"pci_bus_id {nvml_bus_id(v['pci_bus_id'])}"]
+    for key, spec_key in (("temperature_c", "temperature_c"), ("slowdown_c", "slowdown_c"),
+                          ("shutdown_c", "shutdown_c"), ("gpu_max_c", "gpu_max_c"), ("mem_max_c", "mem_max_c"),
+                          ("memory_temp_c", "memory_temp_c")):
+        if v.get(key) is not None:
+            out.append(f"{spec_key} {int(v[key])}")
+    out += [f"power_mw {int(round(v['power_w'] * 1000))}", f"power_limit_mw {int(round(v['power_limit_w'] * 1000))}",
+            f"util_gpu {v['utilization_gpu_pct']}", f"util_memory {v['utilization_memory_pct']}",
+            f"memory_total {v['memory_total_mib'] << 20}", f"memory_used {v['memory_used_mib'] << 20}",
+            f"ecc_current {int(v['ecc_enabled'])}", f"ecc_pending {int(v['ecc_pending_enabled'])}"]
+    if "ecc" not in gone:
+        e = v["ecc"]
+        out += [f"ecc_vol_corrected {e.get('volatile_corrected', 0)}",
+                f"ecc_vol_uncorrected {e.get('volatile_uncorrected', 0)}",
+                f"ecc_agg_corrected {e.get('aggregate_corrected', 0)}",
+                f"ecc_agg_uncorrected {e.get('aggregate_uncorrected', 0)}"]
+    if "retired_pages" not in gone:
+        r = v["retired_pages"]
+        out += [f"retired_sbe {r.get('sbe', 0)}", f"retired_dbe {r.get('dbe', 0)}",
+                f"retired_pending {int(bool(r.get('pending')))}"]
+    if "remapped_rows" not in gone:
+        m = v["remapped_rows"]
+        out += [f"remap_corrected {m.get('correctable', 0)}", f"remap_uncorrected {m.get('uncorrectable', 0)}",
+                f"remap_pending {int(bool(m.get('pending')))}", f"remap_failure {int(bool(m.get('failure')))}"]
+    p = v["pcie"]
+    out += [f"pcie_gen {p['gen']}", f"pcie_max_gen {p['max_gen']}", f"pcie_width {p['width']}",
+            f"pcie_max_width {p['max_width']}"]
+    nv = v["nvlink"]
+    links = int(nv.get("links", 0))
+    if links and "nvlink" not in gone:
+        down = [n for n in nv.get("down", []) if 0 <= n < links]
+        out += [f"nvlink_links {links}", f"nvlink_down {','.join(str(n) for n in down) or '-'}",
+                f"nvlink_counters {int(bool(nv.get('counters', True)))}"]
+        per_link = {e["link"]: e for e in nv.get("errors", [])}
+        for link in range(links):
+            e = per_link.get(link, {})
+            counters = [int(e.get(k, nv.get(k, 0))) for k in ("replay", "recovery", "crc_flit", "crc_data")]
+            if any(counters):
+                out.append(f"nvlink {link} {' '.join(str(c) for c in counters)}")
+    if "fabric" not in gone:
+        f = v["fabric"]
+        out += [f"fabric_state {FABRIC_STATES[f.get('state', 'completed')]}", f"fabric_status {f.get('status', 0)}"]
+        if f.get("health_mask") is not None:
+            out.append(f"fabric_health_mask {f['health_mask']}")
+        if f.get("health_summary") is not None:
+            out.append(f"fabric_health_summary {f['health_summary']}")
+    bits = 0
+    for name in v.get("throttle_reasons", []):
+        bits |= THROTTLE_BITS[name]
+    out += [f"throttle {bits:#x}", f"persistence {int(bool(v['persistence_mode']))}",
+            f"recovery_action {RECOVERY_ACTIONS[v['recovery_action']]}",
+            f"mig_current {int(bool(v.get('mig_mode')))}", f"mig_pending {int(bool(v.get('mig_mode')))}"]
+    procs = ",".join(f"{int(pr['pid'])}:{int(pr.get('used_memory_mib', 0)) << 20}" for pr in v["processes"])
+    out.append(f"processes {procs or '-'}")
+    if v.get("init_ms"):
+        out.append(f"init_ms {int(v['init_ms'])}")
+    for call in sorted(gpu.unsupported - set(FIELD_CALLS)):
+        out.append(f"unsupported {call}")
+    return out
 
 
-@dataclass
-class _Process:
-    pid: int
-    usedGpuMemory: Optional[int]  # noqa: N815
+def check_built(scenario: Scenario) -> None:
+    """ScenarioError when the simulated driver library for the scenario's branch is not built."""
+    from nodehealth.sim import driver
+
+    try:
+        driver.library_path(scenario.branch)
+    except driver.FakeDriverMissing as exc:
+        raise ScenarioError(f"{scenario.path}: {exc}") from None
 
 
-@dataclass
-class _FieldValueUnion:
-    uiVal: int = 0  # noqa: N815
+def loader(scenario: Scenario) -> Callable[[], types.ModuleType]:
+    """What the NVML probe's child runs instead of a bare ``import pynvml``: put the scenario
+    where the simulated driver reads it, load that driver's library for the scenario's branch
+    (pynvml's own ``CDLL("libnvidia-ml.so.1")`` then finds it by its soname), import pynvml."""
+    spec = compile_spec(scenario)
 
+    def load() -> types.ModuleType:
+        from nodehealth.probes.nvml import load_module
+        from nodehealth.sim import driver
 
-@dataclass
-class _FieldValue:
-    fieldId: int  # noqa: N815
-    nvmlReturn: int  # noqa: N815
-    value: _FieldValueUnion = field(default_factory=_FieldValueUnion)
+        os.environ[driver.SPEC_ENV] = spec
+        if scenario.nvml != "library_not_found":
+            driver.preload(scenario.branch)
+        return load_module()
 
-
-class _Sim:
-    """The behaviour behind the module functions; one per loaded scenario."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.s = scenario
-        self.initialised = False
-
-    def enter(self, call: str, handle: Optional[_Handle] = None) -> None:
-        """Apply the scenario's faults for ``call`` on ``handle``'s GPU."""
-        if self.s.call_delay_s:
-            time.sleep(self.s.call_delay_s)
-        gpu = None if handle is None else handle.index
-        for name, where in self.s.hangs:
-            if name == call and (where is None or where == gpu):
-                time.sleep(HANG_SECONDS)
-        for name, where, code in self.s.errors:
-            if name == call and (where is None or where == gpu):
-                raise NVMLError(code)
-        if call != "nvmlInit" and not self.initialised:
-            raise NVMLError(NVML_ERROR_UNINITIALIZED)
-        if handle is not None and call in handle.gpu.unsupported:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-
-
-def module_for(scenario: Scenario) -> types.ModuleType:
-    sim = _Sim(scenario)
-    mod = types.ModuleType("simnvml_scenario", f"simulated NVML: {scenario.path}")
-    for name, value in globals().items():
-        if name.startswith("NVML_") or name in ("NVMLError", "c_nvmlGpuFabricInfo_t"):
-            setattr(mod, name, value)
-    mod.__dict__["SCENARIO"] = scenario
-
-    def v(h: _Handle, key: str) -> Any:
-        return h.gpu.values[key]
-
-    def nvmlInit() -> None:
-        sim.enter("nvmlInit")
-        code = NVML_STATES[scenario.nvml]
-        if code is not None:
-            raise NVMLError(code)
-        sim.initialised = True
-
-    def nvmlShutdown() -> None:
-        sim.enter("nvmlShutdown")
-        sim.initialised = False
-
-    def nvmlSystemGetDriverVersion() -> str:
-        sim.enter("nvmlSystemGetDriverVersion")
-        return scenario.driver_version
-
-    def nvmlSystemGetCudaDriverVersion() -> int:
-        sim.enter("nvmlSystemGetCudaDriverVersion")
-        return scenario.cuda_driver_version
-
-    def nvmlDeviceGetCount() -> int:
-        sim.enter("nvmlDeviceGetCount")
-        return len(scenario.visible)
-
-    def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
-        visible = scenario.visible
-        if not 0 <= index < len(visible):
-            sim.enter("nvmlDeviceGetHandleByIndex")
-            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        handle = _Handle(index, visible[index])
-        sim.enter("nvmlDeviceGetHandleByIndex", handle)
-        return handle
-
-    def simple(call: str, fn: Any) -> Any:
-        def wrapper(handle: _Handle) -> Any:
-            sim.enter(call, handle)
-            return fn(handle)
-        wrapper.__name__ = call
-        return wrapper
-
-    def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
-        sim.enter("nvmlDeviceGetTemperature", handle)
-        if sensor != NVML_TEMPERATURE_GPU:
-            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        return int(v(handle, "temperature_c"))
-
-    def nvmlDeviceGetTemperatureThreshold(handle: _Handle, threshold: int) -> int:
-        sim.enter("nvmlDeviceGetTemperatureThreshold", handle)
-        key = {NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown_c", NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown_c"}
-        if threshold not in key:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return int(v(handle, key[threshold]))
-
-    def nvmlDeviceGetMemoryInfo(handle: _Handle, version: Any = None) -> _Memory:
-        sim.enter("nvmlDeviceGetMemoryInfo", handle)
-        total, used = v(handle, "memory_total_mib") << 20, v(handle, "memory_used_mib") << 20
-        return _Memory(total, used, total - used)
-
-    def nvmlDeviceGetTotalEccErrors(handle: _Handle, errorType: int, counterType: int) -> int:  # noqa: N803
-        sim.enter("nvmlDeviceGetTotalEccErrors", handle)
-        scope = "volatile" if counterType == NVML_VOLATILE_ECC else "aggregate"
-        kind = "corrected" if errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED else "uncorrected"
-        return int(v(handle, "ecc").get(f"{scope}_{kind}", 0))
-
-    def nvmlDeviceGetRetiredPages(device: _Handle, sourceFilter: int) -> list[int]:  # noqa: N803
-        sim.enter("nvmlDeviceGetRetiredPages", device)
-        key = "dbe" if sourceFilter == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR else "sbe"
-        count = int(v(device, "retired_pages").get(key, 0))
-        return [0x1000 * (n + 1) for n in range(count)]
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(device: _Handle) -> int:
-        sim.enter("nvmlDeviceGetRetiredPagesPendingStatus", device)
-        return NVML_FEATURE_ENABLED if v(device, "retired_pages").get("pending") else NVML_FEATURE_DISABLED
-
-    def nvmlDeviceGetRemappedRows(device: _Handle) -> tuple[int, int, int, int]:
-        sim.enter("nvmlDeviceGetRemappedRows", device)
-        r = v(device, "remapped_rows")
-        return (int(r.get("correctable", 0)), int(r.get("uncorrectable", 0)),
-                int(bool(r.get("pending"))), int(bool(r.get("failure"))))
-
-    def pcie(call: str, key: str) -> Any:
-        return simple(call, lambda h: int(v(h, "pcie")[key]))
-
-    def _link_check(device: _Handle, link: int) -> dict[str, Any]:
-        nv = v(device, "nvlink")
-        if not 0 <= link < int(nv.get("links", 0)):
-            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        return dict(nv)
-
-    def nvmlDeviceGetNvLinkState(device: _Handle, link: int) -> int:
-        sim.enter("nvmlDeviceGetNvLinkState", device)
-        nv = _link_check(device, link)
-        return NVML_FEATURE_DISABLED if link in nv.get("down", []) else NVML_FEATURE_ENABLED
-
-    def nvmlDeviceGetNvLinkErrorCounter(device: _Handle, link: int, counter: int) -> int:
-        sim.enter("nvmlDeviceGetNvLinkErrorCounter", device)
-        nv = _link_check(device, link)
-        name = {NVML_NVLINK_ERROR_DL_REPLAY: "replay", NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
-                NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit", NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data"}[counter]
-        for entry in nv.get("errors", []):
-            if entry.get("link") == link:
-                return int(entry.get(name, 0))
-        return int(nv.get(name, 0))
-
-    def nvmlDeviceGetGpuFabricInfo(device: _Handle, gpuFabricInfo: Any) -> int:  # noqa: N803
-        sim.enter("nvmlDeviceGetGpuFabricInfo", device)
-        # Like the C API behind pynvml, this wants a pointer: ctypes.byref(info) or pointer(info).
-        info = getattr(gpuFabricInfo, "_obj", None) or getattr(gpuFabricInfo, "contents", None)
-        if not isinstance(info, c_nvmlGpuFabricInfo_t):
-            raise TypeError("nvmlDeviceGetGpuFabricInfo: pass ctypes.byref(c_nvmlGpuFabricInfo_t()), "
-                            f"not {type(gpuFabricInfo).__name__}")
-        fabric = v(device, "fabric")
-        info.state = FABRIC_STATES[fabric.get("state", "completed")]
-        info.status = int(fabric.get("status", 0))
-        return NVML_SUCCESS
-
-    def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[_Process]:
-        sim.enter("nvmlDeviceGetComputeRunningProcesses", handle)
-        return [_Process(int(p["pid"]), int(p.get("used_memory_mib", 0)) << 20) for p in v(handle, "processes")]
-
-    def nvmlDeviceGetCurrentClocksEventReasons(handle: _Handle) -> int:
-        sim.enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
-        bits = 0
-        for name in v(handle, "throttle_reasons"):
-            bits |= THROTTLE_BITS[name]
-        return bits
-
-    def nvmlDeviceGetFieldValues(handle: _Handle, fieldIds: list[Any]) -> list[_FieldValue]:  # noqa: N803
-        sim.enter("nvmlDeviceGetFieldValues", handle)
-        out = []
-        for fid in fieldIds:
-            if fid == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-                action = RECOVERY_ACTIONS[v(handle, "recovery_action")]
-                out.append(_FieldValue(fid, NVML_SUCCESS, _FieldValueUnion(action)))
-            else:
-                out.append(_FieldValue(fid, NVML_ERROR_NOT_SUPPORTED))
-        return out
-
-    functions = {
-        "nvmlInit": nvmlInit,
-        "nvmlShutdown": nvmlShutdown,
-        "nvmlSystemGetDriverVersion": nvmlSystemGetDriverVersion,
-        "nvmlSystemGetCudaDriverVersion": nvmlSystemGetCudaDriverVersion,
-        "nvmlDeviceGetCount": nvmlDeviceGetCount,
-        "nvmlDeviceGetHandleByIndex": nvmlDeviceGetHandleByIndex,
-        "nvmlDeviceGetName": simple("nvmlDeviceGetName", lambda h: str(v(h, "name"))),
-        "nvmlDeviceGetUUID": simple("nvmlDeviceGetUUID", lambda h: str(v(h, "uuid"))),
-        "nvmlDeviceGetPciInfo": simple("nvmlDeviceGetPciInfo", lambda h: _Pci(
-            "0000" + str(v(h, "pci_bus_id")).upper(), str(v(h, "pci_bus_id")).upper())),
-        "nvmlDeviceGetTemperature": nvmlDeviceGetTemperature,
-        "nvmlDeviceGetTemperatureThreshold": nvmlDeviceGetTemperatureThreshold,
-        "nvmlDeviceGetPowerUsage": simple("nvmlDeviceGetPowerUsage", lambda h: int(v(h, "power_w") * 1000)),
-        "nvmlDeviceGetEnforcedPowerLimit": simple("nvmlDeviceGetEnforcedPowerLimit",
-                                                  lambda h: int(v(h, "power_limit_w") * 1000)),
-        "nvmlDeviceGetUtilizationRates": simple("nvmlDeviceGetUtilizationRates", lambda h: _Util(
-            int(v(h, "utilization_gpu_pct")), int(v(h, "utilization_memory_pct")))),
-        "nvmlDeviceGetMemoryInfo": nvmlDeviceGetMemoryInfo,
-        "nvmlDeviceGetEccMode": simple("nvmlDeviceGetEccMode", lambda h: [
-            NVML_FEATURE_ENABLED if v(h, "ecc_enabled") else NVML_FEATURE_DISABLED,
-            NVML_FEATURE_ENABLED if v(h, "ecc_pending_enabled") else NVML_FEATURE_DISABLED]),
-        "nvmlDeviceGetTotalEccErrors": nvmlDeviceGetTotalEccErrors,
-        "nvmlDeviceGetRetiredPages": nvmlDeviceGetRetiredPages,
-        "nvmlDeviceGetRetiredPagesPendingStatus": nvmlDeviceGetRetiredPagesPendingStatus,
-        "nvmlDeviceGetRemappedRows": nvmlDeviceGetRemappedRows,
-        "nvmlDeviceGetCurrPcieLinkGeneration": pcie("nvmlDeviceGetCurrPcieLinkGeneration", "gen"),
-        "nvmlDeviceGetMaxPcieLinkGeneration": pcie("nvmlDeviceGetMaxPcieLinkGeneration", "max_gen"),
-        "nvmlDeviceGetCurrPcieLinkWidth": pcie("nvmlDeviceGetCurrPcieLinkWidth", "width"),
-        "nvmlDeviceGetMaxPcieLinkWidth": pcie("nvmlDeviceGetMaxPcieLinkWidth", "max_width"),
-        "nvmlDeviceGetNvLinkState": nvmlDeviceGetNvLinkState,
-        "nvmlDeviceGetNvLinkErrorCounter": nvmlDeviceGetNvLinkErrorCounter,
-        "nvmlDeviceGetGpuFabricInfo": nvmlDeviceGetGpuFabricInfo,
-        "nvmlDeviceGetComputeRunningProcesses": nvmlDeviceGetComputeRunningProcesses,
-        "nvmlDeviceGetCurrentClocksEventReasons": nvmlDeviceGetCurrentClocksEventReasons,
-        "nvmlDeviceGetPersistenceMode": simple("nvmlDeviceGetPersistenceMode", lambda h: (
-            NVML_FEATURE_ENABLED if v(h, "persistence_mode") else NVML_FEATURE_DISABLED)),
-        "nvmlDeviceGetFieldValues": nvmlDeviceGetFieldValues,
-    }
-    for name, fn in functions.items():
-        setattr(mod, name, fn)
-    return mod
+    return load
