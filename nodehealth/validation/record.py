@@ -23,7 +23,9 @@ The file is JSON lines, each with a ``type``:
 - ``never_returned``: ``seq``, ``fn``, ``gpu``, ``waited_s``: started, no answer by the deadline.
 - ``end``: ``outcome`` (``complete``, ``timed_out`` or ``error``) and ``message``.
 
-``load`` reads the file back as one ``Call`` per call.
+``observations.jsonl`` holds the probe's own frames (``announce``): each call it announces
+before making it, the header, each GPU's observation, the end. ``load`` reads ``calls.jsonl``
+back as one ``Call`` per call.
 """
 
 from __future__ import annotations
@@ -273,9 +275,8 @@ def _recording_child(out_dir: str, loader: Callable[[], Any]) -> str:
     def sink(record: dict[str, Any]) -> None:
         os.write(calls_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
 
-    def announce(frame: Any) -> None:
-        if frame[0] != "call":
-            os.write(obs_fd, (json.dumps(_jsonable_frame(frame), sort_keys=True) + "\n").encode())
+    def announce(frame: Any) -> None:  # the probe's own frames: the calls it announces, what it read
+        os.write(obs_fd, (json.dumps(_jsonable_frame(frame), sort_keys=True) + "\n").encode())
 
     try:
         nv = loader()

@@ -401,7 +401,42 @@ def scenario_from_calls(calls: list[Call], pci_bus_ids: Optional[list[str]] = No
         built.faults["errors"] = errors
     if hangs:
         built.faults["hangs"] = hangs
+    built.notes = group_notes(built.notes)
     return built
+
+
+def group_notes(notes: list[str]) -> list[str]:
+    """The same note for several GPUs as one line naming them: "GPU 0-3, 5: ..."."""
+    by_text: dict[str, list[int]] = {}
+    order: list[str] = []
+    for note in notes:
+        m = re.match(r"^GPU (\d+): (.*)$", note, re.S)
+        text, gpu = (m.group(2), int(m.group(1))) if m else (note, None)
+        if text not in by_text:
+            by_text[text] = []
+            order.append(text)
+        if gpu is not None and gpu not in by_text[text]:
+            by_text[text].append(gpu)
+    out = []
+    for text in order:
+        gpus = sorted(by_text[text])
+        out.append(f"GPU {_ranges(gpus)}: {text}" if gpus else text)
+    return out
+
+
+def _ranges(numbers: list[int]) -> str:
+    parts: list[str] = []
+    for n in numbers:
+        if parts and _last(parts[-1]) == n - 1:
+            first = parts[-1].split("-")[0]
+            parts[-1] = f"{first}-{n}"
+        else:
+            parts.append(str(n))
+    return ", ".join(parts)
+
+
+def _last(part: str) -> int:
+    return int(part.split("-")[-1])
 
 
 def _finish(g: _Gpu, index: int, notes: list[str]) -> dict[str, Any]:
@@ -419,7 +454,7 @@ def _finish(g: _Gpu, index: int, notes: list[str]) -> dict[str, Any]:
         base = {}
         for name in names:
             seen = Counter(c[name] for c in g.link_counters.values() if name in c)
-            base[name] = seen.most_common(1)[0][0]
+            base[name] = max(seen.items(), key=lambda kv: (kv[1], -kv[0]))[0]  # a tie: the smaller
             nvlink[name] = base[name]
         per_link = []
         for link in sorted(g.link_counters):
