@@ -34,7 +34,8 @@ def built() -> None:
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), "fakenvml"], capture_output=True, text=True)
     assert proc.returncode == 0, f"make fakenvml failed:\n{proc.stdout}\n{proc.stderr}"
     if any(not (MATRIX / f"pynvml-{v}" / "pynvml.py").is_file() for v in VERSIONS):
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "nvml-matrix.sh")], capture_output=True, text=True)
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "nvml-matrix.sh")], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHON=sys.executable))
         assert proc.returncode == 0, f"scripts/nvml-matrix.sh failed:\n{proc.stdout}\n{proc.stderr}"
 
 
