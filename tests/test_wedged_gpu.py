@@ -96,7 +96,7 @@ def test_a_reader_that_survives_sigkill_is_the_only_one_and_the_rounds_report_it
     # The GPU comes back (the stuck reader finally exits): the next round reaps it and asks again.
     real_kill(pid, signal.SIGKILL)
     again = _nvml(runner.execute(cfg, phase="daemon", only=ONLY).report)
-    assert "did not answer within" in again.summary, again.summary
+    assert "did not return within" in again.summary, again.summary
     now = set(_children()) - before
     assert pid not in now and len(now) == 1, now  # reaped, not a zombie; the new reader stuck in its place
 

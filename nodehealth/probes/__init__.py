@@ -45,9 +45,11 @@ def _scenario(path: str) -> Any:
     from nodehealth.sim import nvml as simnvml
 
     try:
-        return simnvml.parse(path)
+        scenario = simnvml.parse(path)
+        simnvml.check_built(scenario)  # the simulated driver library of its branch
     except simnvml.ScenarioError as exc:
         raise ProbeSetupError(str(exc)) from None
+    return scenario
 
 
 def validate(config: Config) -> None:

@@ -74,7 +74,7 @@ NVML_FUNCTIONS = (
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetGpuFabricInfo",
-    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v3",  # called through pynvml's library (_processes)
     "nvmlDeviceGetComputeRunningProcesses_v2",
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetCurrentClocksThrottleReasons",
@@ -248,7 +248,12 @@ class _Reader:
         for fn in (fns,) if isinstance(fns, str) else fns:
             self.announce(("call", fn))
             try:
-                return getattr(self.nv, fn)(*args)
+                if fn in _DIRECT:
+                    return _DIRECT[fn](self.nv, fn, *args)
+                wrapper = getattr(self.nv, fn, None)
+                if wrapper is None:
+                    raise AttributeError(fn)
+                return wrapper(*args)
             except Exception as exc:  # noqa: BLE001 - every vendor failure becomes a kind
                 kind = error_kind(self.nv, exc)
                 if kind in ("function_not_found", "library_mismatch"):
@@ -273,7 +278,7 @@ class _Reader:
         ecc_mode = c("ecc_mode", "nvmlDeviceGetEccMode", handle)
         power_mw = c("power", "nvmlDeviceGetPowerUsage", handle)
         limit_mw = c("power", "nvmlDeviceGetEnforcedPowerLimit", handle)
-        procs = c("processes", ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+        procs = c("processes", ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
                   handle)
         persistence = c("persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
         mig = c("mig_mode", "nvmlDeviceGetMigMode", handle)
@@ -427,6 +432,42 @@ class _Reader:
             "fabric_health_mask": int(info.healthMask) if hasattr(info, "healthMask") else None,
             "fabric_health_summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
         }
+
+
+class _ProcessInfoV2(ctypes.Structure):
+    """nvmlProcessInfo_v2_t (nvml.h), what nvmlDeviceGetComputeRunningProcesses_v2 fills."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),  # noqa: RUF012
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+def _processes(nv: ModuleType, symbol: str, handle: Any) -> list[Any]:
+    """nvmlDeviceGetComputeRunningProcesses_v3 / _v2 through pynvml's loaded library, with the
+    structure nvml.h gives both (nvmlProcessInfo_v2_t, 24 bytes): nvidia-ml-py 12.535.77 reads
+    ``_v3`` with a 32-byte structure (every process after the first misread), and wheels before
+    12.560 have no ``_v2`` wrapper for drivers before 510, which lack ``_v3``."""
+    fn = nv._nvmlGetFunctionPointer(symbol)  # NVMLError(FUNCTION_NOT_FOUND) when the driver lacks it
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    for _ in range(3):
+        if ret == SUCCESS:
+            return []
+        if ret != 7:  # NVML_ERROR_INSUFFICIENT_SIZE: ask again with room for more
+            raise nv.NVMLError(ret)
+        count.value = count.value * 2 + 5
+        procs = (_ProcessInfoV2 * count.value)()
+        ret = fn(handle, ctypes.byref(count), procs)
+        if ret == SUCCESS:
+            return [procs[i] for i in range(count.value)]
+    raise nv.NVMLError(ret)
+
+
+# Calls the probe makes itself through pynvml's loaded library (its function lookup, its error
+# class), where a wrapper is wrong or missing in an allowed wheel.
+_DIRECT: dict[str, Callable[..., Any]] = {
+    "nvmlDeviceGetComputeRunningProcesses_v3": _processes,
+    "nvmlDeviceGetComputeRunningProcesses_v2": _processes,
+}
 
 
 def _field_value(value: Any) -> Any:
