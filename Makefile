@@ -10,7 +10,7 @@ PY39   ?= $(shell bash scripts/find-python39.sh)
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml
+.PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml nvml-matrix
 
 all: test
 
@@ -50,7 +50,20 @@ pytest39: $(STAMP) fakenvml
 		.venv39/bin/python -m pip install -q -e '.[test]' && .venv39/bin/python -m pytest -q -p no:cacheprovider; \
 	else echo "pytest39: no Python 3.9 here; the vermin gate (make compat) stands in"; fi
 
-test: lint types compat pytest pytest39
+test: lint types compat pytest nvml-matrix pytest39
+
+# The NVML tests again under the oldest nvidia-ml-py pyproject allows and under 12.570.86 (the
+# first with the recovery-action field); `make pytest` ran them under the newest. Each wheel is
+# installed on its own into .matrix/ (scripts/nvml-matrix.sh) and put first on the path.
+NVML_WHEELS := 12.535.77 12.570.86
+NVML_TESTS  := tests/test_nvml_matrix.py tests/test_nvml_contract.py tests/test_scenarios.py tests/test_simnvml.py
+
+nvml-matrix: $(STAMP) fakenvml
+	@PYTHON=$(BIN)/python bash scripts/nvml-matrix.sh
+	@for v in $(NVML_WHEELS); do \
+		echo "== the NVML tests under nvidia-ml-py $$v =="; \
+		PYTHONPATH=.matrix/pynvml-$$v $(BIN)/python -m pytest -q -p no:cacheprovider $(NVML_TESTS) || exit 1; \
+	done
 
 bench: $(STAMP)
 	$(BIN)/python bench/check_latency.py
@@ -72,7 +85,7 @@ $(FAKENVML)/build/%/exports.map: $(FAKENVML)/symbols.tsv
 
 $(FAKENVML)/build/%/libnvidia-ml.so.1: $(FAKENVML_SRC) $(FAKENVML)/build/%/exports.map
 	cc -DNVML_BRANCH=$* -shared -fPIC -O2 -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 \
-		-Wl,--version-script=$(FAKENVML)/build/$*/exports.map -o $@ $(filter %.c,$^)
+		-Wl,--version-script=$(FAKENVML)/build/$*/exports.map -o $@.tmp $(filter %.c,$^) && mv $@.tmp $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .matrix $(FAKENVML)/build

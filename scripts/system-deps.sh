@@ -2,7 +2,7 @@
 # Debian packages the build and the tests need. Installs what is missing when run as root
 # (CI, a fresh Debian 12 machine); otherwise names what to install and stops.
 set -euo pipefail
-packages=(python3 python3-venv python3-pip make slurmctld slurmd slurm-client munge prometheus systemd)
+packages=(python3 python3-venv python3-pip make gcc libc6-dev slurmctld slurmd slurm-client munge prometheus systemd)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

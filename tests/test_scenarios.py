@@ -90,6 +90,7 @@ ROWS = [
     Row("hbm-hot-sw-thermal.toml", "gpu_temperature", WARN, Action.INSPECT, 5, "memory (HBM)"),
     Row("nvml-init-no-permission.toml", "nvml", FAIL, Action.INSPECT, None, "refused access",
         others=_all_but("nvml", UNKNOWN)),
+    Row("recovery-action-field-error.toml", "gpu_recovery_action", UNKNOWN, Action.NONE, 4, "field 230"),
     Row("recovery-action-drain-p2p.toml", "gpu_recovery_action", FAIL, Action.RESTART_APP, 2, "peer-to-peer"),
     Row("vmd-domain-gpu-missing.toml", "gpu_count", FAIL, Action.REBOOT, None, "10000:e2:00.0",
         expected_count="auto"),

@@ -170,9 +170,13 @@ def test_the_recorder_refuses_every_mutating_call():
         proxy.nvmlDeviceSetPersistenceMode(0, 1)
     for name in ("nvmlDeviceClearEccErrorCounts", "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceSetPowerManagementLimit",
                  "nvmlDeviceSetMigMode", "nvmlDeviceModifyDrainState", "nvmlDeviceRemoveGpu", "nvmlEventSetCreate",
-                 "nvmlDeviceRegisterEvents", "nvmlDeviceSetPersistenceMode", "_nvmlGetFunctionPointer", "nvmlLib"):
+                 "nvmlDeviceRegisterEvents", "nvmlDeviceSetPersistenceMode", "nvmlLib", "_nvmlCheckReturn"):
         with pytest.raises(record.MutatingCallRefused):
             getattr(proxy, name)
+    # The C functions the probe calls itself pass the same guard, by symbol.
+    for symbol in ("nvmlDeviceSetPersistenceMode", "nvmlDeviceClearEccErrorCounts", "nvmlDeviceResetGpuLockedClocks"):
+        with pytest.raises(record.MutatingCallRefused):
+            proxy._nvmlGetFunctionPointer(symbol)
     setters = [n for n in dir(pynvml) if n.startswith("nvml") and callable(getattr(pynvml, n))
                and re.search(r"Set|Clear|Reset|Register", n) and not re.search(r"Settings|Offset", n)]
     assert setters and all(record.mutating(n) for n in setters)

@@ -125,6 +125,16 @@ _GPU_FIELDS = (
     FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_GET_GPU_RECOVERY_ACTION,
 )
 _LINK_FIELDS = (FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC)
+# Before 525: per-link counter ids, links 0-5 then 6-11 (NVML_FI_DEV_NVLINK_{REPLAY,RECOVERY,
+# CRC_FLIT,CRC_DATA}_ERROR_COUNT_L<n>, nvml.h of CUDA 11.4), no scope.
+LEGACY_MAX_LINKS = 12
+_LEGACY_BASES = ((46, 108), (53, 114), (32, 96), (39, 102))  # replay, recovery, crc flit, crc data
+
+
+def _legacy_link_fields(link: int) -> tuple[int, ...]:
+    return tuple(low + link if link < 6 else high + link - 6 for low, high in _LEGACY_BASES)
+
+
 # Which observation a field feeds (for the errors a check reads).
 _FIELD_GROUP = {
     FI_ECC_SBE_VOL_TOTAL: "ecc_errors", FI_ECC_DBE_VOL_TOTAL: "ecc_errors", FI_ECC_SBE_AGG_TOTAL: "ecc_errors",
@@ -134,6 +144,8 @@ _FIELD_GROUP = {
     FI_REMAPPED_FAILURE: "remapped_rows", FI_GET_GPU_RECOVERY_ACTION: "recovery_action",
     FI_NVLINK_GET_STATE: "nvlink", FI_NVLINK_ERROR_DL_REPLAY: "nvlink", FI_NVLINK_ERROR_DL_RECOVERY: "nvlink",
     FI_NVLINK_ERROR_DL_CRC: "nvlink",
+    **{low + n: "nvlink" for low, high in _LEGACY_BASES for n in range(6)},
+    **{high + n: "nvlink" for low, high in _LEGACY_BASES for n in range(6)},
 }
 
 
@@ -382,17 +394,19 @@ class _Reader:
         return tuple(links) or None
 
     def _nvlinks_by_call(self, handle: Any, count: int) -> Optional[tuple[NvLink, ...]]:
+        """Drivers before 525: a state call per link, the counters of links 0-11 in one
+        field-values call (the per-link ids of the 11.x nvml.h)."""
+        count = min(count, LEGACY_MAX_LINKS)
+        states = [self.call("nvlink", "nvmlDeviceGetNvLinkState", handle, link) for link in range(count)]
+        wanted = [(fid, 0) for link in range(count) for fid in _legacy_link_fields(link)]
+        got = self._fields(handle, wanted)
         links = []
-        for link in range(count):
-            state = self.call("nvlink", "nvmlDeviceGetNvLinkState", handle, link)
+        for link, state in enumerate(states):
             if state is None:
                 continue
-            counters = {
-                name: self.call("nvlink", "nvmlDeviceGetNvLinkErrorCounter", handle, link, const)
-                for name, const in (("replay", NVLINK_ERROR_DL_REPLAY), ("recovery", NVLINK_ERROR_DL_RECOVERY),
-                                    ("crc_flit", NVLINK_ERROR_DL_CRC_FLIT), ("crc_data", NVLINK_ERROR_DL_CRC_DATA))
-            }
-            links.append(NvLink(link, bool(state == FEATURE_ENABLED), **counters))
+            replay, recovery, flit, data = (_opt(int, got.get(fid)) for fid in _legacy_link_fields(link))
+            links.append(NvLink(link, bool(state == FEATURE_ENABLED), replay=replay, recovery=recovery,
+                                crc_flit=flit, crc_data=data))
         return tuple(links) or None
 
     def _fabric(self, handle: Any) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class Scenario:
     call_delay_s: float = 0.0
     branch: int = 550  # the driver branch: which symbols and struct versions the library has
     slow: tuple[tuple[str, Optional[int], float], ...] = ()  # (call or "*", gpu or None, seconds)
+    field_errors: tuple[tuple[int, Optional[int], int], ...] = ()  # (field id, gpu or None, code)
 
     @property
     def visible(self) -> tuple[SimGpu, ...]:
@@ -269,7 +270,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         gpus.append(SimGpu(i, values, bool(values.get("missing", False)), frozenset(values.get("unsupported", []))))
 
     faults = raw.get("faults", {})
-    _known(faults, {"nvml", "errors", "hangs", "slow"}, "faults.", err)
+    _known(faults, {"nvml", "errors", "hangs", "slow", "fields"}, "faults.", err)
     state = faults.get("nvml", "ok")
     if state not in NVML_STATES:
         raise err("faults.nvml", f"{state!r} is not one of {', '.join(NVML_STATES)}")
@@ -294,8 +295,19 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             raise err(f"faults.slow[{i}].ms", "missing (how long the call takes)")
         ms = _typed(d["ms"], float, f"faults.slow[{i}].ms", err)
         slow.append((call, _gpu_ref(d, f"faults.slow[{i}].gpu", err), ms / 1000.0))
+    fields = []
+    for i, f in enumerate(_tables(faults.get("fields", []), "faults.fields", err)):
+        _known(f, {"field", "gpu", "error"}, f"faults.fields[{i}].", err)
+        fid = f.get("field")
+        if not isinstance(fid, int) or isinstance(fid, bool) or fid < 0:
+            raise err(f"faults.fields[{i}].field", f"expected a field id (NVML_FI_DEV_*, e.g. 230), got {fid!r}")
+        code_name = f.get("error")
+        if code_name not in ERROR_CODES:
+            raise err(f"faults.fields[{i}].error", f"{code_name!r} is not an NVML error "
+                      f"(one of: {', '.join(ERROR_CODES)})")
+        fields.append((fid, _gpu_ref(f, f"faults.fields[{i}].gpu", err), ERROR_CODES[code_name]))
     return Scenario(path, driver, cuda, state, tuple(gpus), tuple(errors), tuple(hangs), delay_ms / 1000.0,
-                    branch=int(branch), slow=tuple(slow))
+                    branch=int(branch), slow=tuple(slow), field_errors=tuple(fields))
 
 
 def _overlay(base: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
@@ -399,6 +411,8 @@ def compile_spec(scenario: Scenario) -> str:
         lines.append(f"hang {_fault_call(call)} {'*' if where is None else where}")
     if scenario.call_delay_s:
         lines.append(f"delay * * {int(scenario.call_delay_s * 1e6)}")
+    for fid, where, err_code in scenario.field_errors:
+        lines.append(f"field_error {fid} {'*' if where is None else where} {err_code}")
     for call, where, seconds in scenario.slow:
         name = call if call == "*" else _fault_call(call)
         lines.append(f"delay {name} {'*' if where is None else where} {int(seconds * 1e6)}")

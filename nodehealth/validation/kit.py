@@ -33,22 +33,13 @@ REPLAY_AFTER_HANG_S = 10.0
 
 
 def simulated_loader(path: str) -> tuple[Callable[[], Any], Any]:
-    """(loader, scenario) for a scenario file, as the project's ``[nvml] simulate`` builds it.
-
-    ``nodehealth.sim.nvml.loader(scenario)`` (the simulated driver library under the real
-    pynvml) where the simulator has it; the Python stand-in ``module_for(scenario)`` otherwise.
-    """
+    """(loader, scenario) for a scenario file, as the project's ``[nvml] simulate`` builds it:
+    the simulated driver library of the scenario's branch under the real pynvml."""
     from nodehealth.sim import nvml as simnvml
 
     scenario = simnvml.parse(path)
-    make = getattr(simnvml, "loader", None)
-    if make is not None:
-        check = getattr(simnvml, "check_built", None)
-        if check is not None:
-            check(scenario)
-        return make(scenario), scenario
-    module_for = simnvml.module_for  # type: ignore[attr-defined,unused-ignore]
-    return (lambda: module_for(scenario)), scenario
+    simnvml.check_built(scenario)
+    return simnvml.loader(scenario), scenario
 
 
 def _real_loader() -> Callable[[], Any]:

@@ -176,6 +176,17 @@ class RecordingNvml:
         self._code_names: dict[Any, str] = codes
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_nvmlGetFunctionPointer":
+            # The probe calls a few C functions itself (with nvml.h's structures): each symbol it
+            # asks for passes the same guard, and its calls are recorded under the symbol's name.
+            lookup = self._nv._nvmlGetFunctionPointer
+
+            def guarded(symbol: str) -> Callable[..., Any]:
+                if mutating(symbol):
+                    raise MutatingCallRefused(f"{symbol}: refused, the validation kit never changes a GPU setting")
+                return self._wrap(symbol, lookup(symbol))
+
+            return guarded
         if name.startswith(RAW_ACCESS) or (name.startswith("nvml") and mutating(name)):
             raise MutatingCallRefused(f"{name}: refused, the validation kit never changes a GPU setting")
         value = getattr(self._nv, name)

@@ -85,10 +85,11 @@ struct gpu {
     char unsup[MAX_UNSUP][NAME_LEN];            /* base names */
 };
 
-enum rule_kind { R_ERROR, R_HANG, R_DELAY };
+enum rule_kind { R_ERROR, R_HANG, R_DELAY, R_FIELD };
 struct rule {
     int kind;
-    char fn[NAME_LEN]; /* base name, or "*" (delay only) */
+    char fn[NAME_LEN]; /* base name, or "*" (delay only); R_FIELD: unused */
+    unsigned field;    /* R_FIELD: the field id whose value answers arg */
     int gpu;           /* -1 = any ("*") */
     unsigned long long arg;
 };
@@ -346,7 +347,12 @@ static int add_rule(struct spec *sp, int kind, char **tok, int ntok) {
     struct rule *r = &sp->rules[sp->nrules];
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    if (kind == R_DELAY && strcmp(tok[1], "*") == 0) {
+    if (kind == R_FIELD) {
+        int id;
+        if (parse_int(tok[1], 0, 100000, &id)) return perr("bad field id '%s'", tok[1]);
+        r->field = (unsigned)id;
+        strcpy(r->fn, "nvmlDeviceGetFieldValues");
+    } else if (kind == R_DELAY && strcmp(tok[1], "*") == 0) {
         strcpy(r->fn, "*");
     } else {
         base_name(tok[1], r->fn);
@@ -355,7 +361,7 @@ static int add_rule(struct spec *sp, int kind, char **tok, int ntok) {
     if (strcmp(tok[2], "*") == 0) r->gpu = -1;
     else if (parse_int(tok[2], 0, MAX_GPUS - 1, &r->gpu)) return perr("bad gpu '%s'", tok[2]);
     if (kind != R_HANG && parse_ull(tok[3], &r->arg)) return perr("bad number '%s'", tok[3]);
-    if (kind == R_ERROR && r->arg > 0x7fffffffULL) return perr("bad return code '%s'", tok[3]);
+    if ((kind == R_ERROR || kind == R_FIELD) && r->arg > 0x7fffffffULL) return perr("bad return code '%s'", tok[3]);
     sp->nrules++;
     return 0;
 }
@@ -513,6 +519,8 @@ static int parse_spec(const char *text, struct spec *sp) {
             rc = add_rule(sp, R_HANG, tok, ntok);
         } else if (strcmp(d, "delay") == 0) {
             rc = add_rule(sp, R_DELAY, tok, ntok);
+        } else if (strcmp(d, "field_error") == 0) {
+            rc = add_rule(sp, R_FIELD, tok, ntok);
         } else {
             rc = perr("unknown directive '%s'", d);
         }
@@ -1124,10 +1132,35 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, un
 #define FI_NVLINK_GET_STATE 165 /* NVML_NVLINK_STATE_INACTIVE 0 / ACTIVE 1 / SLEEP 2 */
 #define FI_GPU_RECOVERY_ACTION 230
 
-static nvmlReturn_t field_value(const struct gpu *g, nvmlFieldValue_t *f) {
+/* The legacy per-link counters (links 0-5 and 6-11, no scopeId), first in the 11.x headers:
+ * what a driver before 525, which lacks the scoped NVLINK_ERROR_DL_* fields, answers. Returns
+ * the link and the counter (0 replay, 1 recovery, 2 CRC flit, 3 CRC data), or -1. */
+static int legacy_link_field(unsigned id, int *counter) {
+    static const unsigned lo[4] = {46, 53, 32, 39}, hi[4] = {108, 114, 96, 102};
+    for (int c = 0; c < 4; c++) {
+        if (id >= lo[c] && id < lo[c] + 6) { *counter = c; return (int)(id - lo[c]); }
+        if (id >= hi[c] && id < hi[c] + 6) { *counter = c; return (int)(id - hi[c]) + 6; }
+    }
+    return -1;
+}
+
+static nvmlReturn_t field_value(const struct gpu *g, int gi, nvmlFieldValue_t *f) {
     unsigned id = f->fieldId;
-    int key = -1, ull = 0;
+    int key = -1, ull = 0, counter = 0;
     if (id >= FAKE_FI_MAX) return NVML_ERROR_INVALID_ARGUMENT; /* beyond this branch's NVML_FI_MAX */
+    for (int i = 0; i < S.nrules; i++) { /* field_error: this one value fails, the call does not */
+        const struct rule *r = &S.rules[i];
+        if (r->kind == R_FIELD && r->field == id && (r->gpu < 0 || r->gpu == gi)) return (nvmlReturn_t)r->arg;
+    }
+    int legacy = legacy_link_field(id, &counter);
+    if (legacy >= 0) {
+        if (!g->has[K_NVL_LINKS]) return NVML_ERROR_NOT_SUPPORTED;
+        if ((unsigned)legacy >= links(g)) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!counters_supported(g)) return NVML_ERROR_NOT_SUPPORTED;
+        f->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        f->value.ullVal = g->nvl[legacy][counter];
+        return NVML_SUCCESS;
+    }
     switch (id) {
     case FI_ECC_SBE_VOL: key = K_ECC_VOL_C, ull = 1; break;
     case FI_ECC_DBE_VOL: key = K_ECC_VOL_U, ull = 1; break;
@@ -1199,7 +1232,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         nvmlFieldValue_t *f = &values[i];
         f->timestamp = ts;
         f->latencyUsec = 0;
-        f->nvmlReturn = field_value(G, f);
+        f->nvmlReturn = field_value(G, gi_, f);
     }
     RET(NVML_SUCCESS);
 }
