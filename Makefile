@@ -65,8 +65,9 @@ nvml-matrix: $(STAMP) fakenvml
 		PYTHONPATH=.matrix/pynvml-$$v $(BIN)/python -m pytest -q -p no:cacheprovider $(NVML_TESTS) || exit 1; \
 	done
 
-bench: $(STAMP)
+bench: $(STAMP) fakenvml
 	$(BIN)/python bench/check_latency.py
+	$(BIN)/python bench/nvml_calls.py
 
 # The fake NVIDIA driver library (nodehealth/sim/fakenvml), one libnvidia-ml.so.1 per driver branch, each
 # exporting exactly its branch's column of symbols.tsv (a linker version script made from it with awk).

@@ -240,9 +240,11 @@ def _text(value: Any) -> str:
 class _Reader:
     """Reads one GPU; ``call`` announces each NVML call before making it."""
 
-    def __init__(self, nv: ModuleType, announce: Callable[[Any], None]) -> None:
+    def __init__(self, nv: ModuleType, announce: Callable[[Any], None],
+                 node: Optional[dict[str, Any]] = None) -> None:
         self.nv = nv
         self.announce = announce
+        self.node = {} if node is None else node  # what one GPU taught about the driver, for the next
         self.errors: list[FieldError] = []
         self.lost = False
 
@@ -415,8 +417,8 @@ class _Reader:
         none = {"fabric_state": None, "fabric_status": None, "fabric_health_mask": None,
                 "fabric_health_summary": None}
         info: Any = None
-        if hasattr(self.nv, "nvmlDeviceGetGpuFabricInfoV"):
-            for cls, version in _FABRIC_VERSIONS:
+        if hasattr(self.nv, "nvmlDeviceGetGpuFabricInfoV") and not self.node.get("fabric_v1"):
+            for cls, version in _FABRIC_VERSIONS[self.node.get("fabric_version", 0):]:
                 candidate = cls(version=version)
                 self.announce(("call", "nvmlDeviceGetGpuFabricInfoV"))
                 try:
@@ -424,9 +426,12 @@ class _Reader:
                 except Exception as exc:  # noqa: BLE001
                     code = getattr(exc, "value", None)
                     if code == ARGUMENT_VERSION_MISMATCH:
-                        continue  # an older driver: try the previous struct version
+                        # An older driver: try the previous struct version, and start there on the next GPU.
+                        self.node["fabric_version"] = self.node.get("fabric_version", 0) + 1
+                        continue
                     kind = error_kind(self.nv, exc)
                     if kind in _NOT_APPLICABLE:
+                        self.node["fabric_v1"] = True
                         break  # the driver predates the versioned call: use v1
                     self._fail("fabric", kind, f"nvmlDeviceGetGpuFabricInfoV: {exc}")
                     return none
@@ -533,9 +538,10 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
             return
         announce(("header", {"driver_version": None if driver is None else _text(driver),
                              "cuda_driver_version": cuda, "device_count": count}))
+        node: dict[str, Any] = {}
         for index in range(count):
             announce(("begin", index))
-            announce(("gpu", _Reader(nv, announce).read(index)))
+            announce(("gpu", _Reader(nv, announce, node).read(index)))
         announce(("end", None))
     finally:
         try:
