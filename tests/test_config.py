@@ -275,3 +275,19 @@ def test_lean_module_imports_only_the_standard_librarys_basics():
             "print(' '.join(sorted(set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert set(out) <= {"__future__", "nodehealth", "nodehealth.config", "nodehealth.config.lean"}, out
+
+
+def test_a_phase_budget_under_a_check_timeout_caps_it_instead_of_refusing(tmp_path):
+    """Lowering the prolog's budget alone is enough: the checks' timeout_s (10 s) is capped by it."""
+    from nodehealth import runner
+
+    scenario = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "hung-nvml-call.toml"
+    path = tmp_path / "nodehealth.toml"
+    path.write_text(f'[phases.prolog]\nbudget_s = 2\n[nvml]\nsimulate = "{scenario}"\n'
+                    f'[paths]\nstate_dir = "{tmp_path / "state"}"\n', encoding="utf-8")
+    cfg = C.load(str(path))
+    assert cfg.phases.prolog.budget_s == 2 and cfg.checks["gpu_ecc"].timeout_s == 10
+    report = runner.run(cfg, phase="prolog", only=("nvml",), node="sim01")
+    res = report.results[0]
+    assert res.status.name == "FAIL" and "hung" in res.summary, res.summary
+    assert report.duration_s < 2.5
