@@ -131,12 +131,11 @@ def test_the_probe_reads_a_full_gpu_through_pynvml(tmp_path: Path) -> None:
     gpu = snap.gpus[0]
     assert not gpu.errors
     empty = sorted(name for name, value in vars(gpu).items() if value is None)
-    # 570 answers the v2 fabric structure (health mask, no summary: v3 is in 580's nvml.h); a
-    # wheel without the versioned call (before 12.560) reads v1, without a health mask.
-    versioned = hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV")
-    assert empty == ([] if versioned else ["fabric_health_mask"]) + [
-        "fabric_health_summary", "fabric_status", "retired_pages_dbe", "retired_pages_pending", "retired_pages_sbe"]
-    assert gpu.fabric_state == 3 and gpu.fabric_health_mask == (0 if versioned else None)
+    # 570 answers the v2 fabric structure (health mask, no summary: v3 is in 580's nvml.h), with
+    # every wheel: without pynvml's wrapper (before 12.560) the probe calls the C function itself.
+    assert empty == ["fabric_health_summary", "fabric_status", "retired_pages_dbe", "retired_pages_pending",
+                     "retired_pages_sbe"]
+    assert gpu.fabric_state == 3 and gpu.fabric_health_mask == 0
     assert gpu.nvlinks is not None and len(gpu.nvlinks) == 18 and all(link.active for link in gpu.nvlinks)
     assert gpu.recovery_action == 0 and gpu.mig_enabled is False
 

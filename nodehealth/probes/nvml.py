@@ -417,12 +417,12 @@ class _Reader:
         none = {"fabric_state": None, "fabric_status": None, "fabric_health_mask": None,
                 "fabric_health_summary": None}
         info: Any = None
-        if hasattr(self.nv, "nvmlDeviceGetGpuFabricInfoV") and not self.node.get("fabric_v1"):
+        if not self.node.get("fabric_v1"):
             for cls, version in _FABRIC_VERSIONS[self.node.get("fabric_version", 0):]:
                 candidate = cls(version=version)
                 self.announce(("call", "nvmlDeviceGetGpuFabricInfoV"))
                 try:
-                    self.nv.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(candidate))
+                    _fabric_v(self.nv, handle, ctypes.byref(candidate))
                 except Exception as exc:  # noqa: BLE001
                     code = getattr(exc, "value", None)
                     if code == ARGUMENT_VERSION_MISMATCH:
@@ -487,6 +487,18 @@ _DIRECT: dict[str, Callable[..., Any]] = {
     "nvmlDeviceGetComputeRunningProcesses_v3": _processes,
     "nvmlDeviceGetComputeRunningProcesses_v2": _processes,
 }
+
+
+def _fabric_v(nv: ModuleType, handle: Any, info: Any) -> None:
+    """nvmlDeviceGetGpuFabricInfoV: pynvml's wrapper, or (wheels before 12.560 have none) the C
+    function through pynvml's lookup: the health mask and summary must not depend on the wheel."""
+    wrapper = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None)
+    if wrapper is not None:
+        wrapper(handle, info)
+        return
+    ret = nv._nvmlGetFunctionPointer("nvmlDeviceGetGpuFabricInfoV")(handle, info)
+    if ret != SUCCESS:
+        raise nv.NVMLError(ret)
 
 
 def _field_value(value: Any) -> Any:
