@@ -55,6 +55,11 @@ class PerfResult:
     tests_version: Optional[str] = None  # "# nccl-tests version 2.13.9"
     ranks: Optional[int] = None  # devices listed in the header
     warnings: tuple[str, ...] = ()  # lines that were neither table nor header (e.g. NCCL WARN)
+    devices: tuple[str, ...] = ()  # GPU name of each rank in the header, in rank order
+    skipped_lines: tuple[int, ...] = ()  # 1-based lines that started a row but did not make one
+    avg_busbw_verdict: Optional[str] = None  # "OK"/"FAILED" after the average when NCCL_TESTS_MIN_BW was set
+    tables: int = 1  # column headers read (several runs concatenated: rows of all of them, in order)
+    complete: bool = True  # the footer (# Out of bounds / # Avg bus bandwidth) was read
 
     @property
     def largest(self) -> Optional[PerfRow]:
@@ -77,3 +82,5 @@ class TransportResult:
     fatal: bool = False
     network: Optional[str] = None  # the "Using network ..." name: "IB", "Socket", "AWS Libfabric"
     nccl_version: Optional[str] = None
+    evidence: tuple[str, ...] = ()  # the lines that decided ``transport`` (at most a few)
+    fatal_line: int = 0  # 1-based line of the first sign that NCCL gave up (0: none)

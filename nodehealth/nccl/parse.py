@@ -1,0 +1,475 @@
+"""Parse what NVIDIA's nccl-tests print (``all_reduce_perf`` and the other ``*_perf`` programs).
+
+Every output version since 2017 is read, as the format strings in NVIDIA/nccl-tests define it
+(src/common.cu, and since the JSON writer src/util.cu):
+
+* the 2017 layout: header ``bytes N type op time algbw busbw res``, time in **milliseconds**
+  (``PRINT("  %7.3f  %5.2f  %5.2f  %7.0le", deltaSec * 1.0E3, ...)``), ``res`` the largest delta;
+* 2019-2021: ``size count type redop time algbw busbw error`` with a units row ``(us)``;
+  ``error`` is still the largest delta (``%5.0le``), not a count; broadcast/reduce print ``root``
+  where the reductions print ``redop``;
+* 2022 on: ``size count type redop root time algbw busbw #wrong`` (``%5g`` / ``%6g`` count, or
+  ``N/A`` with ``-c 0``), the ``copybw`` column of the side-work builds, the per-iteration columns
+  (``i_min i_max i_p99 i_cv%`` after each ``#wrong``, ``-I 1``), ``cputime`` for ``-C 1``, a
+  trailing ``timestamp`` (two words) and values written by ``getFloatStr`` (``1.2e+07`` when a
+  number is wider than its column);
+* the header lines: ``# nThread ...``, the device lines of every version
+  (``#   Rank %2d on %10s device %2d [0x%02x] %s``, ``... Pid %6d ...``,
+  ``#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s``),
+  ``# nccl-tests version %s nccl-headers=%d nccl-library=%d`` (2.17.6 on),
+  ``# Collective test starting: %s``, NCCL's own ``NCCL version 2.x+cudaY`` line;
+* the footer ``# Out of bounds values : %d OK|FAILED`` and ``# Avg bus bandwidth    : %g [OK|FAILED]``
+  (the verdict when ``NCCL_TESTS_MIN_BW`` is set); in 2017 the footer had no ``#``;
+* the ``-J FILE.json`` document (``JSON_FILE_VERSION 3``): ``results[]`` of ``size``, ``count``,
+  ``type``, ``redop``, ``root`` and ``out_of_place`` / ``in_place`` objects of ``time`` (or
+  ``cpu_time``), ``alg_bw``, ``bus_bw``, ``nwrong``; ``out_of_bounds.count``,
+  ``average_bus_bandwidth.bandwidth``, ``config.devices[]``, ``nccl_version`` as a version code,
+  ``errors[]``. The writer prints doubles with ``%lf``, so an infinite value comes out as the
+  bare word ``inf`` (not JSON); NaN comes out as the string ``"nan"``.
+
+Output pasted into GitHub issues often lost its leading ``#`` (Markdown made headings of those
+lines): such lines are read the same. Lines that belong to neither table nor header (NCCL INFO
+and WARN lines of every rank, MPI or srun tags, shell prompts) are skipped; WARN and test-failure
+lines are kept in ``warnings``. A line prefixed by ``[1,0]<stdout>:`` (``mpirun --tag-output``),
+``0: `` (``srun --label``), ``[rank0]:``/``[default0]:`` (torchrun) or an RFC 3339 timestamp
+(``kubectl logs --timestamps``) is read without its prefix.
+
+Input that holds no table at all, or a table without one complete row, raises ``ParseError``
+naming the line; a row cut short (a truncated file, another process's output written into the
+middle of it) is left out, its line number in ``skipped_lines``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any, Optional
+
+from nodehealth.nccl.results import ParseError, PerfResult, PerfRow
+
+__all__ = ["ParseError", "busbw", "bus_factor", "parse_perf", "strip_prefix"]
+
+# nccl-tests' GetBw functions (src/<collective>.cu): busBw = algBw * factor.
+_FACTORS = {
+    "allreduce": lambda n: 2.0 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "alltoallv": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+    "hypercube": lambda n: 1.0,
+}
+
+
+def bus_factor(n: int, collective: str = "all_reduce") -> float:
+    """The factor nccl-tests multiplies algbw by to get busbw, for ``n`` ranks."""
+    key = collective.lower().rsplit("/", 1)[-1]
+    if key.endswith("_perf"):
+        key = key[:-5]
+    key = key.replace("_", "").replace("-", "")
+    if key not in _FACTORS:
+        raise ValueError(f"unknown collective {collective!r}")
+    if n < 1:
+        raise ValueError(f"rank count must be at least 1, not {n}")
+    return float(_FACTORS[key](n))
+
+
+def busbw(algbw: float, n: int, collective: str = "all_reduce") -> float:
+    """Bus bandwidth from algorithm bandwidth as nccl-tests computes it (all_reduce: ``algbw * 2(n-1)/n``)."""
+    return algbw * bus_factor(n, collective)
+
+
+# ---------------------------------------------------------------- line prefixes
+
+# Prefixes that launchers and log collectors put before a program's line; removed repeatedly.
+_PREFIX_RE = re.compile(
+    r"^[ \t]*(?:"
+    r"\[\d+,\d+\]<(?:stdout|stderr)>:"  # mpirun --tag-output
+    r"|\[\d+\]<(?:stdout|stderr)>:"
+    r"|\[(?:rank|default)?\d+\]:"  # torchrun --tee / PyTorch rank prefix
+    r"|\d+:[ \t]"  # srun --label
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:[ \t]|$)"  # RFC 3339
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\][ \t]?"  # NCCL's [%F %T]
+    r")"
+)
+
+
+def strip_prefix(line: str) -> str:
+    """``line`` without the launcher / timestamp prefixes listed above (at most four of them)."""
+    for _ in range(4):
+        m = _PREFIX_RE.match(line)
+        if not m or not m.end():
+            break
+        line = line[m.end():]
+    return line
+
+
+# ---------------------------------------------------------------- table layout
+
+_WRONG_NAMES = {"#wrong": "count", "wrong": "count", "error": "delta", "res": "delta"}
+
+
+class _Layout:
+    """Where each value sits in a table row, from the column-name header line."""
+
+    def __init__(self, names: list[str], line: int) -> None:
+        self.line = line
+        self.size = self.count = self.type = self.redop = self.root = -1
+        self.time_ms = bool(names) and names[0] == "bytes"  # the 2017 layout timed in ms
+        # per group: [time, algbw, busbw, wrong, wrong_kind]
+        self.groups: list[list[Any]] = []
+        for i, name in enumerate(names):
+            low = name.lower()
+            if low in ("size", "bytes") and self.size < 0:
+                self.size = i
+            elif low in ("count", "n") and self.count < 0:
+                self.count = i
+            elif low == "type" and self.type < 0:
+                self.type = i
+            elif low in ("redop", "op") and self.redop < 0:
+                self.redop = i
+            elif low == "root" and self.root < 0 and not self.groups:
+                self.root = i
+            elif low in ("time", "cputime"):
+                self.groups.append([i, -1, -1, -1, "count"])
+            elif self.groups and low == "algbw":
+                self.groups[-1][1] = i
+            elif self.groups and low == "busbw":
+                self.groups[-1][2] = i
+            elif self.groups and low in _WRONG_NAMES:
+                self.groups[-1][3] = i
+                self.groups[-1][4] = _WRONG_NAMES[low]
+        self.groups = [g for g in self.groups if g[1] >= 0 and g[2] >= 0][:2]
+        last = [self.size, self.count, self.type, self.redop, self.root]
+        for g in self.groups:
+            last += g[:4]
+        self.needed = max(last) + 1 if self.groups else 0
+
+    @property
+    def valid(self) -> bool:
+        return self.size >= 0 and self.count >= 0 and bool(self.groups)
+
+    @classmethod
+    def default(cls, tokens: list[str]) -> _Layout:
+        """A layout guessed from a row when no header was read (a pasted table without its header)."""
+        n = len(tokens)
+        if n >= 13 or n == 9:  # 2022 on: size count type redop root ... (one group: 9)
+            names = ["size", "count", "type", "redop", "root"]
+        elif n >= 4 and _is_int(tokens[3]):  # broadcast/reduce before 2022: root, no redop
+            names = ["size", "count", "type", "root"]
+        else:
+            names = ["size", "count", "type", "redop"]
+        group = ["time", "algbw", "busbw", "#wrong"]
+        names += group + group if n >= len(names) + 8 else group
+        return cls(names, 0)
+
+
+def _is_int(tok: str) -> bool:
+    return tok.lstrip("-").isdigit()
+
+
+def _num(tok: str) -> Optional[float]:
+    """A printed number; None for ``N/A``/``-``; raises ValueError for anything else."""
+    if tok in ("N/A", "n/a", "-"):
+        return None
+    return float(tok)
+
+
+def _wrong(tok: str, kind: str) -> Optional[int]:
+    value = _num(tok)
+    if value is None or kind != "count" or not math.isfinite(value):
+        return None
+    return int(value)
+
+
+def _row(tokens: list[str], layout: _Layout) -> PerfRow:
+    """One table row; ValueError/IndexError when the tokens do not make one."""
+    if len(tokens) < layout.needed:
+        raise IndexError("row has too few fields")
+    size = int(tokens[layout.size])
+    count = int(tokens[layout.count])
+    if size < 0 or count < 0:
+        raise ValueError("negative size")
+    vals: list[Any] = []
+    for g in layout.groups:
+        t = _num(tokens[g[0]])
+        if t is not None and layout.time_ms:
+            t *= 1000.0
+        vals += [t, _num(tokens[g[1]]), _num(tokens[g[2]]), _wrong(tokens[g[3]], g[4]) if g[3] >= 0 else None]
+    while len(vals) < 8:
+        vals.append(None)
+    return PerfRow(
+        size_bytes=size, count=count,
+        type=tokens[layout.type] if layout.type >= 0 else "",
+        redop=tokens[layout.redop] if layout.redop >= 0 else "",
+        oop_time_us=vals[0], oop_algbw_gbps=vals[1], oop_busbw_gbps=vals[2], oop_wrong=vals[3],
+        ip_time_us=vals[4], ip_algbw_gbps=vals[5], ip_busbw_gbps=vals[6], ip_wrong=vals[7],
+    )
+
+
+# ---------------------------------------------------------------- text
+
+_RANK_RE = re.compile(
+    r"Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
+_NCCL_VERSION_RE = re.compile(r"NCCL version (\S+)")
+_TESTS_VERSION_RE = re.compile(r"nccl-tests version (\S+)")
+_STARTING_RE = re.compile(r"Collective test (?:starting|concluded): (\S+)")
+_FAILURE_RE = re.compile(r"Test (?:NCCL |CUDA )?failure|Test timeout|NCCL WARN|^error: ")
+_MAX_WARNINGS = 200
+_NOISE_START = frozenset("0123456789#")
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    return enumerate(text.splitlines(), 1)
+
+
+def parse_perf(text: str) -> PerfResult:
+    """Parse nccl-tests output (text, or the ``-J`` JSON document)."""
+    if not isinstance(text, str):
+        raise TypeError("parse_perf takes str (decode bytes with errors='replace')")
+    head = text.lstrip()
+    if not head:
+        raise ParseError("empty input: no nccl-tests output", 0)
+    if head.startswith("{"):
+        return _parse_json(text)
+    return _parse_text(text)
+
+
+def _parse_text(text: str) -> PerfResult:
+    rows: list[PerfRow] = []
+    skipped: list[int] = []
+    warnings: list[str] = []
+    ranks: dict[int, str] = {}
+    layout: Optional[_Layout] = None
+    header_line = 0
+    avg: Optional[float] = None
+    avg_verdict: Optional[str] = None
+    oob: Optional[int] = None
+    oob_total = 0
+    oob_seen = False
+    nccl_version = tests_version = collective = None
+    tables = 0
+    first_failure = 0
+
+    for no, raw in _lines(text):
+        s = raw.strip()
+        if not s:
+            continue
+        c = s[0]
+        if c not in _NOISE_START:
+            s = strip_prefix(s).strip()
+            if not s:
+                continue
+            c = s[0]
+        if "0" <= c <= "9":
+            tokens = s.split()
+            if not tokens[0].isdigit():  # "0: " (srun --label), a timestamp
+                s = strip_prefix(s).strip()
+                tokens = s.split()
+                if not tokens:
+                    continue
+                if not tokens[0].isdigit():
+                    if _FAILURE_RE.search(s):
+                        if not first_failure and "NCCL WARN" not in s:
+                            first_failure = no
+                        _keep(warnings, s)
+                    continue
+            if len(tokens) < 4 or not tokens[1].isdigit():
+                if _FAILURE_RE.search(s):
+                    if not first_failure and "NCCL WARN" not in s:
+                        first_failure = no
+                    _keep(warnings, s)
+                continue
+            lay = layout
+            if lay is None:
+                lay = _Layout.default(tokens)
+            try:
+                rows.append(_row(tokens, lay))
+            except (ValueError, IndexError, OverflowError):
+                skipped.append(no)
+            continue
+        body = s[1:].strip() if c == "#" else s
+        if not body:
+            continue
+        b0 = body[0]
+        if b0 == "(":
+            continue  # units row
+        if body.startswith("Rank"):
+            m = _RANK_RE.match(body)
+            if m:
+                ranks.setdefault(int(m.group(1)), m.group(5).strip())
+            continue
+        if b0 == "s" or b0 == "b":  # "size count ..." / "bytes N ..." column names
+            names = body.split()
+            if len(names) >= 6 and names[0] in ("size", "bytes") and "algbw" in names:
+                lay = _Layout(names, no)
+                if lay.valid:
+                    layout, header_line = lay, no
+                    tables += 1
+                continue
+        if body.startswith("Out of bounds values"):
+            val = body.split(":", 1)[-1].split()
+            if val and _is_int(val[0]):
+                oob = int(val[0])
+                oob_total += oob
+                oob_seen = True
+            continue
+        if body.startswith("Avg bus bandwidth"):
+            val = body.split(":", 1)[-1].split()
+            if val:
+                try:
+                    avg = float(val[0])
+                except ValueError:
+                    avg = None
+                avg_verdict = val[1] if len(val) > 1 else None
+            continue
+        if "nccl-tests version" in body:
+            m = _TESTS_VERSION_RE.search(body)
+            tests_version = m.group(1) if m else tests_version
+            continue
+        if body.startswith("Collective test"):
+            m = _STARTING_RE.search(body)
+            collective = m.group(1) if m else collective
+            continue
+        if "NCCL version" in body and nccl_version is None:
+            m = _NCCL_VERSION_RE.search(body)
+            nccl_version = m.group(1) if m else None
+            # fall through: an INFO line may still be a WARN-free noise line
+        if _FAILURE_RE.search(body):
+            if "NCCL WARN" not in body:
+                first_failure = first_failure or no
+            _keep(warnings, s)
+
+    if not rows:
+        if skipped:
+            raise ParseError("incomplete table row: no complete row in the output", skipped[0])
+        if header_line:
+            raise ParseError("table header has no rows below it (truncated output?)", header_line)
+        if first_failure:
+            raise ParseError("no nccl-tests table: the test failed", first_failure)
+        raise ParseError("no nccl-tests table found (no size/count/.../busbw rows)", 0)
+    row_wrong = sum((r.oop_wrong or 0) + (r.ip_wrong or 0) for r in rows)
+    for no in skipped[:20]:
+        _keep(warnings, f"line {no}: incomplete table row ignored")
+    return PerfResult(
+        rows=tuple(rows),
+        avg_busbw_gbps=avg,
+        wrong=oob_total if oob_seen else row_wrong,
+        collective=collective,
+        nccl_version=nccl_version,
+        tests_version=tests_version,
+        ranks=len(ranks) or None,
+        warnings=tuple(warnings),
+        devices=tuple(ranks[k] for k in sorted(ranks)),
+        skipped_lines=tuple(skipped),
+        avg_busbw_verdict=avg_verdict,
+        tables=max(tables, 1),
+        complete=avg is not None or oob_seen,
+    )
+
+
+def _keep(warnings: list[str], line: str) -> None:
+    if len(warnings) < _MAX_WARNINGS:
+        warnings.append(line[:500])
+
+
+# ---------------------------------------------------------------- -J JSON
+
+_BARE_RE = re.compile(r"(?<=[:\[,])(\s*)(-?)(inf|nan)\b", re.IGNORECASE)
+
+
+def _version_code(code: Any) -> Optional[str]:
+    """NCCL_VERSION_CODE as text: 2.9 on ``X*10000 + Y*100 + Z``, before ``X*1000 + Y*100 + Z``."""
+    if isinstance(code, bool) or not isinstance(code, int) or code <= 0:
+        return None
+    if code >= 20900:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _jnum(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _jside(obj: Any) -> tuple[Optional[float], Optional[float], Optional[float], Optional[int]]:
+    if not isinstance(obj, dict):
+        return None, None, None, None
+    t = _jnum(obj.get("time", obj.get("cpu_time")))
+    w = _jnum(obj.get("nwrong"))
+    wrong = int(w) if w is not None and math.isfinite(w) else None
+    return t, _jnum(obj.get("alg_bw")), _jnum(obj.get("bus_bw")), wrong
+
+
+def _parse_json(text: str) -> PerfResult:
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        try:
+            doc = json.loads(_BARE_RE.sub(lambda m: m.group(1) + ("-Infinity" if m.group(2) else "Infinity")
+                                          if m.group(3).lower() == "inf" else m.group(1) + "NaN", text))
+        except ValueError:
+            line = getattr(err, "lineno", 0)
+            msg = getattr(err, "msg", str(err))
+            col = getattr(err, "colno", 0)
+            raise ParseError(f"nccl-tests JSON does not parse: {msg} (column {col}; truncated file?)", line) from None
+    except RecursionError:
+        raise ParseError("nccl-tests JSON nests too deeply", 1) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ParseError("JSON without a 'results' list: not nccl-tests -J output", 1)
+    rows: list[PerfRow] = []
+    for res in doc["results"]:
+        if not isinstance(res, dict):
+            continue
+        size, count = res.get("size"), res.get("count")
+        if isinstance(size, bool) or not isinstance(size, int) or isinstance(count, bool) \
+                or not isinstance(count, int) or size < 0 or count < 0:
+            continue
+        o = _jside(res.get("out_of_place"))
+        p = _jside(res.get("in_place"))
+        rows.append(PerfRow(size_bytes=size, count=count, type=str(res.get("type", "")),
+                            redop=str(res.get("redop", "")),
+                            oop_time_us=o[0], oop_algbw_gbps=o[1], oop_busbw_gbps=o[2], oop_wrong=o[3],
+                            ip_time_us=p[0], ip_algbw_gbps=p[1], ip_busbw_gbps=p[2], ip_wrong=p[3]))
+    if not rows:
+        raise ParseError("nccl-tests JSON has no result rows", 1)
+    avg_obj = doc.get("average_bus_bandwidth")
+    avg = _jnum(avg_obj.get("bandwidth")) if isinstance(avg_obj, dict) else None
+    verdict = avg_obj.get("okay") if isinstance(avg_obj, dict) else None
+    oob_obj = doc.get("out_of_bounds")
+    oob = oob_obj.get("count") if isinstance(oob_obj, dict) else None
+    row_wrong = sum((r.oop_wrong or 0) + (r.ip_wrong or 0) for r in rows)
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    devices = [d for d in (config.get("devices") or []) if isinstance(d, dict)] if isinstance(config, dict) else []
+    args = doc.get("args")
+    collective = None
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        collective = args[0].rsplit("/", 1)[-1] or None
+    errors = doc.get("errors")
+    warnings = tuple(str(e)[:500] for e in errors[:_MAX_WARNINGS]) if isinstance(errors, list) else ()
+    return PerfResult(
+        rows=tuple(rows),
+        avg_busbw_gbps=avg,
+        wrong=oob if isinstance(oob, int) and not isinstance(oob, bool) else row_wrong,
+        collective=collective,
+        nccl_version=_version_code(doc.get("nccl_version")),
+        ranks=len(devices) or None,
+        warnings=warnings,
+        devices=tuple(str(d.get("device_info", "")) for d in devices),
+        avg_busbw_verdict={"true": "OK", "false": "FAILED"}.get(str(verdict)) if verdict is not None else None,
+        complete=avg is not None,
+    )

@@ -1,0 +1,249 @@
+"""Classify what carried NCCL's traffic, from an ``NCCL_DEBUG=INFO`` log.
+
+The lines read, with the NCCL format strings they come from (NVIDIA/nccl, 2.4 to 2.30):
+
+* ``INFO(NCCL_INIT, "Using network %s", comm->ncclNet->name)`` (src/init.cc, 2.7 on): the
+  network plugin NCCL chose: ``IB``, ``Socket``, ``IBext`` / ``IBext_v6`` ... (the HPC-X
+  SHARP plugin), ``AWS Libfabric`` (aws-ofi-nccl), ``GPUDirectTCPX``, ``FastSocket`` ...
+* the connection lines, which say what each channel actually uses:
+
+  - src/transport/net.cc ``"Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s"``
+    (2.27 on: ``/GDRDMA``, ``(PCI)`` when GPUDirect goes through the CPU's PCI root, ``/Shared``;
+    2.12 to 2.26: ``/GDRDMA`` and ``/Shared``; ``%d(%d)`` when a proxy rank (PXN) sends),
+    ``%d[%lx]`` (bus id in hex) before 2.18 and ``%d[%d]`` (NVML index) since; ``Channel %02d :``
+    without ``/%d`` before 2.12; ``Ring %02d : %d -> %d via NET/...`` before 2.5;
+  - src/transport/p2p.cc ``via P2P/direct pointer%s``, ``via P2P/IPC%s%s``, ``via P2P/CUMEM%s%s``
+    (2.18/2.19), ``via P2P/%s%s%s`` with ``CUMEM`` or ``MNNVL`` (2.20 on), the suffixes ``/read``
+    and ``/CE``, ``via P2P/indirect/%d[%d]%s``;
+  - src/transport/shm.cc ``via SHM/%s/%s`` (``direct``/``CE``), ``via direct shared memory`` (2.7-2.13);
+  - src/transport/coll_net.cc ``CollNet %02d/%1d : %d [send] via COLLNET/%s/%d%s`` (SHARP);
+  - NVLS: ``NVLS multicast support is available on dev %d`` and ``%d nvls channels`` (src/init.cc).
+* ``INFO(NCCL_INIT|NCCL_NET, "NET/IB : Using%s %s; OOB %s:%s", ...)`` (src/transport/net_ib.cc)
+  and ``"NET/Socket : Using%s"`` (src/transport/net_socket.cc): the devices each network
+  initialised. **Trap:** NCCL before 2.7 (and plugins' fallbacks) prints ``NET/Socket : Using
+  [0]eth0`` during init even when IB carries the data, and socket interfaces are often named
+  ``ib0``/``ibs3`` (IP over IB: still TCP), so these lines decide only when nothing better is there.
+* ``NET/OFI Selected Provider is %s`` (aws-ofi-nccl): the ``tcp``/``sockets`` libfabric providers
+  are TCP, not RDMA.
+
+``fatal`` is NCCL giving up: a WARN (src/debug.cc: ``"%s:%d:%d [%d] %s:%d NCCL WARN "``, 2.30:
+``"[%d] %s:%d (%s) NCCL WARN "``, 2.27 on preceded by ``[%F %T] ``) that reports a failure —
+``Call to ibv_create_qp failed`` (src/misc/ibvwrap.cc ``"Call to " name " failed"``),
+``NET/IB : Got completion from peer %s with error %d`` (2.21 on ``with status=%d``,
+src/transport/net_ib.cc), ``Connection closed by remote peer`` (src/misc/socket.cc), ``Cuda
+failure`` —, or an application line with NCCL's error strings (``unhandled system error``,
+``internal error``, ``remote process exited``, ``ncclSystemError`` ...). WARNs that NCCL follows by
+carrying on are not fatal (``Failed to open libibverbs.so[.1]`` on a node without IB, ``...
+ignoring``). Error unwinding lines (``net.cc:79 -> 3``) alone are not fatal: NCCL prints them
+when it tries a plugin that is not there and moves on.
+
+Lines are found wherever they sit in a physical line, so every prefix seen in real logs works:
+``host:pid:tid [dev] NCCL INFO``, an empty hostname, ``[1,0]<stdout>:``, ``[rank0]:``, ``[0] ``,
+RFC 3339 timestamps, log-collector lines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from nodehealth.nccl.results import TransportResult
+
+__all__ = ["classify", "net_kind"]
+
+_MAX_ERRORS = 50
+_MAX_LINE = 500
+
+# "via ..." to the end of the line (the net name may hold spaces: "AWS Libfabric").
+_VIA_RE = re.compile(r"\bvia (NET|P2P|SHM|COLLNET)/([^\r\n]*?)[ \t]*\r?$|\bvia direct shared memory", re.MULTILINE)
+_NET_TAIL_RE = re.compile(r"^(.*?)/(\d+)(?:\(\d+\))?((?:/GDRDMA)?)(?:\(PCI\))?((?:/Shared)?)$")
+_USING_NETWORK_RE = re.compile(r"Using network ([^\r\n]+?)[ \t]*\r?$", re.MULTILINE)
+_NET_USING_RE = re.compile(r"\bNET/([A-Za-z][\w .-]*?) ?: Using\b", re.MULTILINE)
+_OFI_PROVIDER_RE = re.compile(r"NET/OFI Selected Provider is ([^\s(]+)")
+_NVLS_RE = re.compile(r"NVLS multicast support is available|\bNVLS comm 0x|[1-9]\d* nvls channels")
+_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+_WARN_RE = re.compile(r"NCCL WARN ?([^\r\n]*)", re.MULTILINE)
+
+# WARN messages that report NCCL failing (it returns an error after them).
+_FATAL_WARN_RE = re.compile(
+    r"failed|failure|Got completion|with error|error \d|status=|closed by|Connection reset|Connection refused"
+    r"|timed? ?out|Timeout|abort|Abort|unhandled|internal error|remote process|truncated|mismatch"
+    r"|wrong type|No space|out of memory|Error|ERROR|invalid usage|unreachable",
+)
+# WARN messages after which NCCL carries on (or only tells the user something was not used).
+_BENIGN_WARN_RE = re.compile(
+    r"Failed to open libibverbs|ignor|No plugin found|Could not find|Could not get|is not supported or fails to "
+    r"initialize|NCCL_[A-Z_]+ set by environment|register fails|Cuda failure 'peer access is not supported",
+    re.IGNORECASE,
+)
+# Lines outside NCCL INFO that say an NCCL call failed (NCCL's ncclGetErrorString texts, PyTorch, nccl-tests).
+_FATAL_LINE_RE = re.compile(
+    r"unhandled system error|unhandled cuda error|internal error - please report|remote process exited"
+    r"|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|NCCL communicator was aborted"
+    r"|Test NCCL failure|Test CUDA failure|DistBackendError|ncclCommInitRank failed|NCCL error in:"
+    r"|Watchdog caught collective operation timeout"
+)
+_TCP_NETS = ("socket", "fastsocket", "gpudirecttcpx", "tcpx", "tcp", "fastrak")
+
+
+def net_kind(name: str) -> str:
+    """``ib``, ``socket`` or ``unknown`` for an NCCL network name (``IB``, ``IBext_v8``, ``Socket`` ...)."""
+    low = name.strip().lower().replace(" ", "")
+    if not low:
+        return "unknown"
+    if low.startswith("ib") or low in ("sharp", "collnet") or "sharp" in low or low.startswith("roce"):
+        return "ib"
+    if low.startswith("awslibfabric") or low == "ofi" or low.startswith("ofi") or low.startswith("efa"):
+        return "ib"  # RDMA through libfabric (EFA, verbs); a TCP provider is caught separately
+    if any(low.startswith(t) for t in _TCP_NETS):
+        return "socket"
+    return "unknown"
+
+
+def _net_path(rest: str) -> tuple[str, str]:
+    """``("NET/IB/GDRDMA", "IB")`` from what follows ``via NET/``: ``IB/0/GDRDMA``, ``Socket/3``."""
+    m = _NET_TAIL_RE.match(rest)
+    if not m:
+        name = rest.split("/", 1)[0]
+        return f"NET/{name}", name
+    name = m.group(1)
+    return f"NET/{name}{m.group(3)}{m.group(4)}", name
+
+
+def _p2p_path(kind: str, rest: str) -> str:
+    if kind == "SHM":
+        return "SHM/" + rest.split()[0] if rest else "SHM"
+    if kind == "COLLNET":
+        return "COLLNET/" + rest.split("/", 1)[0]
+    parts = [p for p in rest.split("/") if p and not p[0].isdigit()]
+    if parts and parts[0].startswith("direct"):
+        parts[0] = "direct"
+    elif parts and parts[0] == "common device":
+        parts[0] = "common"
+    return "P2P/" + "/".join(parts) if parts else "P2P"
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:end if end >= 0 else len(text)].strip()[:_MAX_LINE]
+
+
+def classify(text: str) -> TransportResult:
+    """What an NCCL_DEBUG=INFO log says carried the traffic; never raises on any ``str``."""
+    if not isinstance(text, str):
+        raise TypeError("classify takes str (decode bytes with errors='replace')")
+
+    paths: dict[str, None] = {}
+    channel_nets: dict[str, str] = {}  # net name -> first line
+    for m in _VIA_RE.finditer(text):
+        kind = m.group(1)
+        if kind is None:
+            paths.setdefault("SHM/direct", None)
+            continue
+        rest = m.group(2)
+        if kind == "NET":
+            path, name = _net_path(rest)
+            paths.setdefault(path, None)
+            channel_nets.setdefault(name, _line_at(text, m.start()))
+        elif kind == "COLLNET":
+            paths.setdefault(_p2p_path(kind, rest), None)
+            name = rest.split("/", 1)[0]
+            channel_nets.setdefault(name, _line_at(text, m.start()))
+        else:
+            paths.setdefault(_p2p_path(kind, rest), None)
+    if _NVLS_RE.search(text):
+        paths.setdefault("NVLS", None)
+
+    networks: dict[str, str] = {}
+    for m in _USING_NETWORK_RE.finditer(text):
+        networks.setdefault(m.group(1), _line_at(text, m.start()))
+    init_nets: dict[str, str] = {}
+    for m in _NET_USING_RE.finditer(text):
+        init_nets.setdefault(m.group(1).strip(), _line_at(text, m.start()))
+    ofi = _OFI_PROVIDER_RE.search(text)
+    ofi_tcp = bool(ofi and any(t in ofi.group(1).lower() for t in ("tcp", "sockets", "udp")))
+
+    def kind_of(name: str) -> str:
+        k = net_kind(name)
+        if k == "ib" and ofi_tcp and name.lower().replace(" ", "").startswith(("awslibfabric", "ofi")):
+            return "socket"
+        return k
+
+    transport, evidence = "unknown", []
+    if channel_nets:
+        kinds = {n: kind_of(n) for n in channel_nets}
+        # A socket path anywhere means some inter-node bytes go over TCP.
+        for want in ("socket", "ib", "unknown"):
+            hit = [n for n, k in kinds.items() if k == want]
+            if hit:
+                transport, evidence = want, [channel_nets[n] for n in hit]
+                break
+    elif paths:
+        transport = "p2p"
+        evidence = []
+    elif networks:
+        kinds = {n: kind_of(n) for n in networks}
+        for want in ("socket", "ib", "unknown"):
+            hit = [n for n, k in kinds.items() if k == want]
+            if hit:
+                transport, evidence = want, [networks[n] for n in hit]
+                break
+    elif init_nets:
+        # Only the init lines: an IB (or RDMA plugin) device list wins over NET/Socket, which old
+        # NCCL prints during init whatever carries the data.
+        kinds = {n: kind_of(n) for n in init_nets}
+        for want in ("ib", "socket", "unknown"):
+            hit = [n for n, k in kinds.items() if k == want]
+            if hit:
+                transport, evidence = want, [init_nets[n] for n in hit]
+                break
+
+    network = None
+    if networks:
+        network = list(networks)[-1]
+    elif channel_nets:
+        network = list(channel_nets)[0]
+    elif init_nets and transport != "unknown":
+        network = next(n for n in init_nets if kind_of(n) == transport)
+
+    errors: list[str] = []
+    seen: set[str] = set()
+    fatal_pos = -1
+    for m in _WARN_RE.finditer(text):
+        msg = m.group(1).strip()
+        line = _line_at(text, m.start())
+        if line not in seen and len(errors) < _MAX_ERRORS:
+            seen.add(line)
+            errors.append(line)
+        if fatal_pos < 0 and _FATAL_WARN_RE.search(msg) and not _BENIGN_WARN_RE.search(msg):
+            fatal_pos = m.start()
+    for m in _FATAL_LINE_RE.finditer(text):
+        line = _line_at(text, m.start())
+        if "NCCL INFO" in line:
+            continue
+        if line not in seen and len(errors) < _MAX_ERRORS:
+            seen.add(line)
+            errors.append(line)
+        if fatal_pos < 0 or m.start() < fatal_pos:
+            fatal_pos = m.start()
+        break
+
+    version: Optional[str] = None
+    vm = _VERSION_RE.search(text)
+    if vm:
+        version = vm.group(1)
+    return TransportResult(
+        transport=transport,
+        paths=tuple(paths),
+        errors=tuple(errors),
+        fatal=fatal_pos >= 0,
+        network=network,
+        nccl_version=version,
+        evidence=tuple(evidence[:4]),
+        fatal_line=_line_of(text, fatal_pos) if fatal_pos >= 0 else 0,
+    )
