@@ -6,6 +6,7 @@ Pure data, no I/O: checks build these, faces (CLI, prolog, daemon) render or act
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -107,6 +108,40 @@ class Finding:
     gpu: Optional[int] = None
 
 
+_GPU_MESSAGE = re.compile(r"^GPU (\d+): (.*)$", re.S)
+
+
+def gpu_ranges(gpus: Sequence[int]) -> str:
+    """0,1,2,3,5 -> "0-3,5"."""
+    out: list[str] = []
+    ordered = sorted(set(gpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def group_messages(messages: Sequence[str]) -> list[str]:
+    """One line per distinct finding: "GPU 0: x", "GPU 1: x" -> "GPU 0-1: x" (first-seen order)."""
+    groups: dict[str, list[int]] = {}
+    order: list[tuple[str, bool]] = []
+    for message in messages:
+        m = _GPU_MESSAGE.match(message)
+        if m is None:
+            order.append((message, False))
+            continue
+        text = m.group(2)
+        if text not in groups:
+            groups[text] = []
+            order.append((text, True))
+        groups[text].append(int(m.group(1)))
+    return [f"GPU {gpu_ranges(groups[text])}: {text}" if per_gpu else text for text, per_gpu in order]
+
+
 def fold(name: str, findings: Sequence[Finding], ok_summary: str,
          details: Optional[Mapping[str, Any]] = None) -> CheckResult:
     """Fold per-GPU findings into one result: worst status, its first GPU, all messages.
@@ -118,8 +153,8 @@ def fold(name: str, findings: Sequence[Finding], ok_summary: str,
         return CheckResult(name, Status.OK, ok_summary, details=dict(details or {}))
     worst = max(f.status for f in bad)
     top = [f for f in bad if f.status == worst]
-    ordered = top + [f for f in bad if f.status != worst]
-    summary = "; ".join(f.message for f in ordered)
+    ordered = sorted(bad, key=lambda f: -f.status)  # most severe first, stable within a status
+    summary = "; ".join(group_messages([f.message for f in ordered]))
     return CheckResult(
         name,
         worst,

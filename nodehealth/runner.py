@@ -64,11 +64,13 @@ def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
 def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
             clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
-            environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None) -> Outcome:
+            environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
+            look_only: bool = False) -> Outcome:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
     ``budget_s``: what is left of the caller's deadline, when less than the phase's budget.
+    ``look_only``: a look by hand (``--dry-run``, ``check --as``): no probe asks slurmctld or writes.
     """
     table = probes or PROBES
     started, started_wall = clock(), wallclock()
@@ -85,7 +87,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             used[probe] = max(used.get(probe, 0.0), timeout)
     for probe, timeout in used.items():
         needed.setdefault(probe, timeout)  # a probe only used takes its users' deadline
-    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase)
+    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase, look_only=look_only)
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
     results = []

@@ -121,7 +121,9 @@ def test_color_on_a_terminal_unless_no_color(monkeypatch, capsys):
 
 def test_only_selects_checks_and_rejects_unknown_names():
     proc = run_cli("check", "--simulate", str(SCEN / "healthy-8x-h100.toml"), "--only", "gpu_ecc", "gpu_pcie")
-    names = [ln.split()[1] for ln in proc.stdout.splitlines()[:-1]]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("config: ")  # which file the run used
+    names = [ln.split()[1] for ln in lines[1:-1]]
     assert names == ["gpu_ecc", "gpu_pcie"]
     bad = run_cli("check", "--only", "gpu_nope")
     assert bad.returncode == 2 and "gpu_nope" in bad.stderr and "Traceback" not in bad.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from nodehealth import render
@@ -18,30 +19,94 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
                    "/etc/nodehealth/nodehealth.toml)")
     p.add_argument("--simulate", metavar="FILE", help="use simulated GPUs from this scenario file")
-    p.add_argument("--only", metavar="NAME", nargs="+", default=[], help="run only these checks")
+    p.add_argument("--only", metavar="NAME", nargs="+", action="append", default=[],
+                   help="run only these checks (space or comma separated, may repeat)")
     p.add_argument("--phase", choices=("prolog", "epilog", "healthcheck", "manual"), default="manual",
                    help="which phase's checks and budget to use (default: manual)")
+    p.add_argument("--as", dest="as_face", choices=("prolog", "epilog", "healthcheck"),
+                   help="decide exactly as that face would, with its inputs (the daemon's verdict for the "
+                        "prolog, the cached Slurm view, the job's GPUs), and say what it would do; acts on "
+                        "nothing")
+    p.add_argument("--job", metavar="ID", help="with --as: the job (SLURM_JOB_ID)")
+    p.add_argument("--gpus", metavar="LIST", help="with --as: the job's GPUs (SLURM_JOB_GPUS, e.g. 0,1)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
+
+
+def check_names(groups: list[list[str]]) -> tuple[str, ...]:
+    """--only a b --only c,d -> (a, b, c, d); UsageError naming unknown ones, with a suggestion."""
+    import difflib
+
+    names = [n for group in groups for item in group for n in item.split(",") if n]
+    bad = []
+    for name in names:
+        if name not in BY_NAME:
+            near = difflib.get_close_matches(name, list(BY_NAME), n=1)
+            bad.append(f"{name}" + (f" (did you mean {near[0]}?)" if near else ""))
+    if bad:
+        raise UsageError(f"--only: unknown check(s) {', '.join(bad)} (see: nodehealth list-checks)")
+    return tuple(dict.fromkeys(names))
 
 
 def run(args: argparse.Namespace) -> int:
     from nodehealth import runner
 
-    unknown = [n for n in args.only if n not in BY_NAME]
-    if unknown:
-        return fail_usage(UsageError(f"--only: unknown check(s) {', '.join(unknown)} "
-                                     "(see: nodehealth list-checks)"))
     try:
+        only = check_names(args.only)
+        if args.as_face:
+            return _as_face(args)
+        if args.job or args.gpus:
+            raise UsageError("--job and --gpus go with --as prolog|epilog|healthcheck")
         cfg = load_config(args)
     except UsageError as exc:
         return fail_usage(exc)
-    report = runner.run(cfg, phase=args.phase, only=tuple(args.only))
+    report = runner.run(cfg, phase=args.phase, only=only)
     if args.format == "json":
         sys.stdout.write(render.as_json(report))
     else:
+        sys.stdout.write(f"config: {config_file(args)}\n")
         sys.stdout.write(render.text(report, color=use_color(sys.stdout)))
     return exit_code(report.status, cfg.policy.unknown)
+
+
+def config_file(args: argparse.Namespace) -> str:
+    from nodehealth.config.lean import config_path
+
+    path, explicit = config_path(getattr(args, "config", None), os.environ)
+    if not explicit and not os.path.exists(path):
+        return f"{path} (absent: built-in defaults)"
+    return path
+
+
+def _as_face(args: argparse.Namespace) -> int:
+    """``--as FACE``: the face's own decision (``nodehealth.faces.preview``), nothing acted on."""
+    import json
+
+    from nodehealth.faces.preview import preview
+
+    if args.only or args.phase != "manual":
+        raise UsageError("--as runs the face's own checks and phase: no --only, no --phase")
+    env = dict(os.environ)
+    if args.config:
+        env["NODEHEALTH_CONFIG"] = args.config
+    if args.job:
+        env["SLURM_JOB_ID"] = args.job
+    if args.gpus:
+        env["SLURM_JOB_GPUS"] = args.gpus
+    if args.simulate:
+        raise UsageError("--as uses the config's [nvml] simulate, as the face would: no --simulate")
+    result = preview(args.as_face, env)
+    if args.format == "json":
+        doc = json.loads(render.as_json(result.report)) if result.report is not None else {}
+        doc["as"] = {"face": result.face, "source": result.source, "inputs": result.inputs,
+                     "decision": result.decision, "exit_code": result.exit_code,
+                     "config": config_file(args)}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        if result.report is not None:
+            sys.stdout.write(render.text(result.report, color=use_color(sys.stdout)))
+        sys.stdout.write("\n".join(result.lines()) + f"\nconfig: {config_file(args)}\n")
+    return result.exit_code
 
 
 def exit_code(status: Status, unknown_policy: str) -> int:

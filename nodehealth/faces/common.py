@@ -58,7 +58,8 @@ class Run:
                          log=self.log, boot_id=self.boot_id, job_id=self.job_id, record_trusted_after=after)
 
 
-def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) -> Union[Run, int]:
+def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None,
+          remember: bool = True) -> Union[Run, int]:
     """Load the config; an int is the exit code when that already failed.
 
     A config file that does not validate does not stop the checks: the run uses the last
@@ -69,7 +70,7 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
     job = jobenv.job_id(env)
     log = Log(face, job)
     try:
-        loaded = load_safe(environ=env, check=probe_setup)
+        loaded = load_safe(environ=env, check=probe_setup, remember=remember)
     except ConfigError as exc:
         log(f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
             notable=True)
@@ -86,7 +87,7 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None) ->
                environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
 
 
-def run_outcome(run: Run) -> tuple[Report, Observations]:
+def run_outcome(run: Run, look_only: bool = False) -> tuple[Report, Observations]:
     """The phase's checks (``gpu_processes`` scoped to the job's GPUs) and what they judged.
 
     The ``slurm_node`` probe makes no Slurm call from the prolog or epilog (it reads the view the
@@ -95,7 +96,7 @@ def run_outcome(run: Run) -> tuple[Report, Observations]:
     from nodehealth import runner
 
     outcome = runner.execute(run.cfg, phase=run.phase, node=run.node, environ=run.environ,
-                             budget_s=run.deadline.left())
+                             budget_s=run.deadline.left(), look_only=look_only)
     return scope_processes(outcome.report, jobenv.job_gpus(run.environ)), outcome.observations
 
 

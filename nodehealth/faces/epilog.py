@@ -8,12 +8,24 @@ not set our own reason).
 
 from __future__ import annotations
 
+import sys
+from typing import Sequence
+
+from nodehealth.faces.args import handle
 from nodehealth.faces.common import guarded, job_face
 
 
-def main() -> int:
+def cli() -> int:
+    """The installed ``nodehealth-epilog``: Slurm passes no argument, a person may."""
+    return main(sys.argv[1:])
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    code = handle("epilog", argv)  # a person: --help, --version, --dry-run
+    if code is not None:
+        return code
     return guarded("epilog", lambda: job_face("epilog", "epilog", "end"))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

@@ -72,15 +72,19 @@ def _busy(checks: list[Any]) -> set[int]:
     return out
 
 
-def prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
-    """The exit code or the ``Fault`` when the daemon's verdict decides, else why it cannot (never raises)."""
+def prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Fault, Any]:
+    """The exit code or the ``Fault`` when the daemon's verdict decides, else why it cannot (never raises).
+
+    ``act=False`` (``--dry-run``, ``check --as prolog``): the same decision, nothing written, and
+    the daemon's verdict itself instead of 0 when it says healthy.
+    """
     try:
-        return _prolog(environ)
+        return _prolog(environ, act)
     except Exception as exc:  # noqa: BLE001 - the cold path is always there
         return f"fast path failed ({type(exc).__name__}: {exc})"
 
 
-def _prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
+def _prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Fault, Any]:
     s, why = read_settings(environ)
     if s is None:
         return why
@@ -109,6 +113,8 @@ def _prolog(environ: Mapping[str, str]) -> Union[int, str, Fault]:
         report = scope_processes(Report.from_json(st.report), gpus)
         if worst_failure(report, s.unknown) is not None:
             return Fault(report, st)
+    if not act:
+        return st
     job = jobenv.job_id(environ)
     log = Log("prolog", job)
     append_ledger(s, environ, node_name(s.node_name, environ), boot, log)

@@ -9,12 +9,24 @@ after the boot id changed). Exit 0 healthy, 1 a fault.
 
 from __future__ import annotations
 
+import sys
+from typing import Sequence
+
+from nodehealth.faces.args import handle
 from nodehealth.faces.common import guarded, healthcheck_face
 
 
-def main() -> int:
+def cli() -> int:
+    """The installed ``nodehealth-healthcheck``: Slurm passes no argument, a person may."""
+    return main(sys.argv[1:])
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    code = handle("healthcheck", argv)  # a person: --help, --version, --dry-run
+    if code is not None:
+        return code
     return guarded("healthcheck", healthcheck_face)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

@@ -19,9 +19,25 @@ decided in ``main``.
 from __future__ import annotations
 
 import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no typing import at run time
+    from typing import Sequence
 
 
-def main() -> int:
+def cli() -> int:
+    """The installed ``nodehealth-prolog``: Slurm passes no argument, a person may."""
+    return main(sys.argv[1:])
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    if argv:  # a person: --help, --version, --dry-run
+        from nodehealth.faces.args import handle
+
+        code = handle("prolog", argv)
+        if code is not None:
+            return code
     from nodehealth.faces import fast
 
     answer = fast.prolog(os.environ)
@@ -37,4 +53,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

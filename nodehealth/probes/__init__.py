@@ -28,6 +28,8 @@ class ProbeContext:
     node: str
     environ: Mapping[str, str] = field(default_factory=dict)  # the job's environment (prolog, epilog)
     phase: str = "manual"
+    # A look, not a run (--dry-run, check --as): nothing asks slurmctld, nothing is written.
+    look_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
         return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
     from nodehealth.probes import slurm
 
-    return slurm.node_view(ctx.config, ctx.node, ctx.phase, min(timeout_s, ctx.config.slurm.timeout_s))
+    return slurm.node_view(ctx.config, ctx.node, ctx.phase, min(timeout_s, ctx.config.slurm.timeout_s),
+                           cached_only=ctx.look_only)
 
 
 def _job(ctx: ProbeContext, timeout_s: float) -> Any:

@@ -33,13 +33,14 @@ def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") 
     return replace(got, seen_at=time.time())
 
 
-def node_view(cfg: Any, node: str, phase: str, timeout_s: float) -> Union[NodeInfo, ProbeError]:
+def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
+              cached_only: bool = False) -> Union[NodeInfo, ProbeError]:
     state_dir = cfg.paths.state_dir
     cached = NodeInfo.from_json(slurmstate.load(state_dir).slurm_node)
     if cached is not None and cached.name != node:
         cached = None
     now = time.time()
-    if phase in NO_CALL_PHASES:
+    if phase in NO_CALL_PHASES or cached_only:
         if cached is None:
             return ProbeError("slurm_node", "unavailable", "no cached Slurm view of this node yet "
                               "(the health check or the daemon writes it)")

@@ -1,0 +1,75 @@
+"""The faces' command line, for a person running one by hand (Slurm passes no argument).
+
+``--help``, ``--version``, ``--dry-run`` (decide and print, change nothing: no drain, no resume,
+no state written), ``--config FILE``. Any other argument is a usage error (exit 2) that acts on
+nothing. Parsed only when there are arguments, so the prolog's fast path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional, Sequence
+
+USAGE = """usage: nodehealth-{face} [--dry-run] [--config FILE] | --help | --version
+
+The Slurm {what} of nodehealth. Slurm runs it with no arguments; then it checks the node and, on
+a fault, drains it (exit 1).
+
+  --dry-run      decide as Slurm's run would and print it; change nothing (no drain, no resume,
+                 no state written, no Slurm call)
+  --config FILE  the config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)
+  --version      print the version and exit
+  --help         print this and exit
+
+To see what it would decide for a job: SLURM_JOB_ID=N SLURM_JOB_GPUS=0,1 nodehealth-{face} --dry-run,
+or nodehealth check --as {face} --job N --gpus 0,1.
+"""
+WHAT = {"prolog": "prolog (Prolog=)", "epilog": "epilog (Epilog=)",
+        "healthcheck": "health check (HealthCheckProgram=)"}
+
+
+def handle(face: str, argv: Sequence[str]) -> Optional[int]:
+    """None: no arguments, run as Slurm does. Else the exit code, having done what was asked."""
+    args = list(argv)
+    if not args:
+        return None
+    dry_run = False
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE.format(face=face, what=WHAT[face]))
+            return 0
+        if arg in ("-V", "--version"):
+            from nodehealth.commands.version import describe
+
+            sys.stdout.write(describe(f"nodehealth-{face}") + "\n")
+            return 0
+        if arg == "--dry-run":
+            dry_run = True
+        elif arg == "--config" or arg.startswith("--config="):
+            value = arg.partition("=")[2] if "=" in arg else (args.pop(0) if args else "")
+            if not value:
+                return _usage(face, "--config needs a FILE")
+            os.environ["NODEHEALTH_CONFIG"] = value
+        else:
+            return _usage(face, f"unknown argument {arg!r}")
+    if not dry_run:
+        return _usage(face, "--config is for --dry-run (Slurm runs the face with no arguments)")
+    from nodehealth.faces.preview import preview
+
+    result = preview(face, os.environ)
+    if result.report is not None:
+        from nodehealth import render
+
+        sys.stdout.write(render.text(result.report, color=False))
+    sys.stdout.write("\n".join(result.lines()) + "\n")
+    return result.exit_code
+
+
+def _usage(face: str, message: str) -> int:
+    sys.stderr.write(f"nodehealth-{face}: error: {message} (nothing was done; see --help)\n")
+    return 2
