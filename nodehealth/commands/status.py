@@ -1,0 +1,174 @@
+"""``nodehealth status``: the agent's own state, read from the state dir; changes nothing.
+
+The daemon's last verdict and its age, whether the daemon that wrote it still runs, our drain
+record (reason, check, job, since), clean runs toward a resume, whether a reboot is awaited, the
+drain-storm breaker, the cached Slurm view of this node, the config in use and whether it
+validated, the XID store. Exit 0 healthy, 1 drained by nodehealth (or its last verdict FAILed),
+3 anything else (no verdict, the daemon not running, a config that does not validate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any, Optional
+
+from nodehealth.commands.common import UsageError, fail_usage
+
+EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = 0, 1, 3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="what nodehealth knows about this node now (its own state; acts on nothing)",
+                       description="The daemon's last verdict, our drain record, clean runs toward a resume, "
+                                   "the breaker, the config in use. Exit 0 healthy, 1 drained by nodehealth "
+                                   "or failing, 3 unknown (no verdict, daemon down, bad config).")
+    p.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
+                   "/etc/nodehealth/nodehealth.toml)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=run)
+
+
+def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[str, Any]:
+    """The status document (what ``--format json`` prints)."""
+    import os
+
+    from nodehealth.config.lean import config_path, node_name
+    from nodehealth.config.loader import ConfigError, load_safe
+    from nodehealth.statedir import layout, slurmstate
+    from nodehealth.statedir import verdict as daemon_state
+
+    t = time.time() if now is None else now
+    env = dict(os.environ)
+    if config:
+        env["NODEHEALTH_CONFIG"] = config
+    path, _ = config_path(None, env)
+    doc: dict[str, Any] = {"time": round(t, 3)}
+    try:
+        loaded = load_safe(environ=env, remember=False)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    cfg = loaded.cfg
+    doc["node"] = node_name(cfg.node_name, env)
+    doc["config"] = {"file": path, "validated": loaded.error is None, "using": loaded.using,
+                     "error": str(loaded.error) if loaded.error else None, "note": loaded.note or None}
+    state_dir = cfg.paths.state_dir
+    boot = layout.read_boot_id(cfg.paths.procfs_root)
+    doc["boot_id"] = boot
+    st, why = daemon_state.read(state_dir, math.inf, boot_id=boot, now=t, require_xid=False,
+                                procfs_root=cfg.paths.procfs_root)
+    if st is None:
+        doc["daemon"] = {"verdict": None, "alive": False, "why": why}
+    else:
+        doc["daemon"] = {"verdict": st.status, "age_s": round(st.age_s, 1), "round": st.round, "pid": st.pid,
+                         "alive": True, "xid_follower": st.xid_follower,
+                         "fresh_for_prolog": st.age_s <= cfg.daemon.state_max_age_s,
+                         "not_ok": [{"name": c.get("name"), "status": c.get("status"), "summary": c.get("summary")}
+                                    for c in st.report.get("checks", [])
+                                    if isinstance(c, dict) and c.get("status") in ("WARN", "UNKNOWN", "FAIL")]}
+    s = slurmstate.load(state_dir)
+    drain = s.drain
+    doc["drain"] = None if drain is None else {
+        "reason": drain.reason, "check": drain.check, "action": drain.action, "job_id": drain.job_id,
+        "phase": drain.phase, "since": round(drain.time, 3), "age_s": round(max(0.0, t - drain.time), 1),
+        "reboot_needed": drain.action in cfg.resume.reboot_actions and drain.boot_id == boot,
+    }
+    doc["resume"] = {"clean_runs": s.clean_runs, "needed": cfg.resume.clean_runs, "enabled": cfg.resume.enabled}
+    doc["breaker_held"] = s.breaker_held
+    doc["last_run"] = {"status": s.last_status, "age_s": round(t - s.last_run, 1) if s.last_run else None}
+    node = s.slurm_node or None
+    doc["slurm_view"] = None if not node else {
+        "state": node.get("state"), "reason": node.get("reason"), "gres_gpus": node.get("gres_gpus"),
+        "age_s": round(t - node["time"], 1) if isinstance(node.get("time"), (int, float)) else None}
+    doc["xid"] = _xid(state_dir, boot)
+    doc["exit_code"] = _exit(doc)
+    return doc
+
+
+def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
+    from nodehealth.xid.store import StoreError, load_state
+
+    try:
+        store, notes = load_state(state_dir)
+    except StoreError as exc:
+        return {"error": str(exc)}
+    events = [e for e in store.events if e.get("boot_id") == boot] if boot else list(store.events)
+    by: dict[str, int] = {}
+    for e in events:
+        key = f"{e.get('xid')}:{e.get('severity') or '?'}"
+        by[key] = by.get(key, 0) + 1
+    return {"events_this_boot": len(events), "by_xid": by, "last_clear": store.last_clear, "notes": list(notes)}
+
+
+def _exit(doc: dict[str, Any]) -> int:
+    if doc["drain"] is not None or (doc["daemon"].get("verdict") == "FAIL"):
+        return EXIT_DRAINED
+    if not doc["config"]["validated"] or not doc["daemon"].get("alive") or doc["daemon"].get("verdict") == "UNKNOWN":
+        return EXIT_OTHER
+    return EXIT_HEALTHY
+
+
+def _age(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def text(doc: dict[str, Any]) -> str:
+    c, d = doc["config"], doc["daemon"]
+    lines = [f"node {doc['node']}: " + {0: "healthy", 1: "drained by nodehealth or failing",
+                                        3: "unknown"}[doc["exit_code"]]]
+    lines.append(f"config: {c['file']}" + ("" if c["validated"] else
+                                          f" (does NOT validate: {c['error']}; running with {c['using']})"))
+    if d.get("verdict") is None:
+        lines.append(f"daemon: no usable verdict ({d.get('why')})")
+    else:
+        lines.append(f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
+                     f"{d['round']}; XID follower {d['xid_follower']}; "
+                     f"{'fresh for' if d['fresh_for_prolog'] else 'too old for'} the prolog's fast path)")
+        for check in d["not_ok"]:
+            lines.append(f"  {check['status']} {check['name']}: {check['summary']}")
+    dr = doc["drain"]
+    if dr is None:
+        lines.append("drain: none of ours")
+    else:
+        lines.append(f"drain: ours since {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
+                     f"{dr['action']}, {dr['phase']}" + (f", job {dr['job_id']}" if dr["job_id"] else "") + ")")
+        r = doc["resume"]
+        if dr["reboot_needed"]:
+            lines.append("resume: after a reboot (a reboot-class fault), then clean health checks")
+        elif r["enabled"]:
+            lines.append(f"resume: {r['clean_runs']} of {r['needed']} clean health checks so far")
+        else:
+            lines.append("resume: off ([resume] enabled = false): resume by hand")
+    if doc["breaker_held"]:
+        lines.append(f"breaker: holding a drain back ({doc['breaker_held']})")
+    lr = doc["last_run"]
+    lines.append(f"last face run: {lr['status'] or 'none'} {_age(lr['age_s'])}")
+    sv = doc["slurm_view"]
+    if sv:
+        lines.append(f"slurm (cached {_age(sv['age_s'])}): state {sv['state']}, Gres gpu:{sv['gres_gpus']}"
+                     + (f", reason {sv['reason']!r}" if sv["reason"] else ""))
+    x = doc["xid"]
+    if "error" in x:
+        lines.append(f"xid: {x['error']}")
+    else:
+        kinds = ", ".join(f"XID {k.split(':')[0]} ({k.split(':')[1]}) x{n}" for k, n in sorted(x["by_xid"].items()))
+        lines.append(f"xid: {x['events_this_boot']} event(s) this boot" + (f": {kinds}" if kinds else ""))
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        doc = gather(args.config)
+    except UsageError as exc:
+        return fail_usage(exc)
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else text(doc))
+    return int(doc["exit_code"])

@@ -1,0 +1,69 @@
+"""``nodehealth status`` tells the truth after a drain, a resume and a breaker hold (a fake scontrol)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_slurm_faces import Fake
+
+from nodehealth.cli import main as cli_main
+from nodehealth.faces import healthcheck, prolog
+
+
+def _status(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code = cli_main(["status", "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_status_after_a_drain_then_clean_runs_then_the_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
+    for var in ("SLURM_JOB_ID", "SLURM_JOB_GPUS"):
+        monkeypatch.delenv(var)
+    code, doc = _status(capsys)
+    assert doc["drain"] is None and doc["daemon"]["alive"] is False and code == 3  # no daemon here
+    calls = len(f.calls())
+    assert healthcheck.main() == 1
+    code, doc = _status(capsys)
+    assert code == 1
+    assert doc["drain"]["check"] == "gpu_remapped_rows" and doc["drain"]["reason"].startswith("nodehealth: ")
+    assert doc["drain"]["reboot_needed"] is False and doc["resume"] == {"clean_runs": 0, "needed": 2,
+                                                                        "enabled": True}
+    assert doc["slurm_view"]["gres_gpus"] == 8 and doc["last_run"]["status"] == "FAIL"
+    f.use("healthy.toml")
+    assert healthcheck.main() == 0
+    code, doc = _status(capsys)
+    assert code == 1 and doc["resume"]["clean_runs"] == 1  # still drained, one clean run of two
+    assert healthcheck.main() == 0
+    code, doc = _status(capsys)
+    assert doc["drain"] is None and code == 3  # resumed; "unknown" only because no daemon runs here
+    assert len(f.calls()) > calls  # the faces talked to Slurm ...
+    before = len(f.calls())
+    cli_main(["status"])
+    assert len(f.calls()) == before  # ... status never does
+    text = capsys.readouterr().out
+    assert "drain: none of ours" in text and "config: " in text
+
+
+def test_status_shows_a_breaker_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = {f"g{i}": ["IDLE+DRAIN", "nodehealth: gpu_count: 7 of 8"] for i in range(5)}
+    nodes["n1"] = ["IDLE", None]
+    Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", nodes=nodes)
+    assert prolog.main() == 0  # held: the job runs
+    code, doc = _status(capsys)
+    assert doc["breaker_held"]["ours"] == 5 and doc["drain"] is None
+    cli_main(["status"])
+    assert "breaker: holding a drain back" in capsys.readouterr().out
+
+
+def test_status_with_a_config_that_does_not_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    Fake(tmp_path, monkeypatch)
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[gpu]\nexpected_count = "eight"\n')
+    code = cli_main(["status", "--config", str(cfg), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 3 and doc["config"]["validated"] is False and "expected_count" in doc["config"]["error"]
