@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
 
+from nodehealth.nccl.results import PerfResult, TransportResult
 from nodehealth.slurm.nodes import NodeInfo
 from nodehealth.statedir.ledger import JobEntry
 
@@ -286,6 +287,48 @@ class XidObservation:
     notes: tuple[str, ...] = ()
 
 
+# --------------------------------------------------------------------------- NCCL self-test
+
+
+@dataclass(frozen=True)
+class NcclRun:
+    """One all-reduce run of the NCCL self-test in one mode (``nvlink`` or ``ib_loopback``).
+
+    ``setup_error``: the run could not start as configured (no binary at the path, a binary root
+    may not run, no built-in backend, no GPU): nothing about the node's health. Otherwise
+    ``returncode`` is the runner's exit status (negative: killed by that signal; None: killed at
+    the deadline, ``timed_out``). ``perf`` and ``transport`` are what the parsers read from its
+    output (None with ``perf_error`` when the output could not be parsed); ``output_tail`` is the
+    end of the output, bounded, for the message and the log.
+    """
+
+    mode: str
+    runner: str  # "nccl-tests" or "builtin"
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # the NCCL_* variables the run set
+    gpus: Optional[int] = None  # GPUs the run was asked to use
+    returncode: Optional[int] = None
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    elapsed_s: float = 0.0
+    finished_at: float = 0.0  # Unix time
+    output_bytes: int = 0
+    output_tail: str = ""
+    json_output: bool = False  # perf came from nccl-tests' -J file
+    perf: Optional[PerfResult] = None
+    perf_error: Optional[str] = None
+    transport: Optional[TransportResult] = None
+    setup_error: Optional[str] = None
+    setup_kind: str = ""  # "missing" (not installed: SKIPPED) or "config" (configured wrong: UNKNOWN)
+
+
+@dataclass(frozen=True)
+class NcclObservation:
+    """The NCCL self-test's runs, in the order they ran."""
+
+    runs: tuple[NcclRun, ...]
+
+
 # --------------------------------------------------------------------------- the bundle
 
 
@@ -303,6 +346,7 @@ class Observations:
     xid: Union[XidObservation, ProbeError, None] = None
     job: Union[JobObservation, ProbeError, None] = None
     node_jobs: Union[NodeJobs, ProbeError, None] = None
+    nccl: Union[NcclObservation, ProbeError, None] = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from nodehealth.checks import (
     host_mounts,
     host_shared_dir,
     job_forensics,
+    nccl_selftest,
     nvml,
 )
 from nodehealth.checks.base import CheckSettings, setting
@@ -65,6 +66,9 @@ class Phases:
 PHASES: tuple[str, ...] = tuple(f.name for f in fields(Phases))
 ALL = frozenset(PHASES)
 EPILOG = frozenset({"epilog"})
+# The NCCL self-test takes seconds: never the prolog's; the epilog's and by hand when enabled; the
+# daemon runs it on its own schedule while the node is idle (daemon/selftest.py), not in every round.
+SELFTEST = frozenset({"epilog", "manual"})
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
     CheckSpec("host_shared_dir",     host_shared_dir,     ("shared_dirs",), ALL, True,   "cheap"),
     CheckSpec("host_infiniband",     host_infiniband,     ("infiniband",), ALL,  True,   "cheap"),
+    # Off by default (seconds, the GPUs busy): enabled = true runs it in the epilog and `nodehealth check`.
+    CheckSpec("nccl_selftest",       nccl_selftest,       ("nccl",),     SELFTEST, False, "slow", uses=("nvml",)),
 )
 
 BY_NAME: dict[str, CheckSpec] = {spec.name: spec for spec in CHECKS}

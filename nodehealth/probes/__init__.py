@@ -150,6 +150,22 @@ def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
         settings.severity_overrides, settings.store_max_events, settings.kernel_facility_only, timeout_s)
 
 
+def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.nccl import runner as nccl_runner
+
+    settings = ctx.config.checks["nccl_selftest"]
+    gpus = getattr(settings, "gpus", 0)
+    if not gpus:
+        if ctx.config.nvml.simulate:
+            gpus = len(_scenario(ctx.config.nvml.simulate).pci_bus_ids)
+        else:
+            from nodehealth.probes import pci
+
+            found = pci.nvidia_gpus(ctx.config.paths.sysfs_root)
+            gpus = len(found.bus_ids) if not isinstance(found, ProbeError) else 0
+    return nccl_runner.gather(nccl_runner.Plan.from_settings(settings), gpus, timeout_s)
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
@@ -161,4 +177,5 @@ PROBES: dict[str, Probe] = {
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband),
+    "nccl": Probe("nccl", _nccl),
 }
