@@ -65,16 +65,22 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
             clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
             environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
-            look_only: bool = False) -> Outcome:
+            look_only: bool = False, own_budget_s: Optional[float] = None) -> Outcome:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
     ``budget_s``: what is left of the caller's deadline, when less than the phase's budget.
     ``look_only``: a look by hand (``--dry-run``, ``check --as``): no probe asks slurmctld or writes.
+    ``own_budget_s``: the budget of a run that is not one of the phase's rounds (the daemon's
+    scheduled NCCL self-test, ``nodehealth nccl run``), instead of the phase's.
     """
     table = probes or PROBES
     started, started_wall = clock(), wallclock()
-    budget = phase_budget(config, phase) if budget_s is None else max(0.0, min(budget_s, phase_budget(config, phase)))
+    if own_budget_s is not None:
+        budget = max(0.0, own_budget_s)
+    else:
+        budget = phase_budget(config, phase) if budget_s is None else \
+            max(0.0, min(budget_s, phase_budget(config, phase)))
     name = node or node_name(config.node_name)
     specs = select(phase, config.enabled(), only)
     needed: dict[str, float] = {}
