@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodehealth.model import Action, Report, Status
+from nodehealth.hints import hint
+from nodehealth.model import Report, Status
 
 _COLORS = {Status.OK: "32", Status.SKIPPED: "2", Status.WARN: "33", Status.UNKNOWN: "35", Status.FAIL: "1;31"}
 
@@ -16,8 +17,11 @@ def text(report: Report, color: bool = False) -> str:
     for r in report.results:
         label = _paint(f"{r.status.name:<7}", r.status, color)
         gpu = f"GPU {r.gpu}: " if r.gpu is not None and f"GPU {r.gpu}" not in r.summary else ""
-        action = f"  [action: {r.action.value}]" if r.action is not Action.NONE and r.status >= Status.WARN else ""
+        action = f"  [action: {r.action.value}]" if r.status >= Status.WARN else ""
         lines.append(f"{label} {r.name:<{width}}  {gpu}{r.summary}{action}")
+        tip = hint(r)
+        if tip:
+            lines.append(f"{'':7} {'':<{width}}  -> {tip}")
     lines.append(verdict_line(report, color))
     return "\n".join(lines) + "\n"
 
@@ -42,7 +46,12 @@ def verdict_line(report: Report, color: bool = False) -> str:
 
 
 def as_json(report: Report) -> str:
-    return json.dumps(report.to_json(), indent=2, sort_keys=False, default=_default) + "\n"
+    doc = report.to_json()
+    for entry, result in zip(doc.get("checks", []), report.results):
+        tip = hint(result)
+        if tip:
+            entry["hint"] = tip
+    return json.dumps(doc, indent=2, sort_keys=False, default=_default) + "\n"
 
 
 def _default(obj: Any) -> Any:

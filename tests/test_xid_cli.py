@@ -96,7 +96,7 @@ def test_scan_missing_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     ("number", "expected"),
     [
         pytest.param("79", ["XID 79  GPU_HAS_FALLEN_OFF_THE_BUS", "severity:       drain", "action:         reboot",
-                            "NVIDIA action:  RESTART_BM"], id="xid79"),
+                            "NVIDIA action:  restart the bare-metal node (RESTART_BM)"], id="xid79"),
         pytest.param("13", ["severity:       application", "application-XID rate rule"], id="xid13"),
         pytest.param("154", ["GPU_RECOVERY_ACTION_CHANGED", "0x2 Node Reboot Required: severity drain, action reboot"],
                      id="xid154"),

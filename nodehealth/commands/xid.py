@@ -355,7 +355,7 @@ def format_entry(entry: CatalogEntry, catalog: Catalog) -> str:
     rows = [f"XID {entry.xid}  {entry.mnemonic}"]
     rows.append(f"  meaning:        {entry.meaning}")
     if entry.known:
-        rows.append(f"  NVIDIA action:  {entry.nvidia_action}")
+        rows.append(f"  NVIDIA action:  {nvidia_words(entry.nvidia_action)}")
     override = "  (site override)" if entry.overridden else ""
     rows.append(f"  severity:       {entry.severity.value}{override}")
     rows.append(f"  action:         {entry.action.value}")
@@ -370,3 +370,25 @@ def format_entry(entry: CatalogEntry, catalog: Catalog) -> str:
         rows.append("  counted by the application-XID rate rule (repeats become a warning)")
     rows.append(f"  source:         {catalog.source}")
     return "\n".join(rows)
+
+
+# NVIDIA's immediate-resolution buckets (XID catalog, docs.nvidia.com/deploy/xid-errors), in words.
+NVIDIA_WORDS = {
+    "RESET_GPU": "reset the GPU", "RESTART_APP": "restart the application", "IGNORE": "none needed",
+    "RESTART_VM": "restart the VM", "RESTART_BM": "restart the bare-metal node",
+    "CONTACT_SUPPORT": "contact NVIDIA support",
+    "CHECK_UVM": "check the UVM driver (nvidia-uvm)", "CHECK_MECHANICALS": "check cooling, power and seating",
+    "WORKFLOW_XID_48": "follow NVIDIA's Xid 48 workflow (uncorrectable ECC: reset, then check row remapping)",
+    "WORKFLOW_XID_45": "follow NVIDIA's Xid 45 workflow (preemptive cleanup: usually follows another Xid)",
+    "WORKFLOW_NVLINK_ERR": "follow NVIDIA's NVLink error workflow (check links and counters, reset)",
+    "WORKFLOW_NVLINK5_ERR": "follow NVIDIA's NVLink 5 error workflow (check links and the NVSwitch tray)",
+    "XID_154": "act on Xid 154's recovery action (the driver says which)",
+}
+
+
+def nvidia_words(bucket: str) -> str:
+    """NVIDIA's bucket name in words, with the name itself for reference."""
+    if not bucket:
+        return "not given"
+    words = NVIDIA_WORDS.get(bucket)
+    return f"{words} ({bucket})" if words else bucket
