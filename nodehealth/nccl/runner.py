@@ -122,6 +122,8 @@ def builtin_available(backend: str) -> bool:
     """Whether this Python can import a backend of the built-in runner (without importing it)."""
     import importlib.util
 
+    if backend == "cpu":  # the test backend: the standard library only
+        return True
     names = {"torch": ("torch",), "nccl4py": ("nccl",), "auto": ("nccl", "torch")}.get(backend, ())
     for name in names:
         try:
