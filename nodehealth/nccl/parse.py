@@ -280,7 +280,7 @@ def _parse_text(text: str) -> PerfResult:
                             first_failure = no
                         _keep(warnings, s)
                     continue
-            if len(tokens) < 4 or not tokens[1].isdigit():
+            if len(tokens) < 2 or not tokens[1].isdigit():
                 if _FAILURE_RE.search(s):
                     if not first_failure and "NCCL WARN" not in s:
                         first_failure = no
@@ -470,6 +470,6 @@ def _parse_json(text: str) -> PerfResult:
         ranks=len(devices) or None,
         warnings=warnings,
         devices=tuple(str(d.get("device_info", "")) for d in devices),
-        avg_busbw_verdict={"true": "OK", "false": "FAILED"}.get(str(verdict)) if verdict is not None else None,
+        avg_busbw_verdict={"true": "OK", "false": "FAILED"}.get(str(verdict).lower()) if verdict is not None else None,
         complete=avg is not None,
     )
