@@ -83,7 +83,8 @@ OUTCOMES = [
 ]
 
 
-@pytest.mark.parametrize("outcome,modes,status,action,words", OUTCOMES, ids=[f"{o[0]}-{'+'.join(o[1])}" for o in OUTCOMES])
+@pytest.mark.parametrize("outcome,modes,status,action,words", OUTCOMES,
+                         ids=[f"{o[0]}-{'+'.join(o[1])}" for o in OUTCOMES])
 def test_each_outcome_of_the_double_gives_its_verdict_and_action(fake_env, monkeypatch, outcome, modes, status,
                                                                  action, words):
     obs, res = _run(outcome, monkeypatch, modes=modes)
