@@ -1,4 +1,4 @@
-"""The design's hard lines, checked on the source (DESIGN.md, "The layers" and "Rules that keep this picture true").
+"""The design's hard lines, checked on the source (docs/architecture.md, "The layers" and the rules under it).
 
 The import graph is read with ``ast``: every ``import`` and ``from ... import``, at module level
 and inside functions (and ``TYPE_CHECKING`` blocks), relative imports resolved, plus
