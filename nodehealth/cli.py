@@ -10,7 +10,6 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from nodehealth import __version__
 from nodehealth.commands import check, config_cmd, daemon, list_checks, nccl, status, validate, xid
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -25,9 +24,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: Optional[str] = None) -> None:
+        from nodehealth.commands.version import describe
+
+        print(describe("nodehealth"))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nodehealth", description="Health checks for GPU nodes of a Slurm cluster.")
-    parser.add_argument("--version", action="version", version=f"nodehealth {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version, commit, nvidia-ml-py and the NVIDIA driver, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)

@@ -29,14 +29,15 @@ def text(report: Report, color: bool = False) -> str:
 def verdict_line(report: Report, color: bool = False) -> str:
     status = report.status
     counts = {s: sum(1 for r in report.results if r.status == s) for s in Status}
-    tail = f"{len(report.results)} checks in {report.duration_s:.2f} s"
+    n = len(report.results)
+    tail = f"{n} check{'' if n == 1 else 's'} in {report.duration_s:.2f} s"
     if status == Status.FAIL:
         first = report.failures[0]
         head = _paint("FAIL", status, color)
         more = f" (+{counts[Status.FAIL] - 1} more)" if counts[Status.FAIL] > 1 else ""
         return (f"{report.node}: {head}: {first.name}: {first.summary} -> action {first.action.value}"
                 f"{more}; {tail}")
-    word = {Status.UNKNOWN: "UNKNOWN", Status.WARN: "HEALTHY with warnings"}.get(status, "HEALTHY")
+    word = status.name  # one word per status, as in JSON: OK, WARN, UNKNOWN (FAIL above)
     extra = []
     for s in (Status.UNKNOWN, Status.WARN, Status.SKIPPED):
         if counts[s]:
