@@ -34,11 +34,31 @@ def _outcome(name: str, **over):
     return runner.execute(cfg, phase="daemon", node="gpu001")
 
 
+def _nccl_result():
+    """The nccl_selftest result of a replayed published 8x A100 run in both modes (the daemon's self-test)."""
+    from nodehealth.checks import nccl_selftest
+    from nodehealth.checks.base import Context
+    from nodehealth.nccl.parse import parse_perf
+    from nodehealth.nccl.results import TransportResult
+    from nodehealth.observations import NcclObservation, NcclRun, Observations
+
+    perf = parse_perf((ROOT / "tests" / "fixtures" / "nccl_selftest" / "gcm_single_node_8xA100.txt").read_text())
+    runs = tuple(NcclRun(mode=mode, runner="nccl-tests", gpus=8, returncode=0, elapsed_s=4.5, output_bytes=2000,
+                         finished_at=1732912345.0, perf=perf, transport=TransportResult(transport, paths=(path,)))
+                 for mode, transport, path in (("nvlink", "p2p", "P2P/CUMEM/read"), ("ib_loopback", "ib", "NET/IB")))
+    settings = nccl_selftest.Settings(gpu_model="NVIDIA A100-SXM4-80GB")
+    ctx = Context(name="nccl_selftest", phase="daemon", node="gpu001", expected_gpus=8)
+    return nccl_selftest.evaluate(Observations(nccl=NcclObservation(runs=runs)), settings, ctx)
+
+
 def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
-    """A daemon's metrics after one round of ``name`` and one call of every other update."""
+    """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
+    daemon carries it) and one call of every other update."""
+    from nodehealth.daemon.selftest import merge
+
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False)
-    m.update_round(out.report, out.observations)
+    m.update_round(merge(out.report, _nccl_result()), out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained"))

@@ -21,6 +21,7 @@ from nodehealth.config import lean
 from nodehealth.config.lean import node_name
 from nodehealth.config.loader import ConfigError, Loaded, load_valid, probe_setup
 from nodehealth.config.schema import Config
+from nodehealth.daemon import selftest
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
@@ -114,6 +115,12 @@ class Daemon:
         self.observations: Optional[Observations] = None
         self.xid_events = 0
         self.lock = threading.Lock()
+        from nodehealth.daemon.selftest import Schedule
+
+        nccl = cfg.checks.get("nccl_selftest")
+        self.selftest = Schedule(getattr(nccl, "interval_s", 0.0), getattr(nccl, "jitter_s", 0.0))
+        self.selftest_result: Optional[Any] = None  # the NCCL self-test's latest CheckResult
+        self.selftest_running = False
         from nodehealth.statedir import layout
 
         self.boot_id = layout.read_boot_id(cfg.paths.procfs_root)
@@ -200,7 +207,8 @@ class Daemon:
         started = self.round_started_mono
         if started is None:
             return True
-        return time.monotonic() - started < 2 * self.cfg.phases.daemon.budget_s + 10
+        extra = self.cfg.checks["nccl_selftest"].timeout_s + 5 if self.selftest_running else 0.0
+        return time.monotonic() - started < 2 * self.cfg.phases.daemon.budget_s + 10 + extra
 
     def health(self) -> tuple[int, str]:
         if not self.healthy_loop():
@@ -286,7 +294,7 @@ class Daemon:
         self.metrics.round_started_now()
         try:
             outcome = runner.execute(cfg, phase="daemon", node=self.node)
-            report = outcome.report
+            report = selftest.merge(outcome.report, self.selftest_result)
             with self.lock:
                 self.report, self.observations = report, outcome.observations
                 self.rounds += 1
@@ -299,6 +307,7 @@ class Daemon:
             self.act(cfg, report)
             self.notify(f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
                         f"{report.duration_s:.2f} s")
+            report = self.run_selftest(cfg, report, outcome.observations)
             for r in report.results:
                 if r.status >= Status.WARN:
                     self.log(f"{r.status.name} {r.name}: {r.summary}", "warning" if r.status < Status.FAIL else "err",
@@ -310,6 +319,41 @@ class Daemon:
             return None
         finally:
             self.round_started_mono = None
+
+    def run_selftest(self, cfg: Config, report: Report, obs: Observations) -> Report:
+        """The NCCL self-test when it is due and the node idle (ledger, GPU processes): its result
+        joins this report (published now) and the next rounds' (judged by the Slurm policy then)."""
+        def jobs() -> Any:
+            return selftest.running_jobs(cfg.paths.state_dir, self.boot_id)
+
+        def run() -> Any:
+            timeout = cfg.checks["nccl_selftest"].timeout_s
+            self.selftest_running = True
+            try:
+                out = runner.execute(cfg, phase="daemon", only=(selftest.CHECK,), node=self.node,
+                                     own_budget_s=timeout + 1.0)
+            finally:
+                self.selftest_running = False
+            return out.report.results[0]
+
+        self.selftest.interval_s = getattr(cfg.checks["nccl_selftest"], "interval_s", 0.0)
+        decision = selftest.maybe_run(self.selftest, obs, jobs, run)
+        if not decision.ran:
+            return report
+        if decision.result is None:
+            self.log(f"NCCL self-test: {decision.why}", "notice")
+            return report
+        self.selftest_result = decision.result
+        r = decision.result
+        self.log(f"NCCL self-test {r.status.name}: {r.summary}", "err" if r.status == Status.FAIL else (
+            "warning" if r.status >= Status.WARN else "info"), check=r.name, status=r.status.name)
+        report = selftest.merge(report, r)
+        with self.lock:
+            self.report = report
+        self.metrics.update_report(report)
+        self.write_state(cfg, report)
+        self.write_textfile(cfg)
+        return report
 
     def write_state(self, cfg: Config, report: Report) -> None:
         path = state_file.path_in(cfg.paths.state_dir)

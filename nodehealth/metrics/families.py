@@ -56,7 +56,9 @@ def _f(section: str, name: str, typ: str, labels: tuple[str, ...], help: str, un
     return Family(section, name, typ, labels, help, unit, dict(values or {}), note)
 
 
-_D, _C, _G, _X, _S = "daemon", "checks", "gpu", "xid", "slurm"
+_D, _C, _G, _X, _S, _N = "daemon", "checks", "gpu", "xid", "slurm", "nccl"
+NCCL_MODES = ("nvlink", "ib_loopback")
+NCCL_TRANSPORTS = ("ib", "socket", "p2p", "unknown")
 
 FAMILIES: tuple[Family, ...] = (
     # ---------------------------------------------------------------- daemon and rounds
@@ -151,6 +153,25 @@ FAMILIES: tuple[Family, ...] = (
             "catalog's (`none`, `restart_app`, `reset_gpu`, `reboot`, `inspect`)"),
     _f(_X, "nodehealth_xid_follower_up", GAUGE, ("state",), "1 while the kernel-log XID follower runs (state "
        "label: alive, dead, absent, off)", values={"state": ("alive", "dead", "absent", "off")}),
+    # ---------------------------------------------------------------- NCCL self-test
+    _f(_N, "nodehealth_nccl_busbw_gbps", GAUGE, ("mode",), "Bus bandwidth of the largest size in the last NCCL "
+       "self-test (GB/s as nccl-tests prints it)", values={"mode": NCCL_MODES},
+       note="out-of-place; absent when the run gave no result row"),
+    _f(_N, "nodehealth_nccl_floor_gbps", GAUGE, ("mode",), "The floor the self-test's bus bandwidth is judged "
+       "against (GB/s): FAIL under fail_fraction of it, WARN under warn_fraction", values={"mode": NCCL_MODES},
+       note="from nodehealth/data/nccl_floors.toml or the node's own <mode>_floor_gbps; absent: no floor"),
+    _f(_N, "nodehealth_nccl_selftest_status", GAUGE, ("mode",), "Result of the last NCCL self-test per mode: "
+       "0 OK, 1 SKIPPED, 2 WARN, 3 UNKNOWN, 4 FAIL", values={"mode": NCCL_MODES}),
+    _f(_N, "nodehealth_nccl_transport_info", INFO, ("mode", "transport"), "What carried the last NCCL "
+       "self-test's traffic, from its NCCL_DEBUG=INFO lines (value 1)",
+       values={"mode": NCCL_MODES, "transport": NCCL_TRANSPORTS},
+       note="`ib`: NET/IB (RoCE, SHARP, IBext plugins); `socket`: NET/Socket; `p2p`: only paths inside the "
+            "node (P2P, SHM, NVLS)"),
+    _f(_N, "nodehealth_nccl_last_run_timestamp_seconds", GAUGE, ("mode",), "Unix time the last NCCL self-test "
+       "of this mode ended", "seconds", values={"mode": NCCL_MODES},
+       note="the daemon runs it every [checks.nccl_selftest] interval_s while the node is idle"),
+    _f(_N, "nodehealth_nccl_run_duration_seconds", GAUGE, ("mode",), "Wall time of the last NCCL self-test run "
+       "of this mode", "seconds", values={"mode": NCCL_MODES}),
     # ---------------------------------------------------------------- Slurm
     _f(_S, "nodehealth_slurm_node_drained", GAUGE, (), "1 when Slurm has this node drained (any reason)"),
     _f(_S, "nodehealth_slurm_node_drained_by_nodehealth", GAUGE, (), "1 when the drain reason is ours "

@@ -50,6 +50,38 @@ def report_families(report: Report) -> Iterator[Metric]:
     yield from (status, duration)
     yield one("nodehealth_node_status", int(report.status))
     yield one("nodehealth_node_failing_checks", sum(1 for r in report.results if r.status == Status.FAIL))
+    yield from nccl_families(report)
+
+
+NCCL_CHECK = "nccl_selftest"
+
+
+def nccl_families(report: Report) -> Iterator[Metric]:
+    """The NCCL self-test's families from its result's details (``runs``: one entry per mode)."""
+    result = next((r for r in report.results if r.name == NCCL_CHECK), None)
+    runs = result.details.get("runs") if result is not None else None
+    if not isinstance(runs, dict) or not runs:
+        return
+    names = ("nodehealth_nccl_busbw_gbps", "nodehealth_nccl_floor_gbps", "nodehealth_nccl_selftest_status",
+             "nodehealth_nccl_transport_info", "nodehealth_nccl_last_run_timestamp_seconds",
+             "nodehealth_nccl_run_duration_seconds")
+    bw, floor, status, transport, last, took = (new(n) for n in names)
+    for mode, run in sorted(runs.items()):
+        if not isinstance(run, dict):
+            continue
+        if isinstance(run.get("busbw_gbps"), (int, float)):
+            bw.add([mode], run["busbw_gbps"])
+        if isinstance(run.get("floor_gbps"), (int, float)):
+            floor.add([mode], run["floor_gbps"])
+        if run.get("status") in Status.__members__:
+            status.add([mode], int(Status[run["status"]]))
+        if run.get("transport"):
+            transport.add([mode, str(run["transport"])], 1)
+        if isinstance(run.get("finished_at"), (int, float)) and run["finished_at"] > 0:
+            last.add([mode], run["finished_at"])
+        if isinstance(run.get("elapsed_s"), (int, float)):
+            took.add([mode], run["elapsed_s"])
+    yield from (bw, floor, status, transport, last, took)
 
 
 # Per-GPU families with one sample per GPU: how to read the value (None: no sample).
