@@ -12,7 +12,7 @@ PY39   ?= $(shell bash scripts/find-python39.sh)
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml nvml-matrix
+.PHONY: man all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml nvml-matrix
 
 all: test
 
@@ -65,6 +65,10 @@ nvml-matrix: $(STAMP) fakenvml
 		echo "== the NVML tests under nvidia-ml-py $$v =="; \
 		PYTHONPATH=.matrix/pynvml-$$v $(BIN)/python -m pytest -q -p no:cacheprovider $(NVML_TESTS) || exit 1; \
 	done
+
+# Man pages from the argument parsers (argparse-manpage): build/man/nodehealth.8 and the faces'.
+man: $(STAMP)
+	$(BIN)/python scripts/gen-man.py build/man
 
 bench: $(STAMP) fakenvml
 	$(BIN)/python bench/check_latency.py
