@@ -140,7 +140,10 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path):
 
 def test_list_checks_and_version():
     proc = run_cli("list-checks")
-    assert proc.returncode == 0 and "gpu_remapped_rows" in proc.stdout and "prolog" in proc.stdout
+    assert proc.returncode == 0 and "gpu_remapped_rows" in proc.stdout and "epilog" in proc.stdout
+    table = json.loads(run_cli("list-checks", "--format", "json").stdout)
+    assert {r["cost"] for r in table} >= {"cheap"} and any(r["uses"] for r in table)
+    assert all(r["timeout_s"] > 0 and r["needs"] for r in table)
     lines = run_cli("--version").stdout.strip().splitlines()
     assert lines[0].startswith(f"nodehealth {__version__}")
     assert lines[1].startswith("nvidia-ml-py ") and lines[2].startswith("NVIDIA driver: ")  # not reachable here

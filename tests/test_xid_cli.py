@@ -43,11 +43,23 @@ def test_scan_file_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows[0]["action"] == "reset_gpu"
 
 
-def test_scan_no_xid_log_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run("xid", "scan", "--from", str(FIXTURES / "xid_logs" / "hf_m4logs_jeanzay_dmesg_T_no_xid.log")) == 0
+def test_scan_no_xid_log_says_so_on_stderr_and_prints_no_event(capsys: pytest.CaptureFixture[str]) -> None:
+    log = FIXTURES / "xid_logs" / "hf_m4logs_jeanzay_dmesg_T_no_xid.log"
+    assert run("xid", "scan", "--from", str(log)) == 0
     captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == ""
+    assert captured.out == ""  # stdout stays the events only (a pipe sees nothing)
+    lines = len(log.read_bytes().splitlines())
+    assert captured.err == f"nodehealth xid scan: read {lines} line(s) from {log}: no XID event\n"
+
+
+def test_kmsg_records_get_a_wall_clock_time() -> None:
+    from nodehealth.commands.xid import format_event
+    from nodehealth.xid.events import XidEvent
+
+    event = XidEvent(xid=79, pci="0000:3b:00", kind="xid", pid=None, process=None, message="x", time=None,
+                     uptime_s=100.0, seq=1, raw="")
+    assert format_event(event, booted=1796000000.0).startswith("2026-11-30T")  # 1796000100 UTC
+    assert format_event(event).startswith("- ")
 
 
 def test_scan_stdin_mixed_formats(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,20 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from nodehealth.registry import CHECKS, PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list-checks", help="list the checks nodehealth knows")
+    p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    width = max(len(s.name) for s in CHECKS)
-    print(f"{'NAME':<{width}}  {'DEFAULT':<8} {'COST':<6} {'PHASES':<40} DESCRIPTION")
+def rows() -> list[dict[str, object]]:
+    from nodehealth.config.schema import default_checks
+
+    defaults = default_checks()
+    out = []
     for spec in CHECKS:
-        phases = ",".join(p for p in PHASES if p in spec.phases)
-        default = "on" if spec.default_enabled else "off"
-        print(f"{spec.name:<{width}}  {default:<8} {spec.cost:<6} {phases:<40} {spec.summary}")
+        phases = [p for p in PHASES if p in spec.phases]
+        out.append({"name": spec.name, "default": spec.default_enabled, "cost": spec.cost, "phases": phases,
+                    "needs": list(spec.needs), "uses": list(spec.uses),
+                    "timeout_s": defaults[spec.name].timeout_s, "description": spec.summary})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    table = rows()
+    if args.format == "json":
+        print(json.dumps(table, indent=2))
+        return 0
+    width = max(len(str(r["name"])) for r in table)
+    print(f"{'NAME':<{width}}  {'DEFAULT':<7} {'COST':<5} {'TIMEOUT':<7} {'PHASES':<22} {'PROBES':<28} DESCRIPTION")
+    for r in table:
+        phases = r["phases"]
+        assert isinstance(phases, list)
+        where = "all" if len(phases) == len(PHASES) else ",".join(phases)
+        probes = ",".join(map(str, r["needs"])) + (f" (+{','.join(map(str, r['uses']))})" if r["uses"] else "")
+        print(f"{r['name']:<{width}}  {'on' if r['default'] else 'off':<7} {r['cost']:<5} "
+              f"{r['timeout_s']:<7g} {where:<22} {probes:<28} {r['description']}")
     return 0

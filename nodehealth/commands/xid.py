@@ -204,7 +204,8 @@ def run_scan(args: argparse.Namespace) -> int:
             lines = split_lines(_file_chunks(fh))
         attribute_fn = _attributor(cfg, gpus, live)
         try:
-            _emit(scan(lines, stats), catalog, args.format, out, attribute_fn)
+            _emit(scan(lines, stats), catalog, args.format, out, attribute_fn,
+                  booted=boot_time() if live and not args.journal else None)
         finally:
             if args.source not in (None, "-") and not args.journal:
                 fh.close()
@@ -218,6 +219,10 @@ def run_scan(args: argparse.Namespace) -> int:
     except OSError as exc:
         where = args.source if args.source not in (None, "-") else "standard input"
         return _error("scan", f"cannot read {where}: {exc.strerror or exc}")
+    where = ("the journal" if args.journal else args.kmsg if args.source is None
+             else "standard input" if args.source == "-" else args.source)
+    found = f"{stats.events} XID event(s)" if stats.events else "no XID event"
+    print(f"nodehealth xid scan: read {stats.lines} line(s) from {where}: {found}", file=sys.stderr)
     if stats.skipped:
         print(f"nodehealth xid scan: skipped {stats.skipped} of {stats.lines} lines "
               f"({stats.too_long} too long, {stats.invalid} not text)", file=sys.stderr)
@@ -250,18 +255,19 @@ def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
 
 
 def _emit(events: Iterable[XidEvent], catalog: Catalog, fmt: str, out: IO[str],
-          attribute_fn: Optional[Attributor] = None) -> None:
+          attribute_fn: Optional[Attributor] = None, booted: Optional[float] = None) -> None:
     for event in events:
         judged = enrich(attribute_fn(event) if attribute_fn is not None else event, catalog)
-        _print_event(judged, fmt, out)
+        _print_event(judged, fmt, out, booted=booted)
     out.flush()
 
 
-def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False) -> None:
+def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False,
+                 booted: Optional[float] = None) -> None:
     if fmt == "json":
         out.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
     else:
-        out.write(format_event(event) + "\n")
+        out.write(format_event(event, booted) + "\n")
     if flush:
         out.flush()
 
@@ -304,13 +310,29 @@ def run_clear(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_event(event: XidEvent) -> str:
+def boot_time(procfs_root: str = "/proc") -> Optional[float]:
+    """When this machine booted (Unix time), from ``/proc/uptime``; None when unreadable."""
+    try:
+        with open(os.path.join(procfs_root, "uptime"), encoding="ascii") as fh:
+            return time.time() - float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def format_event(event: XidEvent, booted: Optional[float] = None) -> str:
     """One readable line: when, what, which GPU, our verdict, who, and the driver's words.
 
+    ``booted``: this boot's start, to give a kernel record (uptime seconds) its wall-clock time.
     Everything that comes from the kernel log (or the job ledger) is made printable and bounded
     (``nodehealth.xid.text``): no control character or terminal escape reaches the terminal.
     """
-    parts = [printable(event.time) if event.time is not None else "-"]
+    if event.time is not None:
+        when = printable(event.time)
+    elif event.uptime_s is not None and booted is not None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(booted + event.uptime_s))
+    else:
+        when = "-"
+    parts = [when]
     parts.append(f"XID {event.xid}")
     if event.mnemonic:
         parts.append(printable(event.mnemonic))
