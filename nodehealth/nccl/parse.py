@@ -150,6 +150,11 @@ class _Layout:
         for g in self.groups:
             last += g[:4]
         self.needed = max(last) + 1 if self.groups else 0
+        # The usual layout (two full groups, counts, microseconds) is read without the general path.
+        self.fast: Optional[tuple[int, ...]] = None
+        if len(self.groups) == 2 and not self.time_ms and self.type >= 0 and self.redop >= 0 \
+                and all(g[3] >= 0 and g[4] == "count" for g in self.groups):
+            self.fast = (self.size, self.count, self.type, self.redop, *self.groups[0][:4], *self.groups[1][:4])
 
     @property
     def valid(self) -> bool:
@@ -192,6 +197,17 @@ def _row(tokens: list[str], layout: _Layout) -> PerfRow:
     """One table row; ValueError/IndexError when the tokens do not make one."""
     if len(tokens) < layout.needed:
         raise IndexError("row has too few fields")
+    fast = layout.fast
+    if fast is not None:
+        w0, w1 = tokens[fast[7]], tokens[fast[11]]
+        if w0.isdigit() and w1.isdigit():
+            try:
+                return PerfRow(
+                    int(tokens[fast[0]]), int(tokens[fast[1]]), tokens[fast[2]], tokens[fast[3]],
+                    float(tokens[fast[4]]), float(tokens[fast[5]]), float(tokens[fast[6]]), int(w0),
+                    float(tokens[fast[8]]), float(tokens[fast[9]]), float(tokens[fast[10]]), int(w1))
+            except ValueError:
+                pass  # N/A, a negative size...: the general path says which
     size = int(tokens[layout.size])
     count = int(tokens[layout.count])
     if size < 0 or count < 0:
@@ -256,19 +272,54 @@ def _parse_text(text: str) -> PerfResult:
     nccl_version = tests_version = collective = None
     tables = 0
     first_failure = 0
+    rank_ids: set[str] = set()
+    layouts: dict[tuple[str, ...], _Layout] = {}  # the same header again (runs concatenated): same layout
 
     for no, raw in _lines(text):
-        s = raw.strip()
-        if not s:
-            continue
-        c = s[0]
+        tokens = None
+        if raw[:1] == "#":  # most lines of a run: the header and the footer
+            body = raw[1:].strip()
+            if not body or body[0] == "(":  # "#" alone, the units row
+                continue
+            if body[0] == "R" and body.startswith("Rank"):
+                parts = body.split(None, 2)
+                if len(parts) > 2 and parts[1] not in rank_ids and parts[1].isdigit():
+                    m = _RANK_RE.match(body)
+                    if m:
+                        rank_ids.add(parts[1])
+                        ranks[int(m.group(1))] = m.group(5).strip()
+                continue
+            s = raw
+            c = "#"
+        else:
+            tokens = raw.split()
+            if not tokens:
+                continue
+            t0 = tokens[0]
+            fast = layout.fast if layout is not None else None
+            if fast is not None and t0.isdigit() and len(tokens) >= layout.needed:  # type: ignore[union-attr]
+                # the usual row, read in place (see _row for the general path)
+                w0, w1 = tokens[fast[7]], tokens[fast[11]]
+                if w0.isdigit() and w1.isdigit():
+                    try:
+                        rows.append(PerfRow(
+                            int(t0), int(tokens[fast[1]]), tokens[fast[2]], tokens[fast[3]],
+                            float(tokens[fast[4]]), float(tokens[fast[5]]), float(tokens[fast[6]]), int(w0),
+                            float(tokens[fast[8]]), float(tokens[fast[9]]), float(tokens[fast[10]]), int(w1)))
+                        continue
+                    except ValueError:
+                        pass
+            s = raw.strip()
+            c = s[0]
         if c not in _NOISE_START:
             s = strip_prefix(s).strip()
             if not s:
                 continue
             c = s[0]
+            tokens = None
         if "0" <= c <= "9":
-            tokens = s.split()
+            if tokens is None:
+                tokens = s.split()
             if not tokens[0].isdigit():  # "0: " (srun --label), a timestamp
                 s = strip_prefix(s).strip()
                 tokens = s.split()
@@ -300,7 +351,7 @@ def _parse_text(text: str) -> PerfResult:
         b0 = body[0]
         if b0 == "(":
             continue  # units row
-        if body.startswith("Rank"):
+        if body.startswith("Rank"):  # '#' lost to Markdown
             m = _RANK_RE.match(body)
             if m:
                 ranks.setdefault(int(m.group(1)), m.group(5).strip())
@@ -308,7 +359,8 @@ def _parse_text(text: str) -> PerfResult:
         if b0 == "s" or b0 == "b":  # "size count ..." / "bytes N ..." column names
             names = body.split()
             if len(names) >= 6 and names[0] in ("size", "bytes") and "algbw" in names:
-                lay = _Layout(names, no)
+                key = tuple(names)
+                lay = layouts.get(key) or layouts.setdefault(key, _Layout(names, no))
                 if lay.valid:
                     layout, header_line = lay, no
                     tables += 1
@@ -376,7 +428,7 @@ def _parse_text(text: str) -> PerfResult:
 
 def _keep(warnings: list[str], line: str) -> None:
     if len(warnings) < _MAX_WARNINGS:
-        warnings.append(line[:500])
+        warnings.append(line.strip()[:500])
 
 
 # ---------------------------------------------------------------- -J JSON
