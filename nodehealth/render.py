@@ -11,10 +11,13 @@ from nodehealth.model import Report, Status
 _COLORS = {Status.OK: "32", Status.SKIPPED: "2", Status.WARN: "33", Status.UNKNOWN: "35", Status.FAIL: "1;31"}
 
 
-def text(report: Report, color: bool = False) -> str:
+def text(report: Report, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
+    """One line per check (``quiet``: only those not OK or SKIPPED; ``verbose``: with details)."""
     width = max((len(r.name) for r in report.results), default=10)
     lines = []
     for r in report.results:
+        if quiet and r.status < Status.WARN:
+            continue
         label = _paint(f"{r.status.name:<7}", r.status, color)
         gpu = f"GPU {r.gpu}: " if r.gpu is not None and f"GPU {r.gpu}" not in r.summary else ""
         action = f"  [action: {r.action.value}]" if r.status >= Status.WARN else ""
@@ -22,6 +25,8 @@ def text(report: Report, color: bool = False) -> str:
         tip = hint(r)
         if tip:
             lines.append(f"{'':7} {'':<{width}}  -> {tip}")
+        if verbose and r.details:
+            lines.append(f"{'':7} {'':<{width}}  details: {json.dumps(r.details, default=_default)}")
     lines.append(verdict_line(report, color))
     return "\n".join(lines) + "\n"
 

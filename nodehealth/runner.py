@@ -10,6 +10,7 @@ UNKNOWN result with the error text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -22,7 +23,7 @@ from nodehealth.config.lean import node_name
 from nodehealth.config.loader import phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.model import CheckResult, Report, Status
-from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
 from nodehealth.probes import PROBES, Probe, ProbeContext
 from nodehealth.registry import CheckSpec, select
 
@@ -65,12 +66,15 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
             clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
             environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
-            look_only: bool = False, own_budget_s: Optional[float] = None) -> Outcome:
+            look_only: bool = False, own_budget_s: Optional[float] = None,
+            gpus: Optional[tuple[int, ...]] = None) -> Outcome:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
     ``budget_s``: what is left of the caller's deadline, when less than the phase's budget.
     ``look_only``: a look by hand (``--dry-run``, ``check --as``): no probe asks slurmctld or writes.
+    ``gpus``: judge only these GPUs (NVML indexes; ``check -i``): the others are left out of the
+    snapshot the checks see (NVML's count stays the node's).
     ``own_budget_s``: the budget of a run that is not one of the phase's rounds (the daemon's
     scheduled NCCL self-test, ``nodehealth nccl run``), instead of the phase's.
     """
@@ -96,6 +100,9 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase, look_only=look_only)
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
+    if gpus is not None and isinstance(obs.nvml, NvmlSnapshot):
+        chosen = dataclasses.replace(obs.nvml, gpus=tuple(g for g in obs.nvml.gpus if g.index in gpus))
+        obs = dataclasses.replace(obs, nvml=chosen)
     results = []
     for spec in specs:
         ctx = Context(name=spec.name, phase=phase, node=name, expected_gpus=config.gpu.expected_count)

@@ -155,6 +155,19 @@ def test_internal_error_is_exit_3(monkeypatch, capsys):
     def explode(*a, **k):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(runner, "run", explode)
+    monkeypatch.setattr(runner, "execute", explode)
     assert main(["check", "--simulate", str(SCEN / "healthy-8x-h100.toml")]) == 3
     assert "internal error: RuntimeError: bug" in capsys.readouterr().err
+
+
+def test_gpu_selection_quiet_and_verbose():
+    scen = str(SCEN / "fabric-not-registered.toml")
+    proc = run_cli("check", "--simulate", scen, "-i", "2,3", "-q")
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 1 and lines[0].startswith("FAIL    gpu_fabric") and "GPU 2-3:" in lines[0]
+    assert not any(ln.startswith(("OK", "SKIPPED", "config:")) for ln in lines)  # -q: only what is not OK
+    ok = run_cli("check", "--simulate", str(SCEN / "row-remap-pending.toml"), "--gpu", "0,2")  # the fault is GPU 1
+    assert ok.returncode == 0, ok.stdout
+    verbose = run_cli("check", "--simulate", str(SCEN / "healthy-8x-h100.toml"), "--only", "nvml", "-v")
+    assert '"simulated": true' in verbose.stdout
+    assert run_cli("check", "-i", "two").returncode == 2

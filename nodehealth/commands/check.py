@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Optional
 
 from nodehealth import render
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
@@ -29,8 +30,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "nothing")
     p.add_argument("--job", metavar="ID", help="with --as: the job (SLURM_JOB_ID)")
     p.add_argument("--gpus", metavar="LIST", help="with --as: the job's GPUs (SLURM_JOB_GPUS, e.g. 0,1)")
+    p.add_argument("-i", "--gpu", metavar="LIST", help="judge only these GPUs (NVML indexes, e.g. 0,3)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-q", "--quiet", action="store_true", help="text: only what is not OK, and the verdict")
+    out.add_argument("-v", "--verbose", action="store_true", help="text: each result's details too")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
+
+
+def gpu_list(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    if text is None:
+        return None
+    try:
+        out = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise UsageError(f"-i/--gpu: {text!r} is not a list of GPU indexes like 0,3") from None
+    if not out or min(out) < 0:
+        raise UsageError(f"-i/--gpu: {text!r} is not a list of GPU indexes like 0,3")
+    return out
 
 
 def check_names(groups: list[list[str]]) -> tuple[str, ...]:
@@ -57,15 +74,18 @@ def run(args: argparse.Namespace) -> int:
             return _as_face(args)
         if args.job or args.gpus:
             raise UsageError("--job and --gpus go with --as prolog|epilog|healthcheck")
+        gpus = gpu_list(args.gpu)
         cfg = load_config(args)
     except UsageError as exc:
         return fail_usage(exc)
-    report = runner.run(cfg, phase=args.phase, only=only)
+    report = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus).report
     if args.format == "json":
         sys.stdout.write(render.as_json(report))
     else:
-        sys.stdout.write(f"config: {config_file(args)}\n")
-        sys.stdout.write(render.text(report, color=use_color(sys.stdout)))
+        if not args.quiet:
+            sys.stdout.write(f"config: {config_file(args)}\n")
+        sys.stdout.write(render.text(report, color=use_color(sys.stdout), quiet=args.quiet,
+                                     verbose=args.verbose))
     return exit_code(report.status, cfg.policy.unknown)
 
 
