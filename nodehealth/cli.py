@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nodehealth", description="Health checks for GPU nodes of a Slurm cluster.")
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version, commit, nvidia-ml-py and the NVIDIA driver, and exit")
+    parser.set_defaults(root_parser=parser)  # for `completion`, which describes the whole parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)

@@ -164,7 +164,16 @@ def test_reason_sanitised_and_capped() -> None:
     assert text.startswith("nodehealth: gpu_x: GPU 1: bad state")
     for bad in ('"', "'", "\n", "\x00", "\x1b", "`", "$", ";", "=", "\\"):
         assert bad not in text
-    assert text.endswith("...")
+    assert text.endswith(("...", "(+1 more finding)"))
+
+
+def test_reason_keeps_whole_findings_and_counts_the_rest() -> None:
+    summary = "GPU 0-7: NVLink 1,2 inactive; GPU 3: NVLink 4: 2000 replays; GPU 5: NVLink 9: 90 recoveries"
+    text = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=110)
+    assert text == ("nodehealth: gpu_nvlink: GPU 0-7: NVLink 1,2 inactive / GPU 3: NVLink 4: 2000 replays "
+                    "(+1 more finding)")
+    whole = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=200)
+    assert whole.endswith("GPU 5: NVLink 9: 90 recoveries") and "..." not in whole
 
 
 @given(st.text(max_size=600), st.integers(min_value=40, max_value=300))

@@ -16,18 +16,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def script(shell: str) -> str:
+def script(parser: argparse.ArgumentParser, name: str) -> str:
     import shtab
 
-    from nodehealth.cli import build_parser
-
-    text: str = shtab.complete(build_parser(), shell=shell)
+    text: str = shtab.complete(parser, name)  # the shell, positionally
     return text
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = script(args.shell)
+        text = script(args.root_parser, args.shell)
     except ImportError:
         print("nodehealth: completion needs the shtab package (pip install 'nodehealth[completion]')",
               file=sys.stderr)

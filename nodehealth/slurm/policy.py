@@ -24,9 +24,20 @@ REASON_MAX = 200
 
 
 def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -> str:
-    """``nodehealth: <check>: <summary>`` (plus ``(+N more)``), sanitised and capped."""
+    """``nodehealth: <check>: <summary>`` (plus ``(+N more)``), sanitised and capped.
+
+    A summary of several findings (``; ``-separated, most severe first) keeps as many *whole*
+    findings as fit and says how many were left out; only a first finding too long by itself is cut.
+    """
     extra = f" (+{more} more)" if more > 0 else ""
-    body = sanitize(f"{result.name}: {result.summary}", limit)
+    findings = result.summary.split("; ")
+    for keep in range(len(findings), 0, -1):
+        left = len(findings) - keep
+        tail = (f" (+{left} more finding{'s' if left > 1 else ''})" if left else "") + extra
+        text = sanitize(f"{PREFIX} {result.name}: {' / '.join(findings[:keep])}", limit) + tail  # ';' is dropped
+        if len(text) <= limit and not text[:len(text) - len(tail)].endswith("..."):
+            return text
+    body = sanitize(f"{result.name}: {' / '.join(findings)}", limit)
     text = sanitize(f"{PREFIX} {body}", limit - len(extra)) + extra
     return text[:limit]
 
