@@ -414,3 +414,14 @@ def test_command_non_utf8_file(tmp_path):
     p.write_bytes((FIXTURES / "gcm_single_node_8xA100.txt").read_bytes().replace(b"{hostname}", b"\xff\xfe"))
     code, out, _ = run(["parse", str(p), "--format", "json"])
     assert code == 0 and json.loads(out)["avg_busbw_gbps"] == 210.99
+
+
+def test_rows_built_in_place_equal_the_dataclass():
+    from nodehealth.nccl.parse import _new_row
+    from nodehealth.nccl.results import PerfRow
+
+    values = (8, 2, "float", "sum", 1.0, 2.0, 3.0, 0, 4.0, 5.0, 6.0, 1)
+    row = _new_row(values)
+    assert row == PerfRow(*values) and hash(row) == hash(PerfRow(*values)) and repr(row) == repr(PerfRow(*values))
+    with pytest.raises(AttributeError):
+        row.size_bytes = 1  # type: ignore[misc]

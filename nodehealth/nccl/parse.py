@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nodehealth.nccl.results import ParseError, PerfResult, PerfRow
 
@@ -193,6 +194,17 @@ def _wrong(tok: str, kind: str) -> Optional[int]:
     return int(value)
 
 
+_ROW_FIELDS = tuple(PerfRow.__dataclass_fields__)
+
+
+def _new_row(values: tuple[Any, ...]) -> PerfRow:
+    """``PerfRow(*values)`` at half the cost: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; filling the instance dict at once gives the same object (equal, hashable)."""
+    row = object.__new__(PerfRow)
+    row.__dict__.update(zip(_ROW_FIELDS, values))
+    return row
+
+
 def _row(tokens: list[str], layout: _Layout) -> PerfRow:
     """One table row; ValueError/IndexError when the tokens do not make one."""
     if len(tokens) < layout.needed:
@@ -273,6 +285,8 @@ def _parse_text(text: str) -> PerfResult:
     tables = 0
     first_failure = 0
     rank_ids: set[str] = set()
+    fast_get: Optional[Callable[[list[str]], tuple[str, ...]]] = None  # the current layout's usual row
+    fast_need = 0
     layouts: dict[tuple[str, ...], _Layout] = {}  # the same header again (runs concatenated): same layout
 
     for no, raw in _lines(text):
@@ -295,17 +309,13 @@ def _parse_text(text: str) -> PerfResult:
             tokens = raw.split()
             if not tokens:
                 continue
-            t0 = tokens[0]
-            fast = layout.fast if layout is not None else None
-            if fast is not None and t0.isdigit() and len(tokens) >= layout.needed:  # type: ignore[union-attr]
-                # the usual row, read in place (see _row for the general path)
-                w0, w1 = tokens[fast[7]], tokens[fast[11]]
-                if w0.isdigit() and w1.isdigit():
+            if fast_get is not None and len(tokens) >= fast_need:
+                # the usual row, read in place (_row is the general path, and says why a row is not one)
+                sz, ct, ty, op, t1, a1, b1, w1, t2, a2, b2, w2 = fast_get(tokens)
+                if sz.isdigit() and ct.isdigit() and w1.isdigit() and w2.isdigit():
                     try:
-                        rows.append(PerfRow(
-                            int(t0), int(tokens[fast[1]]), tokens[fast[2]], tokens[fast[3]],
-                            float(tokens[fast[4]]), float(tokens[fast[5]]), float(tokens[fast[6]]), int(w0),
-                            float(tokens[fast[8]]), float(tokens[fast[9]]), float(tokens[fast[10]]), int(w1)))
+                        rows.append(_new_row((int(sz), int(ct), ty, op, float(t1), float(a1), float(b1), int(w1),
+                                              float(t2), float(a2), float(b2), int(w2))))
                         continue
                     except ValueError:
                         pass
@@ -363,6 +373,8 @@ def _parse_text(text: str) -> PerfResult:
                 lay = layouts.get(key) or layouts.setdefault(key, _Layout(names, no))
                 if lay.valid:
                     layout, header_line = lay, no
+                    fast_get = operator.itemgetter(*lay.fast) if lay.fast else None
+                    fast_need = lay.needed
                     tables += 1
                 continue
         if body.startswith("Out of bounds values"):
