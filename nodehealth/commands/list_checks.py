@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from nodehealth.registry import CHECKS, PHASES
 
@@ -14,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def rows() -> list[dict[str, object]]:
+def rows() -> list[dict[str, Any]]:
     from nodehealth.config.schema import default_checks
 
     defaults = default_checks()
@@ -36,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'NAME':<{width}}  {'DEFAULT':<7} {'COST':<5} {'TIMEOUT':<7} {'PHASES':<22} {'PROBES':<28} DESCRIPTION")
     for r in table:
         phases = r["phases"]
-        assert isinstance(phases, list)
         where = "all" if len(phases) == len(PHASES) else ",".join(phases)
         probes = ",".join(map(str, r["needs"])) + (f" (+{','.join(map(str, r['uses']))})" if r["uses"] else "")
         print(f"{r['name']:<{width}}  {'on' if r['default'] else 'off':<7} {r['cost']:<5} "
