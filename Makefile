@@ -96,3 +96,28 @@ $(FAKENVML)/build/%/libnvidia-ml.so.1: $(FAKENVML_SRC) $(FAKENVML)/build/%/expor
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .matrix $(FAKENVML)/build
+
+# Distribution packages (docs/install.md). The tree git tracks (uncommitted edits included) is staged
+# into build/pkg/; packaging/vendor.sh fetches the pinned nvidia-ml-py and python-hostlist (and, for
+# RHEL 9, tomli) from PyPI at build time, or copies them from NODEHEALTH_VENDOR_FROM=DIR.
+# DEB_VERSION=0.1.0+1 adds a changelog entry (a rebuild at a higher version, as CI's upgrade check does).
+PKG_BUILD   := build/pkg
+PKG_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' nodehealth/__init__.py)
+DEB_VERSION ?=
+DIST        ?= dist
+
+.PHONY: deb rpm deb-check lintian
+
+deb:
+	@bash scripts/build-deb.sh "$(PKG_BUILD)/deb" "$(DIST)" "$(DEB_VERSION)"
+
+lintian: deb
+	lintian --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-explained $(DIST)/nodehealth_*.deb
+
+rpm:
+	@bash scripts/build-rpm.sh "$(PKG_BUILD)/rpm" "$(DIST)" "$(PKG_VERSION)"
+
+# CI only (.ci/run, as root on a throwaway machine): builds from a clean clone of HEAD, installs,
+# runs, upgrades and purges the .deb on this machine. Never part of `make test`.
+deb-check:
+	@bash scripts/deb-check.sh

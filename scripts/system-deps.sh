@@ -3,6 +3,11 @@
 # (CI, a fresh Debian 12 machine); otherwise names what to install and stops.
 set -euo pipefail
 packages=(python3 python3-venv python3-pip make gcc libc6-dev slurmctld slurmd slurm-client munge prometheus systemd)
+# The distribution packages (make deb, make rpm, lintian; docs/install.md) and the journald tests:
+# the systemd bindings from Debian, libsystemd headers for the venv's `systemd` extra.
+packages+=(debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-wheel
+           python3-psutil python3-prometheus-client python3-systemd libsystemd-dev pkg-config
+           devscripts lintian rpm fakeroot git)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
