@@ -10,12 +10,23 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from nodehealth.commands import check, completion, config_cmd, daemon, list_checks, nccl, status, validate, xid
+from nodehealth.commands import (
+    check,
+    completion,
+    config_cmd,
+    daemon,
+    list_checks,
+    nccl,
+    preflight,
+    status,
+    validate,
+    xid,
+)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 # Each command module: register(subparsers) adds its parser and sets func=(args) -> int.
-COMMANDS = (check, status, list_checks, config_cmd, xid, daemon, validate, nccl, completion)
+COMMANDS = (check, status, list_checks, config_cmd, xid, daemon, validate, nccl, preflight, completion)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,189 @@
+"""One rank of ``nodehealth preflight``: local facts, the exchange, and (rank 0) the allocation's report.
+
+Time: every deadline counts from the process's start (``platform.deadline``), as srun starts
+all tasks together. The local checks get half the timeout; the ring peers are awaited until
+``timeout - margin``; rank 0 collects until ``timeout`` and everyone else awaits the verdict
+until ``timeout + VERDICT_GRACE_S``. A shared directory that hangs (a stuck NFS mount) cannot
+hold a rank past ``timeout + WATCHDOG_S``: a watchdog prints why and ends the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Mapping, Optional
+
+from nodehealth.config.schema import Config
+from nodehealth.platform.deadline import process_age_s
+from nodehealth.preflight import exchange, hygiene, judge, local
+from nodehealth.preflight.ranks import Rank
+
+VERDICT_GRACE_S = 3.0
+CLOSE_GRACE_S = 2.0
+WATCHDOG_S = 10.0
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+@dataclass
+class Options:
+    shared_dir: str
+    paths: tuple[str, ...] = ()
+    checkpoints: tuple[str, ...] = ()
+    nccl: bool = False
+    expect_ib: bool = False
+    nccl_timeout_s: float = 60.0
+    drain: bool = False
+    timeout_s: float = 10.0
+    fmt: str = "text"
+    local_checks: bool = True  # False: the coordination only (the scale bench)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _watchdog(until: float, node: str, where: str, out: IO[str]) -> None:
+    def body() -> None:
+        left = until - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+        out.write(f"FAIL {node}: preflight did not finish by its deadline: {where} did not answer "
+                  "(a hung mount?)\n")
+        out.flush()
+        os._exit(EXIT_FAIL)
+
+    threading.Thread(target=body, name="preflight-watchdog", daemon=True).start()
+
+
+def local_report(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
+                 started: float) -> dict[str, Any]:
+    rep: dict[str, Any] = {"rank": rank.rank, "node": rank.node, "pid": os.getpid(), "expect_ib": opts.expect_ib}
+    if not opts.local_checks or cfg is None:
+        return rep
+    from nodehealth import runner
+
+    pending = local.start_paths(opts.paths, opts.checkpoints, max(0.5, opts.timeout_s * 0.4))
+    budget = max(0.5, opts.timeout_s * 0.5 - (time.monotonic() - started))
+    outcome = runner.execute(cfg, phase="prolog", node=rank.node, environ=environ, budget_s=budget, look_only=True)
+    rep["health"] = local.health(outcome.report, cfg.policy.unknown)
+    try:
+        rep["daemon_fault"] = local.daemon_fault(environ)
+    except Exception as exc:  # noqa: BLE001 - the daemon's verdict is extra evidence, never required
+        rep["daemon_fault"] = None
+        rep["daemon_note"] = f"{type(exc).__name__}: {exc}"
+    rep["paths"] = pending.collect(cfg.paths.procfs_root)
+    rep["facts"] = local.facts(outcome.observations)
+    if opts.nccl:
+        rep["nccl"] = local.nccl(cfg, opts.expect_ib, opts.nccl_timeout_s, rank.node)
+    if opts.drain and rep["health"]["hardware"]:
+        rep["drain"] = drain(cfg, rank, outcome.report, environ)
+    return rep
+
+
+def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> dict[str, Any]:
+    """This node's hardware fault through the one drain sequence (``slurm.act.on_fault``: ownership, breaker)."""
+    from nodehealth.platform.deadline import Deadline
+    from nodehealth.slurm import act
+    from nodehealth.slurm.client import Scontrol
+    from nodehealth.statedir import layout
+
+    said: list[str] = []
+    deadline = Deadline(max(1.0, 2 * cfg.slurm.timeout_s))
+    client = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf, environ)
+    actor = act.Actor(cfg=cfg, node=rank.node, phase="manual", client=client, deadline=deadline,
+                      log=lambda message, notable=False: said.append(message),
+                      boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=rank.job_id)
+    got = act.on_fault(actor, report)
+    if got.outcome.drained_by_us:
+        return {"ok": True, "outcome": got.outcome.value, "text": f"drained ({said[-1] if said else 'ours'})"}
+    text = said[-1] if said else got.outcome.value
+    if got.outcome == act.Outcome.UNREACHABLE and "denied" in text.lower():
+        text += " (draining needs Slurm operator rights: ask an administrator, or run without --drain)"
+    ok = got.outcome in (act.Outcome.OTHER, act.Outcome.HELD, act.Outcome.DISABLED)
+    return {"ok": ok, "outcome": got.outcome.value, "text": f"not drained: {text}"}
+
+
+def preflight(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
+              out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
+              clock: Callable[[], float] = time.monotonic) -> int:
+    started = clock() - process_age_s()
+    total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
+    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock)
+    _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, ex.dir, out)
+    hyg: dict[str, Any] = {}
+    if rank.leader and opts.local_checks:
+        nodelist = environ.get("SLURM_JOB_NODELIST", "")
+
+        def hygiene_body() -> None:
+            hyg["result"] = hygiene.check(environ, scontrol, slurm_conf, rank.job_id, nodelist,
+                                          rank.nodelist, execute=_execute)
+        t = threading.Thread(target=hygiene_body, name="preflight-hygiene", daemon=True)
+        t.start()
+    try:
+        ex.open_dir()
+    except OSError as exc:
+        out.write(f"FAIL {rank.node}: cannot use the shared directory {opts.shared_dir}: {exc}\n")
+        return EXIT_FAIL
+    try:
+        rep = local_report(cfg, rank, opts, environ, started)
+    except Exception as exc:  # noqa: BLE001 - a node we cannot check is named, the exchange still runs
+        rep = {"rank": rank.rank, "node": rank.node, "error": f"{type(exc).__name__}: {exc}"}
+    rep["shared"] = shared_mount(opts.shared_dir, cfg)
+    ex.publish(rep)
+    margin = min(1.0, opts.timeout_s * 0.25)
+    view = ex.ring(started + total - margin)
+    if not rank.leader:
+        v = ex.await_verdict(started + total + VERDICT_GRACE_S)
+        if v is None:
+            ex.leave_unshared()
+            blind = ", ".join(f"{rank.node_of(int(p))} {got}" for p, got in view["peers"].items())
+            sh = rep["shared"]
+            out.write(f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
+                      f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                      f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n")
+            return EXIT_FAIL
+        ex.leave()
+        return EXIT_OK if v.get("ok") else EXIT_FAIL
+    g = ex.gather(started + total)
+    nodes = list(rank.nodelist) or [str(g.reports.get(r, {}).get("node") or f"rank{r}") for r in range(rank.size)]
+    for r, doc in g.reports.items():  # a rank's own name wins over the list's
+        if doc.get("node"):
+            nodes[r] = str(doc["node"])
+    findings = judge.visibility(nodes, g.reports, g.peer_views, opts.shared_dir, total)
+    for r, doc in sorted(g.reports.items()):
+        findings += judge.local(nodes[r], doc)
+    findings += judge.consistency(g.reports, nodes)
+    notes: list[str] = []
+    if rank.leader and opts.local_checks:
+        t.join(max(0.0, hygiene.CALL_S * 2 - (clock() - started)))
+        more, notes = hyg.get("result", ([], ["note: job hygiene not checked (scontrol did not finish)"]))
+        findings += more
+    v = judge.verdict(findings)
+    ex.announce(v)
+    leftovers = ex.close(clock() + CLOSE_GRACE_S)
+    if leftovers:
+        notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
+    head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir,
+            "elapsed_s": clock() - started}
+    if opts.fmt == "json":
+        doc = {**head, "nodes": nodes, "verdict": v, "findings": [f.to_json() for f in findings], "notes": notes,
+               "ops_rank0": ex.ops.to_json(), "reports": {nodes[r]: d for r, d in sorted(g.reports.items())}}
+        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    else:
+        out.write(judge.render_text(nodes, findings, head, notes))
+    out.flush()
+    return EXIT_OK if v["ok"] else EXIT_FAIL
+
+
+def _execute(argv: Any, timeout_s: float, env: Optional[Mapping[str, str]] = None) -> Any:
+    from nodehealth.platform.proc import run
+
+    return run(argv, timeout_s, env=env)
+
+
+def shared_mount(path: str, cfg: Optional[Config]) -> dict[str, Any]:
+    entries = local.mountinfo(cfg.paths.procfs_root if cfg is not None else "/proc")
+    e = local.containing_mount(entries, os.path.realpath(path))
+    return {"dir": path, "fstype": e.fstype if e else None, "mount": e.mount_point if e else None,
+            "source": e.source if e else None}
