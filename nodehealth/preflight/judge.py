@@ -66,7 +66,7 @@ def local(node: str, rep: Mapping[str, Any]) -> list[Finding]:
     out = []
     h = rep.get("health") or {}
     for res in h.get("results", ()):
-        sev = "FAIL" if res.get("status") == "FAIL" or (res.get("status") == "UNKNOWN" and h.get("failed")) else "WARN"
+        sev = "FAIL" if res.get("fails") else "WARN"
         out.append(Finding(sev, node, f"{res.get('name')} {res.get('status')}: {res.get('summary')}"))
     d = rep.get("daemon_fault")
     if d:

@@ -125,8 +125,8 @@ def health(report: Report, unknown_policy: str) -> dict[str, Any]:
     return {"status": report.status.name,
             "failed": bool(failing),
             "hardware": any(r.action in HARDWARE_ACTIONS for r in failing),
-            "results": [{"name": r.name, "status": r.status.name, "summary": r.summary, "action": r.action.value}
-                        for r in bad]}
+            "results": [{"name": r.name, "status": r.status.name, "summary": r.summary, "action": r.action.value,
+                         "fails": r in failing} for r in bad]}
 
 
 def daemon_fault(environ: Mapping[str, str]) -> Optional[dict[str, Any]]:

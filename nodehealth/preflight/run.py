@@ -40,6 +40,7 @@ class Options:
     timeout_s: float = 10.0
     fmt: str = "text"
     local_checks: bool = True  # False: the coordination only (the scale bench)
+    ops_file: str = ""  # where to write this rank's shared-FS operation counts (the scale bench)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,7 +65,7 @@ def local_report(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapp
     from nodehealth import runner
 
     pending = local.start_paths(opts.paths, opts.checkpoints, max(0.5, opts.timeout_s * 0.4))
-    budget = max(0.5, opts.timeout_s * 0.5 - (time.monotonic() - started))
+    budget = max(2.0, opts.timeout_s * 0.6 - (time.monotonic() - started))
     outcome = runner.execute(cfg, phase="prolog", node=rank.node, environ=environ, budget_s=budget, look_only=True)
     rep["health"] = local.health(outcome.report, cfg.policy.unknown)
     try:
@@ -107,9 +108,21 @@ def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> d
 def preflight(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
               out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
               clock: Callable[[], float] = time.monotonic) -> int:
+    """This rank's part; the exit code (every rank: 0 the allocation passed, 1 it failed)."""
+    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock)
+    try:
+        return _preflight(ex, cfg, rank, opts, environ, out, scontrol, slurm_conf, clock)
+    finally:
+        if opts.ops_file:
+            with open(opts.ops_file, "w", encoding="utf-8") as fh:
+                json.dump({"rank": rank.rank, **ex.ops.to_json()}, fh)
+
+
+def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
+              out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
+              clock: Callable[[], float] = time.monotonic) -> int:
     started = clock() - process_age_s()
     total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
-    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock)
     _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, ex.dir, out)
     hyg: dict[str, Any] = {}
     if rank.leader and opts.local_checks:
