@@ -1,0 +1,215 @@
+"""The distribution packages (docs/install.md): the .deb built by scripts/build-deb.sh and the RPM by
+scripts/build-rpm.sh, each into a temporary directory, then inspected with dpkg-deb, lintian and rpm.
+Nothing is installed: the .deb is unpacked with ``dpkg -x`` into the test's directory and its programs run
+from there. Installing, upgrading and purging it happens in CI only (scripts/deb-check.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nodehealth.sim.driver import BRANCHES
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSION = re.search(r'__version__ = "(.*)"', (ROOT / "nodehealth" / "__init__.py").read_text()).group(1)  # type: ignore[union-attr]
+SYSTEM_PYTHON = "/usr/bin/python3"
+SITE = "usr/lib/python3/dist-packages"
+HAVE_DEB = all(shutil.which(t) for t in ("dpkg-buildpackage", "dh", "pybuild", "dpkg-deb"))
+HAVE_RPM = shutil.which("rpmbuild") is not None
+needs_deb = pytest.mark.skipif(not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, "
+                               "dh-python, pybuild-plugin-pyproject)")
+needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian package rpm; make system-deps)")
+SCRIPTS = ("nodehealth", "nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
+
+
+def run(*cmd: str, **kw) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def _build(script: str, work: Path, dist: Path, *extra: str) -> Path:
+    res = run("bash", str(ROOT / "scripts" / script), str(work), str(dist), *extra, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (pkg,) = [p for p in dist.iterdir() if p.suffix in (".deb", ".rpm")]
+    return pkg
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAVE_DEB:
+        pytest.skip("Debian build tools missing (make system-deps)")
+    top = tmp_path_factory.mktemp("deb")
+    return _build("build-deb.sh", top / "work", top / "dist")
+
+
+@pytest.fixture(scope="module")
+def rpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAVE_RPM:
+        pytest.skip("rpmbuild missing (make system-deps)")
+    top = tmp_path_factory.mktemp("rpm")
+    return _build("build-rpm.sh", top / "work", top / "dist", VERSION)
+
+
+def deb_field(deb: Path, field: str) -> str:
+    return run("dpkg-deb", "-f", str(deb), field).stdout.strip()
+
+
+def deb_files(deb: Path) -> set[str]:
+    out = run("dpkg-deb", "-c", str(deb)).stdout
+    return {line.split(None, 5)[5].split(" -> ")[0].lstrip(".").rstrip("/") for line in out.splitlines()}
+
+
+@pytest.mark.real
+@needs_deb
+def test_deb_depends_on_debian_packages_and_vendors_the_rest(deb: Path) -> None:
+    depends = {d.split()[0] for d in re.split(r",\s*|\s*\|\s*", deb_field(deb, "Depends"))}
+    assert {"python3-psutil", "python3-prometheus-client", "python3-systemd", "python3-tomli"} <= depends
+    assert not {d for d in depends if "nvml" in d or "hostlist" in d}, depends
+    assert deb_field(deb, "Version") == VERSION
+
+
+@pytest.mark.real
+@needs_deb
+def test_deb_installs_what_the_cluster_names(deb: Path) -> None:
+    files = deb_files(deb)
+    expected = {f"/usr/bin/{s}" for s in SCRIPTS} | {
+        "/lib/systemd/system/nodehealth.service", "/etc/nodehealth/nodehealth.toml",
+        "/usr/lib/tmpfiles.d/nodehealth.conf", "/usr/share/doc/nodehealth/daemon.md",
+        "/usr/share/doc/nodehealth/copyright", "/usr/share/man/man8/nodehealth.8.gz",
+        "/usr/share/man/man8/nodehealth-prolog.8.gz", "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
+        "/usr/share/nodehealth/deploy/slurm/slurm.conf.example", f"/{SITE}/nodehealth-vendor.pth",
+        f"/{SITE}/nodehealth/_vendor/pynvml.py", f"/{SITE}/nodehealth/_vendor/hostlist.py",
+        f"/{SITE}/nodehealth/_vendor/hostlist.COPYING", f"/{SITE}/nodehealth/cli.py",
+        f"/{SITE}/nodehealth/data/xid_catalog.toml",
+    } | {f"/{SITE}/nodehealth/sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
+    assert expected - files == set()
+    assert not [f for f in files if f.endswith(".pyc")]  # compiled at install by dh_python3's postinst
+    assert not [f for f in files if f.startswith("/usr/local") or "/build/pkg" in f]
+
+
+@pytest.mark.real
+@needs_deb
+def test_deb_control_files(deb: Path, tmp_path: Path) -> None:
+    run("dpkg-deb", "-e", str(deb), str(tmp_path / "ctl"), check=True)
+    ctl = tmp_path / "ctl"
+    assert (ctl / "conffiles").read_text().split() == ["/etc/nodehealth/nodehealth.toml"]
+    assert not (ctl / "shlibs").exists() and not (ctl / "triggers").exists()
+    postinst = (ctl / "postinst").read_text()
+    assert "py3compile -p nodehealth" in postinst  # bytecode at install
+    assert "systemd-tmpfiles" in postinst  # the state dir, 0755 root
+    # Never started; enabled again on upgrade only where an administrator had enabled it.
+    assert "deb-systemd-invoke" not in postinst
+    assert re.search(r"was-enabled 'nodehealth.service'; then\s+#[^\n]*\n\s+deb-systemd-helper enable", postinst)
+    assert postinst.count("deb-systemd-helper enable") == 1
+    assert "py3clean -p nodehealth" in (ctl / "prerm").read_text()
+    postrm = (ctl / "postrm").read_text()
+    assert "rm -rf /run/nodehealth" in postrm and "deb-systemd-helper purge" in postrm
+
+
+@pytest.mark.real
+@needs_deb
+@pytest.mark.skipif(shutil.which("lintian") is None, reason="lintian missing (make system-deps)")
+def test_deb_lintian_clean(deb: Path) -> None:
+    res = run("lintian", "--fail-on", "error,warning", "--suppress-tags-from-file",
+              str(ROOT / "packaging" / "debian" / "lintian-explained"), str(deb))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not [line for line in res.stdout.splitlines() if line[:2] in ("E:", "W:")], res.stdout
+
+
+@pytest.fixture(scope="module")
+def unpacked(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("unpacked")
+    run("dpkg", "-x", str(deb), str(root), check=True)
+    return root
+
+
+def run_unpacked(root: Path, *argv: str) -> subprocess.CompletedProcess:
+    """The package's nodehealth from the unpacked tree, under Debian's Python with its dist-packages: the
+    site dir is added as site.py adds an installed one (the vendor .pth included)."""
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:]; "
+            "from nodehealth.cli import main; sys.exit(main())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NODEHEALTH_", "VIRTUAL_ENV"))}
+    return run(SYSTEM_PYTHON, "-I", "-c", code, str(root / SITE), *argv, env=env, cwd=root)
+
+
+@pytest.mark.real
+@needs_deb
+@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="no /usr/bin/python3")
+def test_unpacked_deb_runs_a_shipped_scenario(unpacked: Path) -> None:
+    assert VERSION in run_unpacked(unpacked, "--version").stdout
+    scenarios = unpacked / "usr/share/nodehealth/scenarios"
+    ok = run_unpacked(unpacked, "check", "--simulate", str(scenarios / "healthy-8x-h100.toml"), "-q")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = run_unpacked(unpacked, "check", "--simulate", str(scenarios / "row-remap-pending.toml"), "-q")
+    assert bad.returncode == 1 and "gpu_remapped_rows" in bad.stdout, bad.stdout + bad.stderr
+    mods = run(SYSTEM_PYTHON, "-I", "-c", "import site, sys; site.addsitedir(sys.argv[1]); import pynvml, hostlist; "
+               "print(pynvml.__file__); print(hostlist.__file__)", str(unpacked / SITE)).stdout
+    assert mods.count(str(unpacked / SITE / "nodehealth" / "_vendor")) == 2, mods
+
+
+def rpm_q(pkg: Path, *query: str) -> list[str]:
+    res = run("rpm", "-qp", *query, str(pkg))
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+@pytest.mark.real
+@needs_rpm
+def test_rpm_file_list(rpm: Path) -> None:
+    files = set(rpm_q(rpm, "-l"))
+    site = "/usr/lib/python3.9/site-packages"
+    expected = {f"/usr/bin/{s}" for s in SCRIPTS} | {
+        "/usr/lib/systemd/system/nodehealth.service", "/etc/nodehealth/nodehealth.toml", "/run/nodehealth",
+        "/usr/lib/tmpfiles.d/nodehealth.conf", f"{site}/nodehealth/cli.py", f"{site}/nodehealth-vendor.pth",
+        f"{site}/nodehealth/_vendor/pynvml.py", f"{site}/nodehealth/_vendor/hostlist.py",
+        f"{site}/nodehealth/_vendor/tomli/__init__.py", f"{site}/nodehealth-{VERSION}.dist-info/entry_points.txt",
+        "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
+    } | {f"{site}/nodehealth/sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
+    assert expected - files == set()
+    assert any(m.startswith("/usr/share/man/man8/nodehealth-prolog.8") for m in files)
+    pyc = [f for f in files if f.endswith(".pyc")]
+    assert f"{site}/nodehealth/faces/__pycache__/prolog.cpython-39.pyc" in pyc or any(".cpython-3" in f for f in pyc)
+    assert len(pyc) >= len([f for f in files if f.startswith(f"{site}/nodehealth/") and f.endswith(".py")])
+    assert rpm_q(rpm, "-c") == ["/etc/nodehealth/nodehealth.toml"]
+    assert "/etc/nodehealth/nodehealth.toml" in rpm_q(rpm, "--configfiles")
+
+
+@pytest.mark.real
+@needs_rpm
+def test_rpm_requires_and_provides(rpm: Path) -> None:
+    requires = {r.split()[0] for r in rpm_q(rpm, "--requires")}
+    assert {"python3", "python3-psutil", "python3-prometheus_client", "python3-systemd", "/usr/bin/python3"} <= requires
+    assert not [r for r in requires if r.startswith("/root") or "pyenv" in r or "nvml" in r.lower()], requires
+    provides = rpm_q(rpm, "--provides")
+    assert not [p for p in provides if "libnvidia-ml" in p], provides  # the simulated driver stays private
+    assert "bundled(python3dist(nvidia-ml-py)) = 13.615.71" in provides
+
+
+@pytest.mark.real
+@needs_rpm
+def test_rpm_scriptlets_never_enable_the_unit(rpm: Path) -> None:
+    scripts = "\n".join(rpm_q(rpm, "--scripts"))
+    assert "systemd-tmpfiles --create nodehealth.conf" in scripts
+    assert "disable --now nodehealth.service" in scripts and "rm -rf /run/nodehealth" in scripts
+    assert "systemctl enable" not in scripts and "systemctl start" not in scripts
+
+
+def test_vendor_pins_satisfy_pyproject() -> None:
+    pins = dict(re.findall(r'^([A-Z]+)_PIN=(\S+)$', (ROOT / "packaging" / "vendor.sh").read_text(), re.M))
+    pyproject = (ROOT / "pyproject.toml").read_text()
+
+    def version(pin: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in pin.split("==")[1].split("."))
+
+    for key, dist in (("NVML", "nvidia-ml-py"), ("HOSTLIST", "python-hostlist"), ("TOMLI", "tomli")):
+        floor = re.search(rf'"{dist}>=([\d.]+)', pyproject).group(1)  # type: ignore[union-attr]
+        assert version(pins[key]) >= tuple(int(x) for x in floor.split(".")), (dist, pins[key], floor)
+    spec = (ROOT / "packaging" / "rpm" / "nodehealth.spec").read_text()
+    for key, dist in (("NVML", "nvidia-ml-py"), ("HOSTLIST", "python-hostlist"), ("TOMLI", "tomli")):
+        assert f"bundled(python3dist({dist})) = {pins[key].split('==')[1]}" in spec
+    assert f"Version:        {VERSION}" in spec
+    assert (ROOT / "packaging" / "debian" / "changelog").read_text().startswith(f"nodehealth ({VERSION})")
