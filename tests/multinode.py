@@ -1,0 +1,92 @@
+"""A private multi-node Slurm on one machine: one munged, one slurmctld, one slurmd per node, each
+slurmd in its own UTS namespace (hostname = node name), optionally in its own mount namespace
+with an empty tmpfs over a directory ("shared storage missing on that node").
+
+Follows shared/notes/slurm-multinode.md; reuses ``tests/slurm_cluster.py``'s helpers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+from slurm_cluster import _free_port, wait_for
+
+
+class MultiNode:
+    def __init__(self, nodes: Sequence[str], private: Sequence[str] = ()) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="nh-multi."))
+        self.nodes, self.private = list(nodes), set(private)
+        self.conf = self.root / "etc" / "slurm.conf"
+        self.shared = self.root / "shared"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with open(self.root / "log" / f"{name}.stdio", "ab") as log:
+            self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, cwd=self.root, start_new_session=True)
+
+    def start(self) -> MultiNode:
+        r = self.root
+        for d in ("etc", "state", "spool", "log", "run", "munge", "shared"):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(r, 0o755)
+        os.chmod(r / "munge", 0o755)
+        key = r / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+        lines = ["ClusterName=nhmulti", "SlurmctldHost=vm(127.0.0.1)", f"SlurmctldPort={_free_port()}",
+                 "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/munge.socket",
+                 "CredType=cred/munge", f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
+                 f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+                 f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
+                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+                 "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
+                 "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
+                 "SchedulerParameters=batch_sched_delay=0", "MpiDefault=none", "MailProg=/bin/true",
+                 "ReturnToService=2"]
+        for n in self.nodes:
+            lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=2 RealMemory=1000 State=UNKNOWN")
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        lines[1] = f"SlurmctldHost={os.uname().nodename.split('.')[0]}(127.0.0.1)"
+        self.conf.write_text("\n".join(lines) + "\n")
+        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={r}/munge/munge.socket",
+                               f"--key-file={key}", f"--pid-file={r}/munge/munged.pid",
+                               f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
+        wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
+        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
+        wait_for(lambda: self.run("/usr/bin/scontrol", "ping").returncode == 0, 15, "slurmctld up")
+        for n in self.nodes:
+            if n in self.private:
+                argv = ["/usr/bin/unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
+                        f"mount -t tmpfs -o size=1m nh-empty {self.shared} && hostname {n} && "
+                        f"exec /usr/sbin/slurmd -D -N {n}"]
+            else:
+                argv = ["/usr/bin/unshare", "--uts", "sh", "-c", f"hostname {n} && exec /usr/sbin/slurmd -D -N {n}"]
+            self._spawn(f"slurmd-{n}", argv)
+        idle = ["idle", str(len(self.nodes))]
+        wait_for(lambda: self.run("/usr/bin/sinfo", "-h", "-o", "%T %D").stdout.split() == idle, 30, "all nodes idle")
+        return self
+
+    def run(self, *argv: str, timeout: float = 60, cwd: Optional[str] = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+    def stop(self) -> None:
+        self.run("/usr/bin/scancel", "--user=root")
+        for name in [k for k in self.procs if k.startswith("slurmd")] + ["slurmctld", "munged"]:
+            p = self.procs.pop(name, None)
+            if p is None:
+                continue
+            p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if not os.environ.get("NODEHEALTH_KEEP_SLURM"):
+            shutil.rmtree(self.root, ignore_errors=True)
