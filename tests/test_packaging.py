@@ -27,7 +27,7 @@ needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian pa
 SCRIPTS = ("nodehealth", "nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
 
 
-def run(*cmd: str, **kw) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+def run(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
