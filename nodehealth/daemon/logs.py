@@ -8,6 +8,8 @@ import threading
 from typing import Any, Callable, Optional
 
 PRIORITIES = {"err": 3, "warning": 4, "notice": 5, "info": 6, "debug": 7}
+# A result's status as a priority, when the caller gives a status and no priority of its own.
+BY_STATUS = {"FAIL": "err", "UNKNOWN": "warning", "WARN": "warning", "OK": "info", "SKIPPED": "info"}
 
 
 class Log:
@@ -26,7 +28,11 @@ class Log:
 
         return cls(journal=journal_sender())
 
-    def __call__(self, message: str, priority: str = "info", **fields: Any) -> None:
+    def __call__(self, message: str, priority: Optional[str] = None, **fields: Any) -> None:
+        """``log(message, "warning", check="gpu_ecc", gpu=3, job="12", status="FAIL")``: the fields become
+        ``NODEHEALTH_CHECK=``, ``NODEHEALTH_GPU=``, ... in the journal (``journalctl NODEHEALTH_CHECK=gpu_ecc``)."""
+        if priority is None:
+            priority = BY_STATUS.get(str(fields.get("status", "")), "info")
         with self._lock:
             self.lines.append(message)
             del self.lines[:-self.keep]
