@@ -1,0 +1,116 @@
+"""preflight --drain (the faces' drain sequence, refused cleanly without operator rights) and
+--nccl --expect-ib (each node's self-test through the all_reduce_perf double), with local ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCEN = ROOT / "tests" / "fixtures" / "slurm"
+FAKE_NCCL = ROOT / "tests" / "fakes" / "all_reduce_perf"
+A100 = ROOT / "tests" / "fixtures" / "nccl_selftest" / "gcm_single_node_8xA100.txt"
+
+# A logging scontrol: `show node(s)` answers from nodes.json, `update` drains (or is refused).
+SCONTROL = '''#!{python}
+import json, os, sys
+d = {d!r}
+with open(d + "/calls.jsonl", "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+if os.path.exists(d + "/refuse") and sys.argv[1] == "update":
+    print("slurm_update error: Access/permission denied", file=sys.stderr)
+    sys.exit(1)
+nodes = json.load(open(d + "/nodes.json"))
+args = sys.argv[1:]
+if args[:2] == ["show", "node"] or args[:1] == ["show"]:
+    for name, (state, reason) in nodes.items():
+        line = f"NodeName={{name}} Arch=x86_64 Gres=gpu:8 State={{state}} Partitions=p"
+        if reason:
+            line += f" Reason={{reason}} [root@2026-11-29T21:45:19]"
+        print(line)
+elif args[0] == "update":
+    kv = dict(a.split("=", 1) for a in args[1:])
+    state, reason = nodes[kv["nodename"]]
+    nodes[kv["nodename"]] = [state + "+DRAIN", kv["reason"]] if kv["state"] == "drain" else [state, None]
+    json.dump(nodes, open(d + "/nodes.json", "w"))
+'''
+
+
+def _setup(tmp: Path, scenarios: dict[str, Path], extra: str = "") -> Path:
+    fake = tmp / "scontrol"
+    fake.write_text(SCONTROL.format(python=sys.executable, d=str(tmp)))
+    fake.chmod(0o755)
+    (tmp / "nodes.json").write_text(json.dumps({n: ["ALLOCATED", None] for n in scenarios}))
+    for node, scen in scenarios.items():
+        (tmp / f"nh-{node}.toml").write_text(
+            f'[nvml]\nsimulate = "{scen}"\n[paths]\nstate_dir = "{tmp}/state-{node}"\n'
+            f'[slurm]\nscontrol = "{fake}"\ntimeout_s = 5\n{extra}')
+    shared = tmp / "shared"
+    shared.mkdir()
+    return shared
+
+
+def _run(tmp: Path, shared: Path, nodes: list[str], args: tuple[str, ...], env_extra: dict[str, str]) -> tuple[
+        dict[int, int], str]:
+    procs = {}
+    n = len(nodes)
+    for r, node in enumerate(nodes):
+        env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS=str(n), SLURM_NODEID=str(r), SLURMD_NODENAME=node,
+                   SLURM_JOB_ID="88", SLURM_STEP_ID="0", SLURM_JOB_NODELIST=",".join(nodes), SLURM_NNODES=str(n),
+                   SLURM_CONF="/nonexistent/slurm.conf", **env_extra)
+        procs[r] = subprocess.Popen([sys.executable, "-m", "nodehealth", "preflight", "--shared-dir", str(shared),
+                                     "--config", str(tmp / "nh-%n.toml"), *args], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    outs = {r: p.communicate(timeout=120)[0] for r, p in procs.items()}
+    return {r: p.returncode for r, p in procs.items()}, "".join(outs.values())
+
+
+def _updates(tmp: Path) -> list[list[str]]:
+    p = tmp / "calls.jsonl"
+    calls = [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+    return [c for c in calls if c and c[0] == "update"]
+
+
+def test_drain_drains_only_the_faulty_node_with_our_reason(tmp_path: Path) -> None:
+    shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "remap-pending.toml"})
+    codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--drain",), {})
+    assert set(codes.values()) == {1}, out
+    (upd,) = _updates(tmp_path)
+    assert upd[1] == "nodename=n2" and upd[2] == "state=drain", upd
+    assert upd[3].startswith("reason=nodehealth: gpu_remapped_rows"), upd
+    assert "drained" in out and not any(shared.iterdir())
+
+
+def test_drain_without_operator_rights_is_refused_cleanly(tmp_path: Path) -> None:
+    shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "remap-pending.toml"})
+    (tmp_path / "refuse").write_text("")
+    codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--drain",), {})
+    assert set(codes.values()) == {1}, out  # the verdict is the same: the allocation fails
+    assert "not drained" in out and "Traceback" not in out, out
+    assert json.loads((tmp_path / "nodes.json").read_text())["n2"] == ["ALLOCATED", None]
+
+
+def test_no_drain_without_the_flag(tmp_path: Path) -> None:
+    shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "remap-pending.toml"})
+    codes, out = _run(tmp_path, shared, ["n1", "n2"], (), {})
+    assert set(codes.values()) == {1} and _updates(tmp_path) == [], out
+
+
+@pytest.mark.parametrize(("outcome", "ok"), [("replay", True), ("socket", False)])
+def test_nccl_expect_ib_names_a_socket_path(tmp_path: Path, outcome: str, ok: bool) -> None:
+    extra = (f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE_NCCL}"\nrunner = "nccl-tests"\ngpus = 8\n'
+             'gpu_model = "NVIDIA A100-SXM4-80GB"\n')
+    shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "healthy.toml"}, extra)
+    env = {"FAKE_NCCL_FIXTURE": str(A100)}
+    codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--nccl", "--expect-ib"), {**env, "FAKE_NCCL": outcome})
+    if ok:
+        assert set(codes.values()) == {0}, out
+    else:
+        assert set(codes.values()) == {1}, out
+        assert "NET/Socket" in out or "socket" in out.lower(), out
+    assert not any(shared.iterdir())
