@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import shutil
 from typing import Any
 
@@ -40,9 +41,12 @@ def _preflight(c: MultiNode, *srun: str) -> Any:
 def test_healthy_allocation_passes(cluster: MultiNode) -> None:
     for n in ("n1", "n2", "n3", "n4"):
         _scenario(cluster, n, "healthy.toml")
+    t0 = time.monotonic()
     res = _preflight(cluster, "-w", "n[1-3]")
+    wall = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
     assert "verdict: PASS (3 node(s)" in res.stdout
+    print(f"healthy 3-node preflight through srun: {wall:.2f} s")  # the goal is <= 3 s (bench: docs/performance.md)
     assert os.listdir(cluster.shared) == []
 
 
