@@ -121,3 +121,9 @@ rpm:
 # runs, upgrades and purges the .deb on this machine. Never part of `make test`.
 deb-check:
 	@bash scripts/deb-check.sh
+
+# CI only (.ci/run): the Ansible role (deploy/ansible/), --syntax-check and a check-mode run against localhost;
+# ansible-core goes into build/ansible-venv, not the project's .venv.
+.PHONY: ansible-check
+ansible-check:
+	@bash scripts/ansible-check.sh
