@@ -113,6 +113,17 @@ def test_daemon_logs_through_the_real_library():
     assert out["stderr"] == ""  # the journal took them: no stderr copy
 
 
+def _python_for_debians_bindings() -> str:
+    """A Python with the checkout's dependencies that can load Debian's python3-systemd (a C extension built
+    for Debian's Python version): this one when its version matches, else the project's .venv (make test builds
+    it first; under `make pytest39` this process is a 3.9)."""
+    want = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                          text=True).stdout.strip()
+    if want == str(sys.version_info[:2]):
+        return sys.executable
+    return str(ROOT / ".venv" / "bin" / "python")
+
+
 JOURNAL_REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
                        if os.path.exists(p)), None)
 
@@ -148,7 +159,7 @@ def test_xid_scan_journal_reads_the_real_journal(tmp_path):
     # The checkout's venv Python (hostlist, pynvml), Debian's python3-systemd appended after them.
     # In the namespace: a tmpfs over /run (the host's /run is not touched), the file at /run/log/journal.
     res = subprocess.run(["unshare", "-m", "sh", "-c", "mount --make-rprivate / && mount -t tmpfs nodehealth-test "
-                          f"/run && mkdir -p /run/log/journal && exec {sys.executable} {script}"],
+                          f"/run && mkdir -p /run/log/journal && exec {_python_for_debians_bindings()} {script}"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode in (0, 1), res.stdout + res.stderr
     events = json.loads(res.stdout)
