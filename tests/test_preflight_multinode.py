@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
 import shutil
+import time
 from typing import Any
 
 import pytest
