@@ -38,8 +38,11 @@ def main() -> int:
     pages.update({f"nodehealth-{face}": face_parser(face) for face in WHAT})
     for name, parser in pages.items():
         parser.prog = name
+        summary = ("node-health checks for the GPU nodes of a Slurm cluster" if name == "nodehealth"
+                   else f"the Slurm {WHAT[name.split('-', 1)[1]]} of nodehealth")
         page = Manpage(parser, _data={"project_name": "nodehealth", "version": __version__,
-                                      "manual_section": FACE_SECTION, "manual_title": "nodehealth"})
+                                      "manual_section": FACE_SECTION, "manual_title": "nodehealth",
+                                      "description": summary})
         (out / f"{name}.{FACE_SECTION}").write_text(str(page), encoding="utf-8")
     return 0
 

@@ -142,7 +142,7 @@ def append_ledger(run: Run, event: str) -> None:
 def log_report(run: Run, report: Report) -> None:
     for r in report.results:
         if r.status >= Status.WARN:
-            run.log(f"{r.status.name} {r.name}: {r.summary}")
+            run.log(f"{r.status.name} {r.name}: {r.summary}", check=r.name, gpu=r.gpu, status=r.status.name)
     run.log(f"{report.status.name}: {len(report.results)} checks in {report.duration_s:.2f} s")
     if report.status == Status.UNKNOWN and run.cfg.policy.unknown == "pass":
         run.log("nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy",
