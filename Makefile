@@ -29,7 +29,7 @@ demo: $(STAMP) fakenvml
 	@echo "== a node with a pending row remap on GPU 1 (expect FAIL, exit 1) =="
 	@$(BIN)/nodehealth check --simulate examples/scenarios/row-remap-pending.toml; echo "(exit $$?, as expected)"
 	@echo
-	@echo "== a healthy 8x H100 node (expect HEALTHY, exit 0) =="
+	@echo "== a healthy 8x H100 node (expect OK, exit 0) =="
 	@$(BIN)/nodehealth check --simulate examples/scenarios/healthy-8x-h100.toml
 
 lint: $(STAMP)
