@@ -152,8 +152,9 @@ MODELS: Dict[str, Dict[str, Any]] = {
         "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
         "nvlink": {"links": 8, "counters": True},
         "retired_pages_supported": False, "remapped_rows_supported": True,
-        # the published node runs with ECC disabled
-        "ecc_enabled": False, "persistence_mode": True, "fabric": "completed", "form_factor": "sxm",
+        # The published node runs with ECC disabled, an operator's choice (data-center GPUs ship with
+        # ECC on): the model's default is on, so a healthy H800 scenario is healthy.
+        "ecc_enabled": True, "persistence_mode": True, "fabric": "completed", "form_factor": "sxm",
     },
     "H100-PCIE-80GB": {
         "name": "NVIDIA H100 PCIe", "pci_device_id": 0x233110DE, "architecture": ARCH_HOPPER, "cc": "9.0",
