@@ -92,8 +92,9 @@ MODELS: Dict[str, Dict[str, Any]] = {
         "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
         "nvlink": {"links": 12, "counters": True},
         "retired_pages_supported": False, "remapped_rows_supported": True,
-        # the Azure sample runs without persistence mode
-        "ecc_enabled": True, "persistence_mode": False,
+        # The Azure sample runs without persistence mode, a host setting (nvidia-persistenced): the
+        # model's default is a well-run node's, persistence on (a scenario of that VM sets it off).
+        "ecc_enabled": True, "persistence_mode": True,
         # NVSwitch HGX, but GPU fabric info is Hopper+ (nvml.h); both A100 samples print Fabric State N/A
         "fabric": "not_supported", "form_factor": "sxm",
     },
