@@ -37,23 +37,31 @@ def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
     """Start ``n`` ranks (``skip``: never started; ``kill``: SIGKILLed once its report is written)."""
     ops_dir = tempfile.mkdtemp(prefix="nh-pf-ops.")
     nodes = f"node[{0:04d}-{n - 1:04d}]" if n > 1 else "node0000"
-    procs = {}
+    procs: dict[int, subprocess.Popen[str]] = {}
     t0 = time.monotonic()
-    for r in range(n):
-        if r == skip:
-            continue
+
+    def start(r: int) -> None:
         env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS=str(n), SLURM_NODEID=str(r),
                    SLURMD_NODENAME=f"node{r:04d}", SLURM_JOB_ID="4242", SLURM_STEP_ID="0",
                    SLURM_JOB_NODELIST=nodes, SLURM_NNODES=str(n))
         procs[r] = subprocess.Popen([sys.executable, __file__, "--worker", shared, str(timeout),
                                      os.path.join(ops_dir, f"{r}.json")], env=env,
                                     stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True)
+
+    # The killed rank must die between its report and what it saw of its peers: its next peer in
+    # the ring starts only after the kill, so the killed rank cannot have finished first.
+    held = None if kill is None or n < 2 else (kill + 1) % n
+    for r in range(n):
+        if r != skip and r != held:
+            start(r)
     if kill is not None:
         token = os.path.join(shared, ".nodehealth-preflight-4242-0", f"r{kill}.json")
         end = time.monotonic() + timeout
         while not os.path.exists(token) and time.monotonic() < end:
             time.sleep(0.005)
         procs[kill].kill()
+        if held is not None and held != skip:
+            start(held)
     report = procs[0].communicate(timeout=timeout + 60)[0] if 0 in procs else ""
     codes = {r: p.wait(timeout=timeout + 60) for r, p in procs.items()}
     wall = time.monotonic() - t0
