@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
-from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
+from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.parse import ScanStats, scan, split_lines
 from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
@@ -205,7 +205,7 @@ def run_scan(args: argparse.Namespace) -> int:
         attribute_fn = _attributor(cfg, gpus, live)
         try:
             _emit(scan(lines, stats), catalog, args.format, out, attribute_fn,
-                  booted=boot_time() if live and not args.journal else None)
+                  booted=boot_time(cfg.paths.procfs_root) if live and not args.journal else None)
         finally:
             if args.source not in (None, "-") and not args.journal:
                 fh.close()
@@ -237,7 +237,6 @@ def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
     if not live:
         return lambda event: attribute(event, gpus)
     from nodehealth.statedir import ledger as job_ledger
-    from nodehealth.xid.kmsg import boot_time
     from nodehealth.xid.process_job import live_job
 
     btime = boot_time(cfg.paths.procfs_root)
@@ -308,15 +307,6 @@ def run_clear(args: argparse.Namespace) -> int:
         return _error("clear", str(exc))
     print(f"cleared {total} XID event(s), {drain} of them drain-class, from {store_path(cfg.paths.state_dir)}")
     return EXIT_OK
-
-
-def boot_time(procfs_root: str = "/proc") -> Optional[float]:
-    """When this machine booted (Unix time), from ``/proc/uptime``; None when unreadable."""
-    try:
-        with open(os.path.join(procfs_root, "uptime"), encoding="ascii") as fh:
-            return time.time() - float(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def format_event(event: XidEvent, booted: Optional[float] = None) -> str:
