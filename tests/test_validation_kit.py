@@ -393,7 +393,7 @@ def test_evidence_runs_only_read_only_programs_by_absolute_path(tmp_path):
     t0 = time.monotonic()
     out = evidence.run_readonly([str(slow)], 0.5)
     assert out.rc is None and "did not finish" in (out.error or "") and time.monotonic() - t0 < 5
-    missing = evidence.kernel_lines(lambda line: True, str(tmp_path / "no-such-kmsg"))
+    missing = kit.kernel_lines(lambda line: True, str(tmp_path / "no-such-kmsg"))
     assert missing.notes and str(tmp_path / "no-such-kmsg") in missing.notes[0]
 
 

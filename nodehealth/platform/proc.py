@@ -18,6 +18,7 @@ class CommandResult:
     stdout: str
     stderr: str
     timed_out: bool = False
+    truncated: bool = False  # stdout or stderr was longer than ``max_output`` and was cut
 
 
 class CommandError(Exception):
@@ -43,8 +44,10 @@ def run(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] 
             out, err = proc.communicate(timeout=0.2)
         except subprocess.TimeoutExpired:
             out, err = b"", b""
-        return CommandResult(tuple(argv), None, _cap(out, max_output), _cap(err, max_output), timed_out=True)
-    return CommandResult(tuple(argv), proc.returncode, _cap(out, max_output), _cap(err, max_output))
+        return CommandResult(tuple(argv), None, _cap(out, max_output), _cap(err, max_output), timed_out=True,
+                             truncated=max(len(out), len(err)) > max_output)
+    return CommandResult(tuple(argv), proc.returncode, _cap(out, max_output), _cap(err, max_output),
+                         truncated=max(len(out), len(err)) > max_output)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

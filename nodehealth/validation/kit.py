@@ -16,8 +16,11 @@ import datetime
 import json
 import os
 import re
+import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from nodehealth.platform import evidence
 from nodehealth.validation import elf, record, report, scenario_writer
 
 SYMBOLS_FILE = "symbols.json"
@@ -78,7 +81,6 @@ def _symbols(out_dir: str, recording: record.Recording) -> dict[str, Any]:
 
 
 def _host_evidence(out_dir: str, simulated: bool, kmsg_path: str, smi: Optional[str]) -> dict[str, str]:
-    from nodehealth.platform import evidence
 
     notes: dict[str, str] = {}
     smi_path = os.path.join(out_dir, SMI_FILE)
@@ -101,7 +103,7 @@ def _host_evidence(out_dir: str, simulated: bool, kmsg_path: str, smi: Optional[
             if out.stderr:
                 fh.write("\n# stderr\n" + out.stderr)
             notes[SMI_FILE] = f"{program} -q: exit {out.rc}{', ' + out.error if out.error else ''}"
-    log = evidence.kernel_lines(lambda line: bool(KERNEL_LINE.search(line)), kmsg_path)
+    log = kernel_lines(lambda line: bool(KERNEL_LINE.search(line)), kmsg_path)
     with open(nvrm_path, "w", encoding="utf-8") as fh:
         fh.write(f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
                  f"{' (the last ones only)' if log.truncated else ''}\n")
@@ -204,3 +206,47 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
     }
     report.write(out_dir, doc)
     return doc
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    """The kernel log lines ``keep`` accepted, where they came from, and why a source failed."""
+
+    source: Optional[str]  # "/dev/kmsg", "dmesg", or None when neither could be read
+    lines: tuple[str, ...]
+    notes: tuple[str, ...]
+    truncated: bool = False
+
+
+def kernel_lines(keep: Callable[[str], bool], kmsg_path: str = "/dev/kmsg", timeout_s: float = 10.0,
+                 max_bytes: int = evidence.MAX_OUTPUT_BYTES, max_lines: int = 20000) -> KernelLog:
+    """The kernel log lines ``keep`` accepts (the last ``max_lines``): the backlog of ``kmsg_path``
+    through the one kmsg reader (never waiting for new records), else ``dmesg``."""
+    from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
+
+    notes: list[str] = []
+    try:
+        lines: list[str] = []
+        total, truncated = 0, False
+        for raw in KmsgReader(kmsg_path).lines(deadline=time.monotonic() + timeout_s):
+            total += len(raw)
+            if total > max_bytes:
+                truncated = True
+                break
+            text = raw.decode("utf-8", errors="replace")
+            if keep(text):
+                lines.append(text)
+    except KernelLogUnavailable as exc:
+        notes.append(str(exc))
+    else:
+        return KernelLog(kmsg_path, tuple(lines[-max_lines:]), tuple(notes), truncated or len(lines) > max_lines)
+    dmesg = evidence.find_program("dmesg")
+    if dmesg is None:
+        notes.append("dmesg: not found")
+        return KernelLog(None, (), tuple(notes))
+    out = evidence.run_readonly([dmesg], timeout_s, max_bytes)
+    if out.rc != 0:
+        notes.append(f"dmesg: {out.error or f'exit {out.rc}'}: {out.stderr.strip()[:500]}")
+        return KernelLog(None, (), tuple(notes))
+    kept = [r for r in out.stdout.splitlines() if keep(r)]
+    return KernelLog("dmesg", tuple(kept[-max_lines:]), tuple(notes), out.truncated or len(kept) > max_lines)
