@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from slurm_cluster import _free_port, wait_for
+from slurm_cluster import _free_port, spawn, stop_process, wait_for
 
 
 class MultiNode:
@@ -27,9 +27,7 @@ class MultiNode:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        with open(self.root / "log" / f"{name}.stdio", "ab") as log:
-            self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, cwd=self.root, start_new_session=True)
+        self.procs[name] = spawn(self.root, name, argv, self.env, new_session=True)
 
     def start(self) -> MultiNode:
         r = self.root
@@ -80,13 +78,7 @@ class MultiNode:
         self.run("/usr/bin/scancel", "--user=root")
         for name in [k for k in self.procs if k.startswith("slurmd")] + ["slurmctld", "munged"]:
             p = self.procs.pop(name, None)
-            if p is None:
-                continue
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            if p is not None:
+                stop_process(p)
         if not os.environ.get("NODEHEALTH_KEEP_SLURM"):
             shutil.rmtree(self.root, ignore_errors=True)

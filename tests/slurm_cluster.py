@@ -181,9 +181,7 @@ class SlurmCluster:
         (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        with open(self.root / "log" / f"{name}.stdio", "ab") as log:
-            self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, cwd=self.root)
+        self.procs[name] = spawn(self.root, name, argv, self.env)
 
     def start(self) -> SlurmCluster:
         self._write_config()
@@ -205,14 +203,8 @@ class SlurmCluster:
 
     def stop_daemon(self, name: str) -> None:
         p = self.procs.pop(name, None)
-        if p is None:
-            return
-        p.terminate()
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        if p is not None:
+            stop_process(p)
 
     def stop(self) -> None:
         if "slurmctld" in self.procs:
@@ -311,6 +303,24 @@ class SlurmCluster:
 
     def wrapper(self, face: str) -> str:
         return str(self.root / "bin" / face)
+
+
+def spawn(root: Path, name: str, argv: list[str], env: dict[str, str],
+          new_session: bool = False) -> subprocess.Popen[bytes]:
+    """A daemon of the private cluster, its output in ``<root>/log/<name>.stdio``."""
+    with open(root / "log" / f"{name}.stdio", "ab") as log:
+        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=root, start_new_session=new_session)
+
+
+def stop_process(p: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 15 s; always reaped."""
+    p.terminate()
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def wait_for(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> None:
