@@ -11,6 +11,7 @@ Every problem in the file is a ``ScenarioError`` naming the file and the key.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -139,6 +140,7 @@ _H100 = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _default_gpu() -> dict[str, Any]:
     """The built-in GPU under every scenario: the H100 SXM5 of the model table, as published."""
     from nodehealth.sim import models
@@ -179,9 +181,6 @@ def model_defaults(model: str) -> Optional[dict[str, Any]]:
     return out
 
 
-_DEFAULT: dict[str, Any] = {}
-
-
 def parse(path: str) -> Scenario:
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -199,9 +198,6 @@ def parse(path: str) -> Scenario:
 
 
 def build(raw: dict[str, Any], path: str) -> Scenario:
-    if not _DEFAULT:
-        _DEFAULT.update(_default_gpu())
-
     def err(key: str, msg: str) -> ScenarioError:
         return ScenarioError(f"{path}: {key}: {msg}")
 
@@ -232,7 +228,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             raise err(f"gpu[{i}]", "expected a table")
         _check_gpu(table, where, err)
         model = table.get("model", user_defaults.get("model"))
-        base = _DEFAULT
+        base = _default_gpu()
         if model is not None:
             known = model_defaults(model)
             if known is None:
