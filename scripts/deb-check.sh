@@ -32,7 +32,7 @@ dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth
 /usr/bin/nodehealth --version
 dpkg-query -W -f='${Conffiles}\n' nodehealth | grep -q " $conf " || fail "$conf is not a conffile"
 stat -c '%n %U:%G %a' /run/nodehealth "$conf"
-[ "$(stat -c %a /run/nodehealth)" = 755 ] || fail "/run/nodehealth mode"
+[ "$(stat -c %a /run/nodehealth)" = 700 ] || fail "/run/nodehealth mode"
 state=$(systemctl is-enabled nodehealth.service 2>&1 || true)
 echo "nodehealth.service: $state"
 [ "$state" = disabled ] || fail "the unit should be installed but not enabled (got $state)"

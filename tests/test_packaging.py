@@ -92,6 +92,24 @@ def test_deb_installs_what_the_cluster_names(deb: Path) -> None:
 
 
 @pytest.mark.real
+def tmpfiles_lines(text: str) -> list[list[str]]:
+    """The entries of a tmpfiles.d(5) file: type, path, mode, user, group, age (comments dropped)."""
+    return [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_state_dir_is_root_s_alone_in_every_package() -> None:
+    """tmpfiles.d (the .deb and the RPM install the same file) and the RPM's own %dir say 0700 root:root;
+    the unit's RuntimeDirectoryMode is tests/test_systemd.py's (REQUIRED)."""
+    entries = tmpfiles_lines((ROOT / "packaging" / "debian" / "nodehealth.tmpfiles").read_text())
+    assert [e[:5] for e in entries] == [["d", "/run/nodehealth", "0700", "root", "root"]]
+    spec = (ROOT / "packaging" / "rpm" / "nodehealth.spec").read_text()
+    assert "%dir %attr(0700,root,root) /run/nodehealth" in spec
+    assert re.search(r"install -d -m 0700 %\{buildroot\}/run/nodehealth", spec)
+    assert not re.search(r"/run/nodehealth.*07[0-7][1-7]|07[0-7][1-7].*/run/nodehealth", spec)
+    check = (ROOT / "scripts" / "deb-check.sh").read_text()
+    assert '"$(stat -c %a /run/nodehealth)" = 700' in check
+
+
 @needs_deb
 def test_deb_control_files(deb: Path, tmp_path: Path) -> None:
     run("dpkg-deb", "-e", str(deb), str(tmp_path / "ctl"), check=True)
@@ -100,7 +118,7 @@ def test_deb_control_files(deb: Path, tmp_path: Path) -> None:
     assert not (ctl / "shlibs").exists() and not (ctl / "triggers").exists()
     postinst = (ctl / "postinst").read_text()
     assert "py3compile -p nodehealth" in postinst  # bytecode at install
-    assert "systemd-tmpfiles" in postinst  # the state dir, 0755 root
+    assert "systemd-tmpfiles" in postinst  # the state dir, 0700 root (test_the_state_dir_is_root_s_alone...)
     # Never started; enabled again on upgrade only where an administrator had enabled it.
     assert "deb-systemd-invoke" not in postinst
     assert re.search(r"was-enabled 'nodehealth.service'; then\s+#[^\n]*\n\s+deb-systemd-helper enable", postinst)

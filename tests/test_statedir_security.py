@@ -270,9 +270,19 @@ def test_state_files_are_0600_whatever_the_umask(tmp_path: Path, mask: int) -> N
 
 
 def test_files_for_other_readers_are_0644_whatever_the_umask(tmp_path: Path) -> None:
+    from nodehealth.metrics.textfile import write_textfile
+
     with umask(0o077):
-        files.write_atomic(str(tmp_path / "nodehealth.prom"), "x 1\n")
-    assert mode(tmp_path / "nodehealth.prom") == 0o644  # node_exporter reads it as its own user
+        path = write_textfile(str(tmp_path), "daemon", b"x 1\n")
+    assert mode(Path(path)) == 0o644  # node_exporter reads it as its own user
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022])
+def test_an_atomic_write_is_0600_unless_asked_and_its_new_directory_0700(tmp_path: Path, mask: int) -> None:
+    """A writer that forgets the mode gets root's alone, and a directory made on the way is never wider."""
+    with umask(mask):
+        files.write_atomic(str(tmp_path / "new" / "x.json"), "{}\n")
+    assert (mode(tmp_path / "new"), mode(tmp_path / "new" / "x.json")) == (0o700, 0o600)
 
 
 # --- item 4: poisoned state files ---------------------------------------------------------------------

@@ -78,6 +78,10 @@ REQUIRED = (
     ("ExecReload", lambda u: last(u, "ExecReload") == "/bin/kill -HUP $MAINPID"),
     ("ProtectSystem", lambda u: last(u, "ProtectSystem") == "strict"),
     ("ReadWritePaths", lambda u: "/run/nodehealth" in words(u, "ReadWritePaths")),
+    # The state dir holds the config text, user names and the verdict a prolog trusts: root's alone
+    # (docs/security.md); the daemon refuses one writable by others, and nothing else may read it.
+    ("RuntimeDirectoryMode", lambda u: last(u, "RuntimeDirectory") == "nodehealth"
+     and last(u, "RuntimeDirectoryMode") == "0700"),
     ("ProtectHome", lambda u: last(u, "ProtectHome") == "yes"),
     ("PrivateTmp", lambda u: last(u, "PrivateTmp") == "yes"),
     ("NoNewPrivileges", lambda u: last(u, "NoNewPrivileges") == "yes"),

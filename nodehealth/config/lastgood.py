@@ -69,8 +69,11 @@ def record(state_dir: str, path: str, text: str, ident: Optional[list[int]], now
     old = read(state_dir)
     if old is not None and (old["path"], old["identity"], old["sha256"]) == (path, ident, digest):
         return False
-    files.write_json(path_in(state_dir), {"v": VERSION, "kind": KIND, "path": path, "identity": ident,
-                                          "sha256": digest, "validated_at": now, "text": text}, compact=True)
+    # The state dir's own check first (created 0700, refused when not trusted): the record is the
+    # first thing a fresh node's first face or daemon writes, and it holds the config's text.
+    files.write_state_json(state_dir, path_in(state_dir), {"v": VERSION, "kind": KIND, "path": path,
+                                                          "identity": ident, "sha256": digest,
+                                                          "validated_at": now, "text": text}, compact=True)
     return True
 
 

@@ -360,10 +360,10 @@ class Daemon:
         since = getattr(self.xid, "since", None) if self.xid is not None else None
         text = state_file.encode(report.to_json(), self.boot_id or "unknown", time.time(), self.xid_state(),
                                  since, cfg.daemon.interval_s, self.rounds)
-        from nodehealth.statedir.files import write_atomic
+        from nodehealth.statedir.files import write_state
 
         try:
-            write_atomic(path, text)
+            write_state(cfg.paths.state_dir, path, text)  # the state dir checked first; the file 0600
             self.metrics.state_written(True)
         except OSError as exc:
             self.metrics.state_written(False)

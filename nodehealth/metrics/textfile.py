@@ -19,5 +19,5 @@ def write_textfile(directory: str, name: str, payload: bytes) -> str:
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"textfile directory {directory} does not exist")
     path = textfile_path(directory, name)
-    files.write_atomic(path, payload.decode("utf-8"))
+    files.write_atomic(path, payload.decode("utf-8"), files.FILE_MODE)  # node_exporter reads it
     return path

@@ -15,9 +15,13 @@ planted in the state dir is never written or read through. Reads also refuse any
 regular file (a FIFO is opened non-blocking and refused, never waited on). A new file comes
 from a unique name (``O_EXCL``, random bytes) in the same directory and is renamed into place.
 Modes are set with ``fchmod``, never left to the umask: ``STATE_FILE_MODE`` (0600) for the state
-dir's files, which hold user names, job ids and the verdict that lets a job start, and which
-only root (the faces, the daemon) reads; ``FILE_MODE`` (0644) for files written for another
-reader (the node_exporter textfile collector runs as its own user).
+dir's files, which hold user names, job ids, the config text and the verdict that lets a job
+start, and which only root (the faces, the daemon) reads; it is ``write_atomic``'s default.
+``FILE_MODE`` (0644) only where asked for, for a file written for another reader (the
+node_exporter textfile collector runs as its own user). A state file is written through
+``write_state`` / ``write_state_json``, which check the state dir (``require_state_dir``:
+created 0700 first, refused when not trusted) before anything is written into it; a directory
+``write_atomic`` has to create itself is made 0700, never wider.
 
 **JSON.** ``parse_json`` is strict where ``json.loads`` is not: NaN and Infinity (and
 ``1e400``, which is infinity), integers of more than 20 digits, and nesting deeper than
@@ -194,16 +198,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def write_atomic(path: str, text: str, mode: int = FILE_MODE) -> None:
+def write_atomic(path: str, text: str, mode: int = STATE_FILE_MODE) -> None:
     """Write ``text`` to a new temp file in the same directory, fsync, rename over ``path``.
 
     The temp file has a unique name (random bytes, created with ``O_EXCL | O_NOFOLLOW``, as
     ``mkstemp`` does), so nothing planted under a name is ever written through; the rename
     replaces a symlink at ``path`` instead of following it. ``mode`` is set with ``fchmod``:
-    ``STATE_FILE_MODE`` for a state-dir file, ``FILE_MODE`` for one another user reads.
+    ``STATE_FILE_MODE`` (the default) for a state-dir file, ``FILE_MODE`` for one another user
+    reads. A missing directory is created 0700 (whatever the umask, never wider); a state file
+    goes through ``write_state``, which checks the state dir first.
     """
     directory = os.path.dirname(path) or "."
-    ensure_dir(directory)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, STATE_DIR_MODE, exist_ok=True)  # mode & ~umask: at most 0700
     stem = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.")
     for attempt in range(100):
         tmp = stem + os.urandom(6).hex()
@@ -251,8 +258,21 @@ def dumps(obj: Any, compact: bool = False) -> str:
         return json.dumps(_finite(obj), allow_nan=False, **kw)
 
 
-def write_json(path: str, obj: Any, compact: bool = False, mode: int = FILE_MODE) -> None:
+def write_json(path: str, obj: Any, compact: bool = False, mode: int = STATE_FILE_MODE) -> None:
     write_atomic(path, dumps(obj, compact) + "\n", mode)
+
+
+def write_state(state_dir: str, path: str, text: str) -> None:
+    """Write a state file ``path`` in ``state_dir`` (0600) after ``require_state_dir``: the
+    directory is created 0700 before anything goes into it, and a directory that is not
+    trusted (a link, another user's, writable by others) gets nothing (``UnsafeDir``)."""
+    require_state_dir(state_dir)
+    write_atomic(path, text, STATE_FILE_MODE)
+
+
+def write_state_json(state_dir: str, path: str, obj: Any, compact: bool = False) -> None:
+    """``write_state`` of ``obj`` as strict JSON (``dumps``)."""
+    write_state(state_dir, path, dumps(obj, compact) + "\n")
 
 
 def append_line(path: str, line: str, mode: int = STATE_FILE_MODE) -> int:
