@@ -227,9 +227,13 @@ ROWS = [
         FAIL, RESET, 3),
     # ---------------------------------------------------------------- gpu_ecc
     Row("ecc-ok", gpu_ecc, node(), OK),
-    Row("ecc-disabled", gpu_ecc, eight(2, ecc_enabled=False, ecc_pending_enabled=False), FAIL, RESET, 2,
-        "ECC disabled"),
-    Row("ecc-disabled-after-reset", gpu_ecc, eight(2, ecc_pending_enabled=False), FAIL, RESET, 2,
+    # Current and pending off: a reset keeps it off, so the action is a person's (inspect).
+    Row("ecc-disabled", gpu_ecc, eight(2, ecc_enabled=False, ecc_pending_enabled=False), FAIL, INSPECT, 2,
+        "ECC disabled (pending mode off too"),
+    # Off now, on after the next reset: the reset is the repair.
+    Row("ecc-disabled-pending-on", gpu_ecc, eight(2, ecc_enabled=False, ecc_pending_enabled=True), FAIL, RESET, 2,
+        "enabled at the next reset"),
+    Row("ecc-disabled-after-reset", gpu_ecc, eight(2, ecc_pending_enabled=False), FAIL, INSPECT, 2,
         "disabled after the next reset"),
     Row("ecc-disabled-warn", gpu_ecc, eight(2, ecc_enabled=False), WARN, RESET, 2,
         settings={"require_enabled": "warn"}),
@@ -284,9 +288,28 @@ ROWS = [
     # ---------------------------------------------------------------- gpu_nvlink
     Row("nvlink-ok", gpu_nvlink, node(), OK),
     # PCIe cards with NVLink hardware and no bridge: every link of every GPU down is "not connected".
-    Row("nvlink-unbridged-pcie-not-judged", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
-        NvLink(n, False, 0, 0) for n in range(12))) for i in range(8))), SKIPPED,
+    Row("nvlink-unbridged-pcie-not-judged", gpu_nvlink, node(*(h100(i, name="NVIDIA A100 80GB PCIe", fabric_state=None,
+                                                                   nvlinks=tuple(NvLink(n, False, 0, 0) for n in range(12)))
+                                                              for i in range(8))), SKIPPED,
         summary_has="no NVLink bridges fitted"),
+    Row("nvlink-unbridged-h100-nvl-not-judged", gpu_nvlink, node(*(h100(i, name="NVIDIA H100 NVL", fabric_state=0,
+                                                                        nvlinks=tuple(NvLink(n, False) for n in range(18)))
+                                                                   for i in range(4))), SKIPPED,
+        summary_has="no NVLink bridges fitted"),
+    # An SXM board (HGX, NVSwitch) has no optional bridge: every link down there is a fault.
+    Row("nvlink-all-down-sxm-fabric-completed", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
+        NvLink(n, False, 0, 0) for n in range(18))) for i in range(8))), FAIL, REBOOT, 0,
+        "every NVLink of every GPU inactive"),
+    Row("nvlink-all-down-a100-sxm-no-fabric", gpu_nvlink, node(*(h100(i, name="NVIDIA A100-SXM4-80GB", fabric_state=None,
+                                                                      nvlinks=tuple(NvLink(n, False) for n in range(12)))
+                                                                 for i in range(8))), FAIL, REBOOT, 0),
+    # A PCIe name in an NVSwitch fabric, or a GPU whose name NVML did not give: not "no bridge".
+    Row("nvlink-all-down-pcie-name-in-a-fabric", gpu_nvlink, node(*(h100(i, name="NVIDIA H100 PCIe", fabric_state=3,
+                                                                         nvlinks=tuple(NvLink(n, False) for n in range(18)))
+                                                                    for i in range(8))), FAIL, REBOOT, 0),
+    Row("nvlink-all-down-name-unknown", gpu_nvlink, node(*(h100(i, name=None, fabric_state=None,
+                                                                nvlinks=tuple(NvLink(n, False) for n in range(12)))
+                                                           for i in range(8))), FAIL, REBOOT, 0),
     Row("nvlink-unbridged-but-expected", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
         NvLink(n, False, 0, 0) for n in range(12))) for i in range(8))), FAIL, RESET, 0,
         settings={"expected_links": 12}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -23,22 +24,46 @@ class Settings(CheckSettings):
         1000, "WARN above this many CRC (flit + data) errors on one link", unit="errors", min=0)
 
 
-def _unbridged(snap: Any) -> bool:
-    """Every GPU with NVLink hardware reports every link down: PCIe cards with no bridge fitted.
+# NVIDIA names its PCIe boards by form factor: "A100-PCIE-40GB", "A100 80GB PCIe", "H100 PCIe", and the
+# bridged PCIe pairs "H100 NVL", "H200 NVL" (the product table of NVIDIA/open-gpu-kernel-modules' README).
+# NVML itself has no form-factor query in any nvml.h up to CUDA 13.3 (nvmlPlatformInfo's peerType is
+# Blackwell rack systems only), so the product name is what tells a card with optional bridges.
+_BRIDGE_OPTIONAL = re.compile(r"\bpcie\b|\bnvl\b", re.IGNORECASE)
+# NVML_GPU_FABRIC_STATE_NOT_STARTED/IN_PROGRESS/COMPLETED: the GPU belongs to an NVSwitch fabric.
+_FABRIC_MEMBER = (1, 2, 3)
 
-    A100 PCIe and H100 NVL have NVLink hardware, bridges are optional, and NVML reports the
-    links of an unbridged card as inactive, not as "not supported" (NVIDIA DCGM issues #49 and
-    #198; NVSentinel PR #1481). One link up anywhere on the node means bridges are fitted, and
-    then a down link is a fault (docs/checks.md).
-    """
+
+def _all_down(snap: Any) -> bool:
+    """Every GPU with NVLink hardware reports every link down."""
     if not isinstance(snap, NvmlSnapshot):
         return False
     linked = [g for g in snap.gpus if g.nvlinks]
     return bool(linked) and all(not link.active for g in linked for link in g.nvlinks or ())
 
 
+def _unbridged(snap: Any) -> bool:
+    """Every link of every GPU down on PCIe cards with no bridge fitted, and nothing says otherwise.
+
+    A100 PCIe and H100 NVL have NVLink hardware, bridges are optional, and NVML reports the
+    links of an unbridged card as inactive, not as "not supported" (NVIDIA DCGM issues #49 and
+    #198; NVSentinel PR #1481). Only where every such GPU is a PCIe board by its name and none
+    is a member of an NVSwitch fabric: an SXM/NVSwitch board (HGX, NVL72) has no optional
+    bridge, and all its links down is a fault (gpud judges all-down on an NVLink system
+    unhealthy, leptonai/gpud issue #1085). One link up anywhere means bridges are fitted.
+    """
+    if not _all_down(snap):
+        return False
+    linked = [g for g in snap.gpus if g.nvlinks]
+    return all(g.name is not None and _BRIDGE_OPTIONAL.search(g.name) and g.fabric_state not in _FABRIC_MEMBER
+               for g in linked)
+
+
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     unbridged = not settings.expected_links and _unbridged(obs.nvml)
+    # Every link of every GPU down on a board without optional bridges: the links did not train
+    # (NVSwitch, baseboard, Fabric Manager); on an NVSwitch board GPUs and switches are reset
+    # together, so the repair is a reboot, not one GPU's reset.
+    untrained = not unbridged and not settings.expected_links and _all_down(obs.nvml)
 
     def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
         err = field_error(gpu, "nvlink")
@@ -52,6 +77,10 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if settings.expected_links and active < settings.expected_links:
             out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {active} of {settings.expected_links} NVLinks "
                                f"active (down: {_links(down)})", Action.RESET_GPU, gpu.index))
+        elif untrained:
+            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: every NVLink of every GPU inactive "
+                               f"({len(down)} of {len(gpu.nvlinks)} here; not a PCIe card with optional bridges)",
+                               Action.REBOOT, gpu.index))
         elif not settings.expected_links and down:
             out.append(Finding(Status.FAIL, f"GPU {gpu.index}: NVLink {_links(down)} inactive",
                                Action.RESET_GPU, gpu.index))
