@@ -44,6 +44,15 @@ CHECK_HINTS = {
     "host_memory": "free -g; cat /proc/meminfo",
 }
 
+# Where a check's details say the finding is not what its action's generic text assumes:
+# (check, details key) -> what to do instead of that text.
+DETAIL_HINTS = {
+    # ECC switched off, pending mode off too: not hardware, a setting; nvidia-smi -e takes
+    # effect at the next reset or reboot (nvml.h, nvmlDeviceGetEccMode).
+    ("gpu_ecc", "ecc_disabled"): "turn ECC back on: nvidia-smi -i {gpu} -e 1, then reset the GPU "
+                                 "(nvidia-smi -r -i {gpu}) or reboot",
+}
+
 
 def hint(result: CheckResult) -> Optional[str]:
     """"do: ...; back: ..." for a WARN, UNKNOWN or FAIL result; None for OK and SKIPPED."""
@@ -51,6 +60,9 @@ def hint(result: CheckResult) -> Optional[str]:
         return None
     gpu = "<gpu>" if result.gpu is None else str(result.gpu)
     do, back = ACTION_HINTS.get(result.action, ("", BACK_CLEAN))
+    for (check, key), instead in DETAIL_HINTS.items():
+        if result.name == check and result.details.get(key):
+            do = instead
     look = CHECK_HINTS.get(result.name, "")
     parts = []
     if do:

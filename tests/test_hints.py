@@ -39,3 +39,23 @@ def test_warn_lines_show_their_action_and_hint_in_text_and_json() -> None:
 def test_output_doc_describes_the_hint(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "output.md").read_text(encoding="utf-8")
     assert "hint" in text
+
+
+def test_ecc_switched_off_says_how_to_turn_it_on_not_to_inspect_hardware() -> None:
+    """Current and pending ECC off (examples/scenarios/ecc-disabled-by-operator.toml), through the check."""
+    from test_gpu_checks import eight
+
+    from nodehealth.checks import gpu_ecc
+    from nodehealth.checks.base import Context
+    from nodehealth.observations import EccCounts
+
+    obs = eight(2, ecc_enabled=False, ecc_pending_enabled=False)
+    res = gpu_ecc.evaluate(obs, gpu_ecc.Settings(), Context("gpu_ecc", "manual", "n1", 8))
+    assert (res.status, res.action, res.gpu) == (Status.FAIL, Action.INSPECT, 2)
+    tip = hint(res) or ""
+    assert "nvidia-smi -i 2 -e 1" in tip and "cabling" not in tip
+    # Worn-out memory (lifetime uncorrectable errors) is still a hardware inspection.
+    worn = gpu_ecc.evaluate(eight(3, ecc=EccCounts(0, 0, 0, 11)), gpu_ecc.Settings(),
+                            Context("gpu_ecc", "manual", "n1", 8))
+    assert worn.action == Action.INSPECT and "cabling" in (hint(worn) or "")
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,6 +26,8 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
+    switched_off: list[int] = []  # GPUs whose ECC a reset cannot turn back on (the hint says how)
+
     def judge(gpu: GpuObservation) -> Optional[list[Finding]]:
         err = field_error(gpu, "ecc_mode", "ecc_errors")
         if err is not None:
@@ -35,7 +38,17 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if settings.require_enabled != "ignore" and not (gpu.ecc_enabled and gpu.ecc_pending_enabled is not False):
             status = Status.FAIL if settings.require_enabled == "fail" else Status.WARN
             state = "disabled" if not gpu.ecc_enabled else "enabled now but disabled after the next reset"
-            out.append(Finding(status, f"GPU {gpu.index}: ECC {state}", Action.RESET_GPU, gpu.index))
+            # A reset or reboot applies the pending mode (nvml.h, nvmlDeviceGetEccMode: "The
+            # 'pending' ECC mode refers to the target mode following the next reboot"). Only
+            # when that mode is on does a reset help; with it off, someone turned ECC off and
+            # turning it back on is a configuration change: inspect (the hint says how).
+            action = Action.RESET_GPU if gpu.ecc_pending_enabled else Action.INSPECT
+            if action == Action.INSPECT:
+                switched_off.append(gpu.index)
+                state += " (pending mode off too: a reset keeps it off; enable it with nvidia-smi -e 1)"
+            else:
+                state += " (enabled at the next reset: pending mode on)"
+            out.append(Finding(status, f"GPU {gpu.index}: ECC {state}", action, gpu.index))
         ecc = gpu.ecc
         if ecc.volatile_uncorrected is not None and ecc.volatile_uncorrected > settings.max_volatile_uncorrected:
             out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {ecc.volatile_uncorrected} volatile uncorrectable "
@@ -49,4 +62,7 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
                                f"since driver load (> {settings.max_volatile_corrected})", Action.NONE, gpu.index))
         return out
 
-    return judge_gpus(obs, ctx, judge, "{n} GPU(s): ECC on, no uncorrectable errors")
+    res = judge_gpus(obs, ctx, judge, "{n} GPU(s): ECC on, no uncorrectable errors")
+    if switched_off and res.action == Action.INSPECT:
+        res = dataclasses.replace(res, details={**res.details, "ecc_disabled": switched_off})
+    return res
