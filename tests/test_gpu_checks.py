@@ -336,8 +336,24 @@ ROWS = [
     Row("fabric-not-started", gpu_fabric, eight(6, fabric_state=1), FAIL, REBOOT, 6, "not started"),
     # Registration under way (after a boot): no job may land, but nothing asks for a reboot.
     Row("fabric-in-progress", gpu_fabric, eight(6, fabric_state=2), FAIL, NONE, 6, "in progress"),
-    Row("fabric-health-mask-degraded", gpu_fabric, eight(2, fabric_state=3, fabric_health_mask=0x1), WARN, INSPECT,
-        2, "degraded bandwidth"),
+    # The v2 structure (no summary): any tri-state field reading TRUE is unhealthy (gpud), named.
+    Row("fabric-v2-mask-degraded-bandwidth", gpu_fabric, eight(2, fabric_state=3, fabric_health_mask=0xa9), FAIL,
+        REBOOT, 2, "degraded bandwidth (health mask)"),
+    Row("fabric-v2-mask-route-unhealthy", gpu_fabric, eight(1, fabric_state=3, fabric_health_mask=0x9a), FAIL,
+        REBOOT, 1, "route unhealthy"),
+    Row("fabric-v2-mask-route-recovery", gpu_fabric, eight(3, fabric_state=3, fabric_health_mask=0xa6), FAIL,
+        NONE, 3, "route recovery in progress"),
+    Row("fabric-v2-mask-all-false", gpu_fabric, node(*(h100(i, fabric_health_mask=0xaa) for i in range(8))), OK),
+    Row("fabric-v2-mask-not-supported", gpu_fabric, node(*(h100(i, fabric_health_mask=0) for i in range(8))), OK),
+    # With a v3 summary, NVIDIA's own reading of the mask decides: not unhealthy, so a WARN.
+    Row("fabric-v3-summary-healthy-mask-degraded", gpu_fabric, eight(2, fabric_state=3, fabric_health_mask=0xa9,
+                                                                     fabric_health_summary=1), WARN, INSPECT, 2),
+    # The 13.0 header's incorrect-configuration field (4 bits at shift 8), whatever the summary says.
+    Row("fabric-incorrect-configuration", gpu_fabric, eight(4, fabric_state=3, fabric_health_mask=0x4aa,
+                                                            fabric_health_summary=1), FAIL, INSPECT, 4,
+        "incorrect configuration: no partition"),
+    Row("fabric-configuration-correct", gpu_fabric, node(*(h100(i, fabric_health_mask=0x1aa, fabric_health_summary=1)
+                                                           for i in range(8))), OK),
     Row("fabric-summary-unhealthy", gpu_fabric, eight(2, fabric_state=3, fabric_health_summary=2), FAIL, REBOOT, 2,
         "fabric unhealthy"),
     Row("fabric-completed-with-error", gpu_fabric, eight(6, fabric_status="NVML error 999"), FAIL, REBOOT, 6,
