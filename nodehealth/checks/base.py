@@ -118,8 +118,10 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
     findings: list[Finding] = []
     judged: list[int] = []
     not_applicable: list[int] = []
+    not_read: list[int] = []
     for gpu in snap.gpus:
         if gpu.lost or gpu.unreachable:
+            not_read.append(gpu.index)
             continue  # the nvml check reports a lost or unreachable GPU
         verdict = judge(gpu)
         if verdict is None:
@@ -130,6 +132,12 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
     details: dict[str, Any] = {"gpus_judged": judged}
     if not_applicable:
         details["not_supported_on"] = not_applicable
+    if not_read:
+        details["not_read"] = not_read
+    if not judged and not_read and not not_applicable:
+        # Nothing was read, which is not "does not apply": the nvml check carries the failure.
+        return result(ctx, Status.UNKNOWN, f"not read: NVML failed on GPU(s) {', '.join(map(str, not_read))} "
+                      "(see the nvml check)", **details)
     if not judged:
         why = "no GPU" if not snap.gpus else "not supported on this GPU/driver"
         return result(ctx, Status.SKIPPED, f"does not apply: {why}", **details)

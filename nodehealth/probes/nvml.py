@@ -94,9 +94,10 @@ RETURN_CODES = {
     9: "driver_not_loaded", 10: "timeout", 11: "irq_issue", 12: "library_not_found",
     13: "function_not_found", 14: "corrupted_inforom", 15: "gpu_lost", 16: "reset_required",
     17: "operating_system", 18: "version_mismatch", 19: "in_use", 20: "memory", 21: "no_data",
-    23: "insufficient_resources", 25: "argument_version_mismatch", 26: "deprecated", 27: "not_ready",
-    28: "gpu_not_found", 29: "invalid_state", 999: "unknown",
-}
+    22: "vgpu_ecc_not_supported", 23: "insufficient_resources", 24: "freq_not_supported",
+    25: "argument_version_mismatch", 26: "deprecated", 27: "not_ready", 28: "gpu_not_found", 29: "invalid_state",
+    30: "reset_type_not_supported", 999: "unknown",
+}  # complete up to the nvml.h of CUDA 13.3 (go-nvml 8b8585b): 30 is the last before 999
 SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, FUNCTION_NOT_FOUND, GPU_IS_LOST = 0, 2, 3, 13, 15
 ARGUMENT_VERSION_MISMATCH = 25
 # A call that answered one of these does not apply to this GPU or driver: the field is None.
@@ -106,7 +107,9 @@ _NOT_APPLICABLE = frozenset({"not_supported", "function_not_found", "library_mis
 TEMPERATURE_GPU = 0
 THRESHOLD_SHUTDOWN, THRESHOLD_SLOWDOWN, THRESHOLD_MEM_MAX, THRESHOLD_GPU_MAX = 0, 1, 2, 3
 FEATURE_ENABLED = 1
-NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS since CUDA 12.0 (12 before)
+# NVML_NVLINK_MAX_LINKS: 12 up to CUDA 11.8, 18 from 12.0 to 13.2, 36 in the CUDA 13.3 nvml.h. The link
+# count itself is NVML_FI_DEV_NVLINK_LINK_COUNT; this only bounds it, at the newest header's value.
+NVLINK_MAX_LINKS = 36
 NVLINK_ERROR_DL_REPLAY, NVLINK_ERROR_DL_RECOVERY, NVLINK_ERROR_DL_CRC_FLIT, NVLINK_ERROR_DL_CRC_DATA = 0, 1, 2, 3
 
 # Field ids (NVML_FI_DEV_*, nvml.h). One nvmlDeviceGetFieldValues call reads them all.
