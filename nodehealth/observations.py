@@ -297,7 +297,8 @@ class NcclRun:
     ``setup_error``: the run could not start as configured (no binary at the path, a binary root
     may not run, no built-in backend, no GPU): nothing about the node's health. Otherwise
     ``returncode`` is the runner's exit status (negative: killed by that signal; None: killed at
-    the deadline, ``timed_out``). ``perf`` and ``transport`` are what the parsers read from its
+    the deadline, ``timed_out``; ``truncated``: its output reached the cap and it was killed there).
+    ``perf`` and ``transport`` are what the parsers read from its
     output (None with ``perf_error`` when the output could not be parsed); ``output_tail`` is the
     end of the output, bounded, for the message and the log.
     """
@@ -309,6 +310,7 @@ class NcclRun:
     gpus: Optional[int] = None  # GPUs the run was asked to use
     returncode: Optional[int] = None
     timed_out: bool = False
+    truncated: bool = False
     timeout_s: float = 0.0
     elapsed_s: float = 0.0
     finished_at: float = 0.0  # Unix time

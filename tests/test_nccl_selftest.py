@@ -8,7 +8,6 @@ through the same runner with its ``cpu`` backend (no GPU and no torch here).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,17 +32,26 @@ A100_10G = str(FIX / "oci_1node_8xA100_10GiB.txt")
 MODEL = "NVIDIA A100-SXM4-80GB"
 
 
+# The double's controls. The runner inherits nothing of this process's environment, so they
+# reach it the way every variable does: the check's ``env`` setting (NAME=value).
+FAKE_VARS: dict[str, str] = {}
+
+
 @pytest.fixture
 def fake_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("FAKE_NCCL_FIXTURE", A100)
-    monkeypatch.setenv("FAKE_NCCL_ARGV", str(tmp_path / "argv.json"))
-    monkeypatch.delenv("FAKE_NCCL", raising=False)
+    monkeypatch.setattr(sys.modules[__name__], "FAKE_VARS",
+                        {"FAKE_NCCL_FIXTURE": A100, "FAKE_NCCL_ARGV": str(tmp_path / "argv.json")})
     return tmp_path
+
+
+def _fake(**names: str) -> None:
+    FAKE_VARS.update(names)
 
 
 def _settings(**kw) -> nccl_selftest.Settings:
     base = dict(all_reduce_perf=FAKE, gpus=8, gpu_model=MODEL, timeout_s=20.0)
     base.update(kw)
+    base["env"] = tuple(f"{k}={v}" for k, v in FAKE_VARS.items()) + tuple(kw.get("env", ()))
     return nccl_selftest.Settings(**base)
 
 
@@ -57,7 +65,7 @@ def _judge(obs: NcclObservation, settings=None):
 
 
 def _run(outcome: str, monkeypatch, modes=("nvlink",), timeout_s=20.0, **kw):
-    monkeypatch.setenv("FAKE_NCCL", outcome)
+    _fake(FAKE_NCCL=outcome)
     settings = _settings(modes=modes, timeout_s=timeout_s, **kw)
     obs = nccl_runner.gather(nccl_runner.Plan.from_settings(settings), 8, timeout_s)
     return obs, _judge(obs, settings)
@@ -96,7 +104,7 @@ def test_each_outcome_of_the_double_gives_its_verdict_and_action(fake_env, monke
 
 
 def test_slow_between_the_fractions_is_a_warn(fake_env, monkeypatch):
-    monkeypatch.setenv("FAKE_NCCL_SCALE", "0.85")
+    _fake(FAKE_NCCL_SCALE="0.85")
     _, res = _run("slow", monkeypatch)
     assert res.status == Status.WARN and res.action == Action.INSPECT and "under 90%" in res.summary
 
@@ -120,7 +128,7 @@ def test_socket_without_require_ib_is_judged_by_bandwidth_only(fake_env, monkeyp
 
 
 def test_the_recorded_10gib_run_passes(fake_env, monkeypatch):
-    monkeypatch.setenv("FAKE_NCCL_FIXTURE", A100_10G)
+    _fake(FAKE_NCCL_FIXTURE=A100_10G)
     _, res = _run("replay", monkeypatch)
     assert res.status == Status.OK and res.details["runs"]["nvlink"]["busbw_gbps"] == 232.2
 
@@ -138,7 +146,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_hanging_runner_is_killed_at_the_deadline_with_its_process_group(fake_env, monkeypatch):
     pidfile = fake_env / "pids"
-    monkeypatch.setenv("FAKE_NCCL_PIDFILE", str(pidfile))
+    _fake(FAKE_NCCL_PIDFILE=str(pidfile))
     deadline = 2.0
     t0 = time.monotonic()
     obs, res = _run("hang", monkeypatch, timeout_s=deadline)
@@ -155,7 +163,7 @@ def test_a_hanging_runner_is_killed_at_the_deadline_with_its_process_group(fake_
 
 
 def test_the_check_through_the_runner_stays_within_its_timeout(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("FAKE_NCCL", "hang")
+    _fake(FAKE_NCCL="hang")
     cfg = _config(tmp_path, modes=["nvlink", "ib_loopback"], timeout_s=2)
     t0 = time.monotonic()
     report = check_runner.run(cfg, only=("nccl_selftest",), node="n1")
@@ -169,7 +177,7 @@ def test_the_check_through_the_runner_stays_within_its_timeout(fake_env, monkeyp
 
 def test_modes_set_their_environment_and_json_when_the_binary_has_it(fake_env, monkeypatch):
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")  # inherited: must not leak into nvlink mode
-    monkeypatch.setenv("FAKE_NCCL", "replay")
+    _fake(FAKE_NCCL="replay")
     run = nccl_runner.run_mode("nvlink", _plan(), 8, 10.0)
     seen = json.loads((fake_env / "argv.json").read_text())
     assert seen["env"]["NCCL_DEBUG"] == "INFO" and seen["env"]["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
@@ -186,7 +194,7 @@ def test_modes_set_their_environment_and_json_when_the_binary_has_it(fake_env, m
 
 
 def test_no_json_for_a_binary_without_it_and_no_second_g(fake_env, monkeypatch):
-    monkeypatch.setenv("FAKE_NCCL", "old")
+    _fake(FAKE_NCCL="old")
     nccl_runner._json_cache.clear()
     run = nccl_runner.run_mode("nvlink", _plan(args=("-b", "1G", "-e", "1G", "-g", "8")), 8, 10.0)
     argv = json.loads((fake_env / "argv.json").read_text())["argv"]
@@ -233,7 +241,7 @@ def test_the_builtin_runner_runs_as_a_child_and_its_output_is_nccl_tests(monkeyp
     obs = nccl_runner.gather(plan, 4, 20.0)
     run = obs.runs[0]
     assert run.returncode == 0, run.output_tail
-    assert run.argv[1:5] == ("-m", "nodehealth.nccl.builtin", "--backend", "cpu")
+    assert run.argv[1:6] == ("-I", "-m", "nodehealth.nccl.builtin", "--backend", "cpu")
     assert run.perf is not None and run.perf.ranks == 4 and run.perf.wrong == 0
     assert [r.size_bytes for r in run.perf.rows] == [4096, 16384, 65536]
     from nodehealth.nccl.parse import busbw
@@ -269,7 +277,8 @@ def test_floors_have_sources_and_the_published_runs_pass_them():
 
 def _config(tmp_path, **nccl):
     raw = {"paths": {"state_dir": str(tmp_path / "state")}, "gpu": {"expected_count": 8},
-           "checks": {"nccl_selftest": {"all_reduce_perf": FAKE, "gpus": 8, "gpu_model": MODEL, **nccl}}}
+           "checks": {"nccl_selftest": {"all_reduce_perf": FAKE, "gpus": 8, "gpu_model": MODEL,
+                                        "env": [f"{k}={v}" for k, v in FAKE_VARS.items()], **nccl}}}
     return resolve(raw, "<test>")
 
 
@@ -298,16 +307,18 @@ def test_nccl_run_prints_the_verdict_and_never_calls_slurm(fake_env, tmp_path, c
     from nodehealth.cli import main
 
     cfg = tmp_path / "nodehealth.toml"
-    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
-                   f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\ngpu_model = "{MODEL}"\n')
-    os.environ["FAKE_NCCL"] = "replay"
-    try:
-        code = main(["nccl", "run", "--config", str(cfg), "--mode", "both", "--format", "json"])
-        out = json.loads(capsys.readouterr().out)
-        assert code == 0 and out["status"] == "OK" and set(out["details"]["runs"]) == {"nvlink", "ib_loopback"}
-        os.environ["FAKE_NCCL"] = "wrong"
-        code = main(["nccl", "run", "--config", str(cfg), "--mode", "nvlink", "--timeout", "10"])
-        assert code == 1 and "wrong element" in capsys.readouterr().out
-    finally:
-        os.environ.pop("FAKE_NCCL", None)
+
+    def write(outcome: str) -> None:
+        env = ", ".join(json.dumps(f"{k}={v}") for k, v in {**FAKE_VARS, "FAKE_NCCL": outcome}.items())
+        cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
+                       f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\ngpu_model = "{MODEL}"\n'
+                       f'env = [{env}]\n')
+
+    write("replay")
+    code = main(["nccl", "run", "--config", str(cfg), "--mode", "both", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "OK" and set(out["details"]["runs"]) == {"nvlink", "ib_loopback"}
+    write("wrong")
+    code = main(["nccl", "run", "--config", str(cfg), "--mode", "nvlink", "--timeout", "10"])
+    assert code == 1 and "wrong element" in capsys.readouterr().out
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())

@@ -103,11 +103,11 @@ def test_no_drain_without_the_flag(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("outcome", "ok"), [("replay", True), ("socket", False)])
 def test_nccl_expect_ib_names_a_socket_path(tmp_path: Path, outcome: str, ok: bool) -> None:
+    # The runner inherits nothing of the rank's environment: the double's controls are configured.
     extra = (f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE_NCCL}"\nrunner = "nccl-tests"\ngpus = 8\n'
-             'gpu_model = "NVIDIA A100-SXM4-80GB"\n')
+             f'gpu_model = "NVIDIA A100-SXM4-80GB"\nenv = ["FAKE_NCCL_FIXTURE={A100}", "FAKE_NCCL={outcome}"]\n')
     shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "healthy.toml"}, extra)
-    env = {"FAKE_NCCL_FIXTURE": str(A100)}
-    codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--nccl", "--expect-ib"), {**env, "FAKE_NCCL": outcome})
+    codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--nccl", "--expect-ib"), {})
     if ok:
         assert set(codes.values()) == {0}, out
     else:

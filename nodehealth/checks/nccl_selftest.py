@@ -11,7 +11,8 @@ the traffic through the node's NICs), judged on what the NCCL parsers read from 
 * the transport: with ``require_ib``, IB loopback that went over ``NET/Socket`` is a FAIL naming
   it; in NVLink mode P2P/SHM/NVLS is what is expected;
 * the run itself: killed at the deadline (hung: reboot), killed by a signal (crashed: reboot), an
-  exit status other than 0, or nothing printed with status 0: FAIL saying which.
+  exit status other than 0, or nothing printed with status 0: FAIL saying which; output past the
+  cap (``nccl.runner.MAX_OUTPUT``, the runner killed there) is UNKNOWN: nothing left to judge.
 
 A runner that is not installed is SKIPPED; one configured wrong (a path that is not there, not
 root's, arguments it rejects) is UNKNOWN, and output the parser cannot read is UNKNOWN: nothing
@@ -169,6 +170,10 @@ def judge_run(run: NcclRun, settings: Settings, model: Optional[str]) -> tuple[l
         d["outcome"] = "hung"
         return [Finding(Status.FAIL, f"{m}: {who} hung: killed with its process group at the {run.timeout_s:.1f} s "
                         f"deadline ({run.output_bytes} bytes of output){first_error}", Action.REBOOT)], d
+    if run.truncated:
+        d["outcome"] = "output_cap"
+        return [Finding(Status.UNKNOWN, f"{m}: {who} printed more than the output cap ({run.output_bytes} bytes "
+                        f"read): killed with its process group, no result to judge{first_error}")], d
     rc = run.returncode if run.returncode is not None else 0
     if rc < 0 or rc > 128:
         sig = -rc if rc < 0 else rc - 128

@@ -3,7 +3,7 @@
 Two runners. ``nccl-tests``: NVIDIA's ``all_reduce_perf`` at a configured absolute path (root's
 own when nodehealth runs as root, ``config.trust``), with ``-J <file>`` JSON output when the
 binary's usage lists it (nccl-tests 2.17.3 and later) and ``NCCL_TESTS_MIN_BW`` when configured.
-``builtin``: ``python -m nodehealth.nccl.builtin`` (nccl4py or torch.distributed), which prints
+``builtin``: ``python -I -m nodehealth.nccl.builtin`` (nccl4py or torch.distributed), which prints
 nccl-tests' table, so one parser reads both.
 
 Two modes, each one run: ``nvlink`` (NCCL chooses every path) and ``ib_loopback``
@@ -11,9 +11,20 @@ Two modes, each one run: ``nvlink`` (NCCL chooses every path) and ``ib_loopback`
 through a NIC and back, as Azure's azurehpc-health-checks does). Both run with
 ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET``, whose lines prove the transport.
 
-Every run goes through ``nodehealth.platform.proc.run``: argv list, absolute path, new session,
-its whole process group killed at the deadline, output capped. The runs of one self-test share
-its deadline: each gets an equal share of what is left.
+Every run goes through ``nodehealth.platform.proc.run``: argv list, absolute trusted path, Python
+isolated (``-I``), ``cwd="/"``, output capped while reading, its whole process group killed on
+every way out. Its environment is ``proc.BASE_ENV`` plus exactly what the self-test sets: the
+mode's variables (``OWN_ENV``) and the configured ``env`` (``NAME=value``, root's config); nothing
+of the caller's or a job's environment (no ``LD_*``, ``PYTHON*``, ``PATH``, ``NCCL_*``, ``CUDA_*``).
+
+The probe runs the self-test in a killable child (``start``: ``platform.child``), so the
+agent's memory never holds the output and the probe's deadline can end it: the runs end
+``MARGIN_S`` before that deadline (their own "hung" verdict comes first); the parent's kill at
+the deadline ends the child and the runner's process group with it (``platform.reap.end_tree``:
+the runner is the child's child until the child dies, so it is found through /proc); a child
+whose parent died (the agent killed by a signal) kills its runner's group at its next check
+(``proc.POLL_S``) and leaves. The runs of one self-test share its deadline: each gets an equal
+share of what is left.
 """
 
 from __future__ import annotations
@@ -33,7 +44,9 @@ MODES = ("nvlink", "ib_loopback")
 RUNNERS = ("auto", "nccl-tests", "builtin")
 MAX_OUTPUT = 8 << 20  # NCCL_DEBUG=INFO of 8 GPUs is a few hundred KiB; the table comes last
 TAIL_CHARS = 4000
-MARGIN_S = 0.3  # the runs end this much before the probe's deadline (the kill and the reading take it)
+# The runs end this much before the probe's deadline: the group's kill, the leader's reaping, the
+# parsing and the child's answer fit in it, so the verdict is the run's own (hung), not the probe's.
+MARGIN_S = 0.5
 HELP_TIMEOUT_S = 3.0
 # Exit status of the built-in runner when no backend (nccl4py, torch) can be imported: nothing is installed.
 EXIT_NO_BACKEND = 69
@@ -78,11 +91,10 @@ def mode_env(mode: str, nccl_net_ib: bool = False, min_bw_gbps: float = 0.0) -> 
     return env
 
 
-def child_env(own: Mapping[str, str], extra: Sequence[str], base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The runner's environment: ours (``base``, default this process's) without the variables a
-    mode sets, then the mode's, then the configured ``NAME=value`` extras."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in OWN_ENV}
-    env.update(own)
+def child_env(own: Mapping[str, str], extra: Sequence[str]) -> dict[str, str]:
+    """The variables the runner gets on top of ``proc.BASE_ENV``: the mode's, then the configured
+    ``NAME=value`` extras. Nothing is inherited from this process or a job."""
+    env = dict(own)
     for item in extra:
         name, _, value = item.partition("=")
         env[name] = value
@@ -100,18 +112,21 @@ def with_gpus(args: Sequence[str], gpus: int) -> list[str]:
 _json_cache: dict[tuple[Any, ...], bool] = {}
 
 
-def supports_json(path: str, execute: Execute, timeout_s: float = HELP_TIMEOUT_S) -> bool:
-    """Whether this ``all_reduce_perf`` takes ``-J`` (its usage lists ``--output_file``), cached per file."""
+def supports_json(path: str, execute: Execute, timeout_s: float = HELP_TIMEOUT_S,
+                  env: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether this ``all_reduce_perf`` takes ``-J`` (its usage lists ``--output_file``), cached per file
+    and environment (``env``: the configured variables, e.g. the LD_LIBRARY_PATH it needs to start)."""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    env = dict(env or {})
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, tuple(sorted(env.items())))
     if key not in _json_cache:
         from nodehealth.platform.proc import CommandError
 
         try:
-            res = execute([path, "-h"], timeout_s, max_output=1 << 16)
+            res = execute([path, "-h"], timeout_s, env=env, max_output=1 << 16, allow=tuple(env))
         except CommandError:
             return False
         _json_cache[key] = "output_file" in res.stdout + res.stderr
@@ -168,8 +183,10 @@ def argv_for(runner: str, plan: Plan, gpus: int, json_path: Optional[str]) -> li
     args = with_gpus(plan.args, gpus)
     if runner == "nccl-tests":
         return [plan.all_reduce_perf, *args, *(["-J", json_path] if json_path else [])]
-    python = plan.python or sys.executable
-    return [python, "-m", "nodehealth.nccl.builtin", "--backend", plan.builtin_backend, *args]
+    from nodehealth.platform.proc import python_argv
+
+    return python_argv(plan.python or sys.executable, "nodehealth.nccl.builtin",
+                       ["--backend", plan.builtin_backend, *args])
 
 
 def parse_outputs(stdout: str, stderr: str, json_text: Optional[str]) -> tuple[Optional[PerfResult], Optional[str],
@@ -204,8 +221,10 @@ def parse_outputs(stdout: str, stderr: str, json_text: Optional[str]) -> tuple[O
 
 
 def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Optional[Execute] = None,
-             base_env: Optional[Mapping[str, str]] = None) -> NcclRun:
-    """One run of the self-test in ``mode``, ended at ``timeout_s`` with its process group."""
+             check: Optional[Callable[[], None]] = None) -> NcclRun:
+    """One run of the self-test in ``mode``, ended at ``timeout_s`` with its process group.
+
+    ``check``: ``proc.run``'s, called while the runner runs (the probe child's parent watch)."""
     from nodehealth.platform import proc
 
     run = execute or proc.run
@@ -217,13 +236,15 @@ def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Option
     tmp = tempfile.mkdtemp(prefix="nodehealth-nccl-")
     try:
         want_json = runner == "nccl-tests" and plan.json != "off" and (
-            plan.json == "on" or supports_json(plan.all_reduce_perf, run, min(HELP_TIMEOUT_S, timeout_s / 4)))
+            plan.json == "on" or supports_json(plan.all_reduce_perf, run, min(HELP_TIMEOUT_S, timeout_s / 4),
+                                               child_env({}, plan.env)))
         json_path = os.path.join(tmp, "all_reduce_perf.json") if want_json else None
         own = mode_env(mode, plan.nccl_net_ib, plan.min_bw_gbps if runner == "nccl-tests" else 0.0)
         argv = argv_for(runner, plan, gpus, json_path)
         left = max(0.05, timeout_s - (time.monotonic() - t0))
         try:
-            res = run(argv, left, env=child_env(own, plan.env, base_env), max_output=MAX_OUTPUT)
+            env = child_env(own, plan.env)
+            res = run(argv, left, env=env, max_output=MAX_OUTPUT, allow=tuple(env), check=check)
         except proc.CommandError as exc:
             return NcclRun(mode=mode, runner=runner, argv=tuple(argv), env=own, gpus=gpus, setup_error=str(exc),
                            setup_kind="config", finished_at=time.time())
@@ -238,14 +259,15 @@ def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Option
     perf, perf_error, tr, from_json = parse_outputs(res.stdout, res.stderr, json_text)
     text = res.stdout + res.stderr
     return NcclRun(mode=mode, runner=runner, argv=tuple(argv), env=own, gpus=gpus, returncode=res.returncode,
-                   timed_out=res.timed_out, timeout_s=left, elapsed_s=elapsed, finished_at=time.time(),
+                   timed_out=res.timed_out, truncated=res.truncated, timeout_s=left, elapsed_s=elapsed,
+                   finished_at=time.time(),
                    output_bytes=len(res.stdout.encode("utf-8", "replace")) + len(res.stderr.encode("utf-8", "replace")),
                    output_tail=text[-TAIL_CHARS:], json_output=from_json, perf=perf, perf_error=perf_error,
                    transport=tr)
 
 
 def gather(plan: Plan, gpus: Optional[int], timeout_s: float, execute: Optional[Execute] = None,
-           base_env: Optional[Mapping[str, str]] = None,
+           check: Optional[Callable[[], None]] = None,
            clock: Callable[[], float] = time.monotonic) -> NcclObservation:
     """Every configured mode in turn; together they end ``MARGIN_S`` before ``timeout_s``."""
     if not gpus:
@@ -257,7 +279,7 @@ def gather(plan: Plan, gpus: Optional[int], timeout_s: float, execute: Optional[
     modes = [m for m in plan.modes if m in MODES]
     for i, mode in enumerate(modes):
         share = max(0.05, (end - clock()) / (len(modes) - i))
-        runs.append(run_mode(mode, plan, gpus, share, execute, base_env))
+        runs.append(run_mode(mode, plan, gpus, share, execute, check))
     return NcclObservation(runs=tuple(runs))
 
 
@@ -279,3 +301,64 @@ def _read_json(tmp: str) -> Optional[str]:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+class ParentGone(Exception):
+    """The probe child's parent (the agent) is gone: nobody waits for the self-test any more."""
+
+
+@dataclass
+class PendingSelftest:
+    """The self-test running in a killable child (``platform.child``); ``collect`` waits for it."""
+
+    plan: Plan
+    gpus: int
+    timeout_s: float
+    child: Any  # platform.child.Child
+
+    def collect(self) -> NcclObservation:
+        from nodehealth.platform import child
+
+        (outcome,) = child.wait_all([self.child], self.timeout_s)
+        if outcome.ok and isinstance(outcome.value, NcclObservation):
+            return outcome.value
+        modes = [m for m in self.plan.modes if m in MODES]
+        if outcome.timed_out:
+            # The child and the runner's process group were killed at the probe's deadline
+            # (child.abandon): the run did not end within it, which is what a hung run is.
+            return NcclObservation(runs=tuple(
+                NcclRun(mode=m, runner=self.plan.runner, gpus=self.gpus, timed_out=True, timeout_s=self.timeout_s,
+                        elapsed_s=outcome.elapsed_s, finished_at=time.time()) for m in modes))
+        return NcclObservation(runs=tuple(
+            NcclRun(mode=m, runner=self.plan.runner, gpus=self.gpus, finished_at=time.time(),
+                    setup_error=f"the self-test's child failed: {outcome.value}", setup_kind="config")
+            for m in modes))
+
+
+def start(plan: Plan, gpus: Optional[int], timeout_s: float) -> Any:
+    """Start the self-test in a child (see the module's docstring); its ``collect`` gives the observation.
+
+    Without a GPU nothing is forked (the observation says so at once)."""
+    if not gpus:
+        return _Ready(gather(plan, gpus, timeout_s))
+    # Imported before the fork, not in the child.
+    from nodehealth.config import trust  # noqa: F401
+    from nodehealth.nccl import parse, transport  # noqa: F401
+    from nodehealth.platform import child, proc  # noqa: F401
+
+    parent = os.getpid()
+
+    def watch() -> None:
+        if os.getppid() != parent:
+            raise ParentGone(f"the agent (pid {parent}) is gone")
+
+    started = child.start(lambda: gather(plan, gpus, timeout_s, check=watch))
+    return PendingSelftest(plan, gpus, timeout_s, started)
+
+
+@dataclass(frozen=True)
+class _Ready:
+    value: NcclObservation
+
+    def collect(self) -> NcclObservation:
+        return self.value

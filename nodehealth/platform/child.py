@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
+from nodehealth.platform.reap import end_tree as reap_tree
+
 _ORPHANS: set[int] = set()
 _ORPHANS_LOCK = threading.Lock()
 # Held from pipe() until the parent closed its write end, so a child forked by another thread
@@ -156,14 +158,11 @@ def _decode(data: bytes, elapsed: float) -> Outcome:
 
 
 def abandon(pid: int) -> None:
-    """Kill a child stuck in the kernel and do not wait: it may not die until the I/O returns."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    """Kill a child stuck in the kernel and do not wait: it may not die until the I/O returns.
+
+    A program the child runs (``platform.proc.run``: a process group of its own) dies with it
+    (``platform.reap.end_tree``), background and double-forked descendants included."""
+    reap_tree(pid)
     if not _try_reap(pid):
         with _ORPHANS_LOCK:
             _ORPHANS.add(pid)

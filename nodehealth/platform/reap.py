@@ -1,9 +1,16 @@
-"""Ending the probe children a stopping process leaves behind.
+"""Ending the probe children a stopping process leaves behind, with the programs they run.
 
-A forking probe (NVML, mounts) runs its child in its own process group and abandons it at
-the deadline; a daemon that stops mid-round has not reached that deadline yet. ``kill_children``
-SIGKILLs the process group of every child of this process that leads its own group (the
-probe children), so none outlives the daemon holding its pipes or a GPU.
+A forking probe (NVML, mounts, the NCCL self-test) runs its child in its own process group
+and abandons it at the deadline; a daemon that stops mid-round has not reached that deadline
+yet. A probe child may itself run a program (the NCCL runner, through ``platform.proc.run``),
+which leads a session and process group of its own: killing the probe child's group alone
+would leave that program and everything it forked running.
+
+``end_tree(pid)`` ends a probe child and what it runs: it stops the child's group (SIGSTOP: no
+new fork, and the child cannot die, so its children keep it as their parent while we look),
+SIGKILLs the process group of each of its children (the runner's group holds every background
+and double-forked descendant, re-parented or not), then SIGKILLs the child's group.
+``kill_children`` does that for every child of this process that leads its own group.
 """
 
 from __future__ import annotations
@@ -12,24 +19,68 @@ import os
 import signal
 
 
-def kill_children(procfs_root: str = "/proc") -> int:
-    me, killed = os.getpid(), 0
+def _stats(procfs_root: str) -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgrp) of every process."""
     try:
         entries = [e for e in os.listdir(procfs_root) if e.isdigit()]
     except OSError:
-        return 0
+        return []
+    out = []
     for entry in entries:
         try:
             with open(os.path.join(procfs_root, entry, "stat"), "rb") as f:
                 fields = f.read(1024).rsplit(b")", 1)[1].split()
-            ppid, pgrp = int(fields[1]), int(fields[2])
+            out.append((int(entry), int(fields[1]), int(fields[2])))
         except (OSError, IndexError, ValueError):
             continue
-        pid = int(entry)
+    return out
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    if pgid <= 1 or pgid == os.getpgrp():
+        return False
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def kill_descendant_groups(pid: int, procfs_root: str = "/proc") -> int:
+    """SIGKILL the process group of every child of ``pid`` that is in another group; how many."""
+    killed = 0
+    for child, ppid, pgrp in _stats(procfs_root):
+        if ppid != pid:
+            continue
+        if pgrp != pid and _killpg(pgrp, signal.SIGKILL):
+            killed += 1
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+    return killed
+
+
+def end_tree(pid: int, procfs_root: str = "/proc") -> None:
+    """End the probe child ``pid`` (a group leader), the programs it runs and their groups."""
+    if not _killpg(pid, signal.SIGSTOP):
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            return
+    kill_descendant_groups(pid, procfs_root)
+    if not _killpg(pid, signal.SIGKILL):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def kill_children(procfs_root: str = "/proc") -> int:
+    """``end_tree`` every child of this process that leads its own group; how many."""
+    me, killed = os.getpid(), 0
+    for pid, ppid, pgrp in _stats(procfs_root):
         if ppid == me and pgrp == pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
+            end_tree(pid, procfs_root)
+            killed += 1
     return killed

@@ -30,6 +30,9 @@ class ProbeContext:
     phase: str = "manual"
     # A look, not a run (--dry-run, check --as): nothing asks slurmctld, nothing is written.
     look_only: bool = False
+    # False for ``nodehealth check`` run by hand: it may ask slurmctld, but writes nothing to the state
+    # dir (no Slurm view cached, the XID scan's position kept in memory for the run); look_only implies it.
+    writes: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import slurm
 
     return slurm.node_view(ctx.config, ctx.node, ctx.phase, min(timeout_s, ctx.config.slurm.timeout_s),
-                           cached_only=ctx.look_only)
+                           cached_only=ctx.look_only, cache=ctx.writes and not ctx.look_only)
 
 
 def _job(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -147,7 +150,8 @@ def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
                           "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)")
     return xid_store.gather(
         ctx.config.paths.state_dir, ctx.config.paths.procfs_root, settings.kmsg_path,
-        settings.severity_overrides, settings.store_max_events, settings.kernel_facility_only, timeout_s)
+        settings.severity_overrides, settings.store_max_events, settings.kernel_facility_only, timeout_s,
+        persist=ctx.writes and not ctx.look_only)
 
 
 def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -163,7 +167,8 @@ def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
 
             found = pci.nvidia_gpus(ctx.config.paths.sysfs_root)
             gpus = len(found.bus_ids) if not isinstance(found, ProbeError) else 0
-    return nccl_runner.gather(nccl_runner.Plan.from_settings(settings), gpus, timeout_s)
+    # In a killable child: the deadline ends it with the runner's process group (nccl.runner.start).
+    return nccl_runner.start(nccl_runner.Plan.from_settings(settings), gpus, timeout_s)
 
 
 PROBES: dict[str, Probe] = {
@@ -177,5 +182,5 @@ PROBES: dict[str, Probe] = {
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband),
-    "nccl": Probe("nccl", _nccl),
+    "nccl": Probe("nccl", _nccl, forks=True),
 }

@@ -2,10 +2,14 @@
 
 ``SlurmClient`` is the interface the act sequence (``nodehealth.slurm.act``) needs; ``Scontrol``
 is the real one: ``scontrol`` by absolute path with an argv list (no shell), so the reason
-text is one argument, never interpolated into a command line. ``SLURM_CONF`` is passed when
-the configuration names one and the environment has none (HealthCheckProgram runs with an
-empty environment). Every call takes its timeout from the caller's ``Deadline``: with too
-little left, no call is started (an "unreachable" answer, not an overrun).
+text is one argument, never interpolated into a command line, through ``platform.proc.run``
+(trusted path, ``cwd="/"``, group killed on every way out, output capped while reading). Its
+environment is ``proc.BASE_ENV`` and ``SLURM_CONF`` alone: the caller's when it has one, else
+the configuration's (HealthCheckProgram runs with an empty environment); nothing else of a
+job's or a shell's environment (``LD_*``, ``PATH``, ``SLURM_TIME_FORMAT``...) reaches scontrol.
+Every call takes its timeout from the caller's ``Deadline``: with too little left, no call is
+started (an "unreachable" answer, not an overrun). An answer over ``MAX_ANSWER`` is cut while
+reading (scontrol killed) and is an error, never parsed nor cached.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.platform.proc import CommandError, CommandResult, run
 from nodehealth.slurm.nodes import NodeInfo, parse_nodes
+
+# ``scontrol show node -o`` of a 10,000-node cluster is a few MiB; one node's is under 2 KiB.
+MAX_ANSWER = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,9 @@ class SlurmClient(Protocol):
 
 
 def environment(slurm_conf: str = "", base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    if slurm_conf and not env.get("SLURM_CONF"):
-        env["SLURM_CONF"] = slurm_conf
-    return env
+    """What scontrol gets on top of ``proc.BASE_ENV``: ``SLURM_CONF`` (``base``'s, else ``slurm_conf``)."""
+    given = (os.environ if base is None else base).get("SLURM_CONF") or slurm_conf
+    return {"SLURM_CONF": given} if given else {}
 
 
 class Scontrol:
@@ -62,11 +68,14 @@ class Scontrol:
             return ProbeError("slurmctl", "timeout", f"no time left in the budget for {shlex.join(argv[:3])}")
         self.calls += 1
         try:
-            res = run(argv, timeout, env=self.env)
+            res = run(argv, timeout, env=self.env, max_output=MAX_ANSWER, allow=("SLURM_CONF",))
         except CommandError as exc:
             return ProbeError("slurmctl", "unavailable", str(exc))
         if res.timed_out:
             return ProbeError("slurmctl", "timeout", f"{shlex.join(res.argv)} did not answer within {timeout:.1f} s")
+        if res.truncated:  # cut while reading and killed: a partial answer is no answer
+            return ProbeError("slurmctl", "invalid", f"{shlex.join(res.argv[:3])} answered more than "
+                              f"{MAX_ANSWER} bytes: not read further")
         return res
 
     def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
