@@ -67,12 +67,14 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
             environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
             look_only: bool = False, own_budget_s: Optional[float] = None,
-            gpus: Optional[tuple[int, ...]] = None) -> Outcome:
+            gpus: Optional[tuple[int, ...]] = None, read_only: bool = False) -> Outcome:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
     ``budget_s``: what is left of the caller's deadline, when less than the phase's budget.
     ``look_only``: a look by hand (``--dry-run``, ``check --as``): no probe asks slurmctld or writes.
+    ``read_only``: ``nodehealth check`` by hand: probes may ask slurmctld but write nothing to the
+    state dir (docs/operations.md, "What check reads and writes").
     ``gpus``: judge only these GPUs (NVML indexes; ``check -i``): the others are left out of the
     snapshot the checks see (NVML's count stays the node's).
     ``own_budget_s``: the budget of a run that is not one of the phase's rounds (the daemon's
@@ -97,7 +99,8 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             used[probe] = max(used.get(probe, 0.0), timeout)
     for probe, timeout in used.items():
         needed.setdefault(probe, timeout)  # a probe only used takes its users' deadline
-    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase, look_only=look_only)
+    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase, look_only=look_only,
+                        writes=not (read_only or look_only))
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
     if gpus is not None and isinstance(obs.nvml, NvmlSnapshot):

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args)
     except UsageError as exc:
         return fail_usage(exc)
-    report = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus).report
+    # By hand: the state dir is read (verdicts, ledger, XID store) and never written (read_only).
+    report = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus, read_only=True).report
     if args.format == "json":
         sys.stdout.write(render.as_json(report))
     else:

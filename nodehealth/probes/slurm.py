@@ -34,7 +34,9 @@ def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") 
 
 
 def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
-              cached_only: bool = False) -> Union[NodeInfo, ProbeError]:
+              cached_only: bool = False, cache: bool = True) -> Union[NodeInfo, ProbeError]:
+    """The cached view, or slurmctld's answer now; ``cache=False`` (``nodehealth check`` by hand):
+    the answer is used for this run and not written to the state dir."""
     state_dir = cfg.paths.state_dir
     cached = NodeInfo.from_json(slurmstate.load(state_dir).slurm_node)
     if cached is not None and cached.name != node:
@@ -49,8 +51,9 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):
-        view = dict(got.to_json())
-        slurmstate.update(state_dir, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
+        if cache:
+            view = dict(got.to_json())
+            slurmstate.update(state_dir, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
     elif cached is not None:
         return cached  # slurmctld did not answer: the last view stands (it says how old it is)
     return got

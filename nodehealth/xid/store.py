@@ -424,7 +424,9 @@ class XidStore:
 
     def __init__(self, state_dir: str, procfs_root: str = "/proc", kmsg_path: str = KMSG_PATH,
                  overrides: tuple[str, ...] = (), max_events: int = DEFAULT_MAX_EVENTS,
-                 kernel_only: bool = False, now: Callable[[], float] = time.time) -> None:
+                 kernel_only: bool = False, now: Callable[[], float] = time.time,
+                 persist: bool = True) -> None:
+        self.persist = persist  # False (``nodehealth check`` by hand): sync reads, keeps its position in memory
         self.state_dir = state_dir
         self.procfs_root = procfs_root
         self.kmsg_path = kmsg_path
@@ -451,7 +453,7 @@ class XidStore:
         """
         current = boot_id(self.procfs_root)
         _check_readable(self.kmsg_path)
-        with locked(self.state_dir, deadline):
+        with locked(self.state_dir, deadline) if self.persist else contextlib.nullcontext():
             state, notes = load_state(self.state_dir)
             # A store with parts that were not valid is written again in good form (and so
             # warned about once).
@@ -464,7 +466,7 @@ class XidStore:
             try:
                 found = list(scan(reader.lines(deadline=deadline), stats))
             except KernelLogUnavailable as exc:
-                if before != json.dumps(state.to_json()):
+                if self.persist and before != json.dumps(state.to_json()):
                     save_state(self.state_dir, state)
                 raise KernelLogUnavailable(str(exc)) from None
             if reader.rewound is not None:
@@ -475,7 +477,7 @@ class XidStore:
                 state.kmsg_seq = max(reader.last_seq, state.kmsg_seq or -1)
             if reader.lost:
                 notes += (f"{reader.lost} kernel-log record(s) were overwritten before they could be read",)
-            if before != json.dumps(state.to_json()):
+            if self.persist and before != json.dumps(state.to_json()):
                 save_state(self.state_dir, state)
         return SyncResult(state, current, added, reader.complete, stats.skipped, notes)
 
@@ -609,12 +611,13 @@ class XidStore:
 
 
 def gather(state_dir: str, procfs_root: str, kmsg_path: str, overrides: tuple[str, ...], max_events: int,
-           kernel_only: bool, timeout_s: float) -> Any:
+           kernel_only: bool, timeout_s: float, persist: bool = True) -> Any:
     """The ``xid`` probe: read the kernel log since the stored position, update the store,
-    and return this boot's events (``XidObservation``) or a ``ProbeError``."""
+    and return this boot's events (``XidObservation``) or a ``ProbeError``. ``persist=False``
+    (``nodehealth check`` by hand): the store is read, not written (no lock, no position saved)."""
     deadline = time.monotonic() + max(0.0, timeout_s - 0.05)
     try:
-        store = XidStore(state_dir, procfs_root, kmsg_path, overrides, max_events, kernel_only)
+        store = XidStore(state_dir, procfs_root, kmsg_path, overrides, max_events, kernel_only, persist=persist)
     except (OSError, ValueError) as exc:
         return ProbeError("xid", "invalid", f"XID catalog: {exc}")
     try:
