@@ -142,5 +142,5 @@ def test_details_carry_attributed_events_and_counts() -> None:
 
 def test_settings_defaults_are_documented_and_sane() -> None:
     s = gpu_xid.Settings()
-    assert s.window_s == 0 and s.kmsg_path == "/dev/kmsg" and s.kernel_facility_only is False
+    assert s.window_s == 0 and s.kmsg_path == "/dev/kmsg" and s.kernel_facility_only is True
     assert s.application_max_events == 20 and s.application_window_s == 3600

@@ -94,6 +94,12 @@ FORMATS: dict[str, Callable[[str], list[str]]] = {
     "syslog": _rsyslog("May 19 07:08:57 gpu017 kernel: [ 5123.456789] "),
     "syslog-rfc3339": _rsyslog("2025-02-23T16:24:18+00:00 gpu017 kernel: "),
     "monitoring-alert": _rsyslog("Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: "),
+    "journalctl-no-hostname": _indented("Feb 23 16:24:18 kernel: "),
+    "journalctl-short-iso-no-hostname": _indented("2025-02-23T16:24:18+0000 kernel: "),
+    "kernel-tag": _indented("kernel: "),
+    "kernel-tag-uptime": _indented("kernel: [ 5123.456789] "),
+    "doc-elided": _indented("[\u2026] "),
+    "doc-elided-ascii": _indented("[...] "),
 }
 BARE = _indented("")  # dmesg -t: no prefix, and so no indentation either
 

@@ -19,16 +19,27 @@ from nodehealth.xid.parse import MAX_LINE_BYTES, ScanStats, parse_line, scan, sp
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world"
 
 
+# Every file of published lines: the copy of shared/fixtures/real-world, and the prefix forms it lacks.
+REAL_LINE_FILES = ("xid_lines.jsonl", "xid_lines_prefix_forms.jsonl")
+
+
+def real_rows() -> list[tuple[str, int, dict[str, Any]]]:
+    """(file, line number, row) of every published line in the fixtures."""
+    rows = []
+    for name in REAL_LINE_FILES:
+        with open(FIXTURES / name, encoding="utf-8") as fh:
+            for number, text in enumerate(fh, 1):
+                if text.strip():
+                    rows.append((name, number, json.loads(text)))
+    return rows
+
+
 def _real_lines() -> list[Any]:
     cases = []
-    with open(FIXTURES / "xid_lines.jsonl", encoding="utf-8") as fh:
-        for number, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            row = json.loads(text)
-            what = f"xid{row['xid']}" if row["xid"] is not None else "none"
-            fmt = row["format"].split(" (")[0].replace(" ", "_")
-            cases.append(pytest.param(row, id=f"line{number:02d}-{what}-{fmt}"))
+    for name, number, row in real_rows():
+        what = f"xid{row['xid']}" if row["xid"] is not None else "none"
+        fmt = row["format"].split(" (")[0].replace(" ", "_")
+        cases.append(pytest.param(row, id=f"{name.split('.')[0]}-line{number:02d}-{what}-{fmt}"))
     return cases
 
 
@@ -139,6 +150,28 @@ HAND_MADE = [
      "2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in this "
      "system has\\x0aNVRM: fallen off the bus and is not responding to commands.",
      79, "0000:b3:00", None, None, "1843.308145", 1843.308145, 512, KIND_FALLEN_OFF_BUS),
+    # The prefix forms of recorded logs beyond dmesg's and syslog's (issue 19's classes).
+    ("journalctl-no-hostname",
+     "Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s",
+     119, "0000:9b:00", 2024380, "nvidia-smi", "Feb 23 16:24:18", None, None, KIND_XID),
+    ("journalctl-no-hostname-short-iso",
+     "2025-02-23T16:24:18+0000 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1, name=x, GSP error",
+     120, "0000:9b:00", 1, "x", "2025-02-23T16:24:18+0000", None, None, KIND_XID),
+    ("kernel-tag-only-with-uptime",
+     "kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012, name=process, Contained ECC error.",
+     94, "0000:17:00", 789012, "process", "16450076.435595", 16450076.435595, None, KIND_XID),
+    ("doc-elided-ascii",
+     "[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+     79, "0000:3b:00", 1, "x", None, None, None, KIND_XID),
+    ("doc-elided-unicode-spaced",
+     "[ … ] NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=a.out, DBE",
+     48, "0000:3b:00", 7, "a.out", None, None, None, KIND_XID),
+    ("redacted-pci",
+     "[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+     79, None, 1234, "python3", "123.456789", 123.456789, None, KIND_XID),
+    ("redacted-pci-unicode",
+     "Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:…): 154, GPU recovery action changed from 0x0 (None) to "
+     "0x2 (Node Reboot Required)", 154, None, None, None, "Feb 23 16:24:18", None, None, KIND_XID),
 ]
 
 
@@ -169,6 +202,13 @@ NOT_XID = [
     ("kmsg-dict-continuation-device", " DEVICE=+pci:0000:3b:00.0"),
     ("nvidia-module-line", "[    5.1] nvidia: module license 'NVIDIA' taints kernel."),
     ("empty", ""),
+    # Known prefixes only: the tag of another program, an elision inside a name, a bare "kernel"
+    ("journalctl-no-hostname-other-program", "Feb 23 16:24:18 root[311]: NVRM: Xid (PCI:0000:3b:00): 79, x"),
+    ("kernel-tag-after-another-program", "Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x"),
+    ("kernel-tag-indented", "   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x"),
+    ("kernel-tag-in-words", "user kernel: NVRM: Xid (PCI:0000:3b:00): 79, x"),
+    ("elided-inside-a-name", "[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'"),
+    ("redacted-pci-other-words", "NVRM: Xid (PCI:redacted): 79, pid=1"),
 ]
 
 

@@ -27,6 +27,7 @@ from nodehealth.xid.events import XidEvent
 from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.parse import ScanStats, scan, split_lines
 from nodehealth.xid.patterns import KMSG_PATH
+from nodehealth.xid.settings import xid_settings
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 if TYPE_CHECKING:
@@ -188,15 +189,16 @@ def run_scan(args: argparse.Namespace) -> int:
     # The blamed process and the job ledger describe this node's current boot: only its own
     # live log (kmsg, journal) is matched against them.
     live = args.source is None
+    kernel_only = xid_settings(cfg).kernel_facility_only  # the live sources: kmsg and the journal
     stats = ScanStats()
     out = sys.stdout
     try:
         if args.journal:
             from nodehealth.xid.kmsg import journal_lines
 
-            lines: Iterable[bytes] = journal_lines()
+            lines: Iterable[bytes] = journal_lines(kernel_only=kernel_only)
         elif args.source is None:
-            lines = KmsgReader(args.kmsg).lines()
+            lines = KmsgReader(args.kmsg, kernel_only=kernel_only).lines()
         elif args.source == "-":
             lines = split_lines(_file_chunks(sys.stdin.buffer))
         else:

@@ -24,9 +24,10 @@ import stat
 import threading
 import time
 from collections.abc import Iterator
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from nodehealth.xid.parse import split_lines
+from nodehealth.xid.parse import MAX_LINE_BYTES, split_lines
 from nodehealth.xid.patterns import KMSG_PATH, KMSG_RECORD
 
 _READ_SIZE = 64 * 1024  # /dev/kmsg fails a read shorter than the record with EINVAL
@@ -52,12 +53,69 @@ def _reason(path: str, exc: OSError) -> str:
     return f"cannot read {path}: {reason}"
 
 
+def _kind(mode: int) -> str:
+    for test, words in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
 def open_log(path: str) -> int:
-    """``path`` opened non-blocking for reading; ``KernelLogUnavailable`` names why it cannot be."""
+    """``path`` opened for reading, never blocking; ``KernelLogUnavailable`` names why it cannot be.
+
+    The kernel's record device (a character device: ``/dev/kmsg``), or a recorded log: a regular
+    file, opened by ``platform.ground.open_regular`` (``O_NOFOLLOW|O_NONBLOCK``, judged on the
+    descriptor, one name only). A symbolic link, a FIFO, a socket, a directory or a block device
+    is refused without being read: a recorded log may lie in a directory others can write.
+    """
+    from nodehealth.platform import ground
+
     try:
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise KernelLogUnavailable(f"cannot read {path}: it is a symbolic link (refused: the kernel log is "
+                                       "/dev/kmsg or a regular file, named by its own path)") from None
+        raise KernelLogUnavailable(_reason(path, exc)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise KernelLogUnavailable(_reason(path, exc)) from None
+    if stat.S_ISCHR(mode):
+        return fd
+    os.close(fd)
+    if not stat.S_ISREG(mode):
+        raise KernelLogUnavailable(f"cannot read {path}: it is {_kind(mode)}, not the kernel log device or a "
+                                   "regular file (refused without reading it)")
+    try:
+        return ground.open_regular(path)  # judged again on its own descriptor: what was checked is what is read
+    except ground.Foreign as exc:
+        raise KernelLogUnavailable(f"cannot read {path}: {exc}") from None
     except OSError as exc:
         raise KernelLogUnavailable(_reason(path, exc)) from None
+
+
+@dataclass(frozen=True)
+class FilePosition:
+    """How far a recorded log (a regular file) has been read: its identity, the offset of the first
+    byte not read (always just after a newline), and the bytes before that offset (``tail``, hex),
+    which tell a file rewritten in place from one that only grew."""
+
+    dev: int
+    ino: int
+    offset: int
+    tail: str = ""
+
+    def same_file(self, other: Optional[FilePosition]) -> bool:
+        return other is not None and (self.dev, self.ino) == (other.dev, other.ino)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dev": self.dev, "ino": self.ino, "offset": self.offset, "tail": self.tail}
+
+
+_TAIL_BYTES = 32
 
 
 def boot_time(procfs_root: str = "/proc") -> Optional[float]:
@@ -79,16 +137,26 @@ class KmsgReader:
     """Lines of ``/dev/kmsg`` (or a file/FIFO of its records) after a saved position.
 
     ``after_seq``: records with a sequence number at or below it are skipped (with their
-    continuation lines). ``kernel_only``: keep only records of the kernel facility (lines
-    written to ``/dev/kmsg`` from user space carry the user facility). ``last_seq`` is the
+    continuation lines). ``kernel_only`` (the default): keep only records of the kernel
+    facility; the kernel gives every record written to ``/dev/kmsg`` from user space another
+    facility (``devkmsg_write`` turns facility 0 into LOG_USER), so a forwarder, journald's
+    ``ForwardToKMsg=`` or a test line is never taken for the driver's. ``last_seq`` is the
     highest sequence number read so far (skipped records included), the position to save.
     ``rewound`` says why the log was read again from its first record (the position was past
     its end), else None.
     """
 
-    def __init__(self, path: str = KMSG_PATH, after_seq: Optional[int] = None, kernel_only: bool = False,
-                 poll_s: float = POLL_S) -> None:
+    def __init__(self, path: str = KMSG_PATH, after_seq: Optional[int] = None, kernel_only: bool = True,
+                 poll_s: float = POLL_S, position: Optional[FilePosition] = None) -> None:
         self.path = path
+        # A recorded log (a regular file) is read from ``position`` when it is the same file and
+        # has not been rewritten before it, else from its beginning; ``resumed`` says which.
+        self.start_position = position
+        self.resumed = False
+        self._file: Optional[tuple[int, int]] = None  # (st_dev, st_ino) of a regular file being read
+        self._offset = 0  # the first byte not yet handed out as part of a whole line
+        self._fd: Optional[int] = None
+        self._tail = ""
         self.after_seq = after_seq
         self.kernel_only = kernel_only
         self.poll_s = poll_s
@@ -117,13 +185,72 @@ class KmsgReader:
                 self.after_seq = None
                 self.last_seq = None
                 self.complete = False
+                self.start_position, self.resumed = None, False
+
+    def position(self) -> Optional[FilePosition]:
+        """Where a recorded log has been read to (after the last whole line handed out), None for
+        the record device. Valid while reading and after."""
+        if self._file is None:
+            return None
+        if self._fd is not None:
+            self._tail = _tail_before(self._fd, self._offset)
+        return FilePosition(self._file[0], self._file[1], self._offset, self._tail)
+
+    def _start(self, fd: int, st: os.stat_result) -> None:
+        """Seek a recorded log to the saved position when it still describes this file."""
+        self._file = (st.st_dev, st.st_ino)
+        self._offset = 0
+        saved = self.start_position
+        if (saved is not None and (saved.dev, saved.ino) == self._file and 0 < saved.offset <= st.st_size
+                and _tail_before(fd, saved.offset) == saved.tail):
+            os.lseek(fd, saved.offset, os.SEEK_SET)
+            self._offset = saved.offset
+            self.resumed = True
+
+    def _file_lines(self, fd: int, follow: bool, stop: Optional[threading.Event],
+                    deadline: Optional[float]) -> Iterator[bytes]:
+        """Whole lines of a recorded log, each counted in the offset before it is handed out; a
+        last line without its newline yet is left for the next read (a writer may be half way)."""
+        pending = b""
+        dropping = False  # inside a line longer than MAX_LINE_BYTES: its first part was handed out
+        consumed = 0  # bytes of ``pending`` (or of the dropped line) before the current line
+        for chunk in self._chunks(fd, False, follow, stop, deadline):
+            start = 0
+            while True:
+                cut = chunk.find(b"\n", start)
+                if cut < 0:
+                    rest = chunk[start:]
+                    consumed += len(rest)
+                    if not dropping:
+                        pending += rest
+                        if len(pending) > MAX_LINE_BYTES:
+                            line, pending, dropping = pending[: MAX_LINE_BYTES + 1], b"", True
+                            yield line  # the scanner counts it as too long; the offset waits for its end
+                    break
+                piece = chunk[start:cut]
+                self._offset += consumed + len(piece) + 1
+                consumed = 0
+                start = cut + 1
+                if dropping:
+                    dropping = False
+                    continue
+                line = pending + piece
+                pending = b""
+                yield line[: MAX_LINE_BYTES + 1] if len(line) > MAX_LINE_BYTES else line
 
     def _lines(self, follow: bool, stop: Optional[threading.Event], deadline: Optional[float]) -> Iterator[bytes]:
         fd = open_log(self.path)
         try:
-            records = stat.S_ISCHR(os.fstat(fd).st_mode)
+            st = os.fstat(fd)
+            records = stat.S_ISCHR(st.st_mode)
+            if records:
+                source = split_lines(self._chunks(fd, records, follow, stop, deadline))
+            else:
+                self._start(fd, st)
+                self._fd = fd
+                source = self._file_lines(fd, follow, stop, deadline)
             skipping = False
-            for line in split_lines(self._chunks(fd, records, follow, stop, deadline)):
+            for line in source:
                 m = _RECORD_RE.match(line)
                 if m is None:
                     # a record's continuation (" KEY=value") goes with its record
@@ -141,6 +268,9 @@ class KmsgReader:
                 if not skipping:
                     yield line
         finally:
+            if self._fd is not None:
+                self._tail = _tail_before(fd, self._offset)
+                self._fd = None
             os.close(fd)
 
     def _at_end(self) -> None:
@@ -192,6 +322,17 @@ class KmsgReader:
         return int(wait * 1000)
 
 
+def _tail_before(fd: int, offset: int) -> str:
+    """The bytes just before ``offset`` (hex), read without moving the file position."""
+    if offset <= 0:
+        return ""
+    start = max(0, offset - _TAIL_BYTES)
+    try:
+        return os.pread(fd, offset - start, start).hex()
+    except OSError:
+        return ""
+
+
 def journal_available() -> bool:
     """Whether the systemd journal bindings (``python3-systemd``) can be imported."""
     try:
@@ -201,10 +342,24 @@ def journal_available() -> bool:
     return True
 
 
+def kernel_facility(value: object) -> bool:
+    """Whether a journal entry's ``SYSLOG_FACILITY`` (absent, an int or its text) is the kernel's.
+
+    journald reads every ``/dev/kmsg`` record as ``_TRANSPORT=kernel``, also those written from
+    user space (which the kernel gives another facility); it records a facility only when it is
+    not the kernel's (``dev_kmsg_record``: ``if (priority & LOG_FACMASK)``).
+    """
+    if value is None:
+        return True
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    return text.strip() == str(KERNEL_FACILITY)
+
+
 def journal_lines(follow: bool = False, stop: Optional[threading.Event] = None,
-                  poll_s: float = POLL_S) -> Iterator[bytes]:
+                  poll_s: float = POLL_S, kernel_only: bool = True) -> Iterator[bytes]:
     """Kernel messages of this boot from journald, as ``[uptime] message`` lines.
 
+    ``kernel_only`` (the default): only records of the kernel facility, as ``KmsgReader``.
     Raises ``KernelLogUnavailable`` when the systemd bindings are not installed.
     """
     try:
@@ -218,6 +373,8 @@ def journal_lines(follow: bool = False, stop: Optional[threading.Event] = None,
         reader.add_match(_TRANSPORT="kernel")
         while True:
             for entry in reader:
+                if kernel_only and not kernel_facility(entry.get("SYSLOG_FACILITY")):
+                    continue
                 message = entry.get("MESSAGE", "")
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", errors="replace")

@@ -93,6 +93,10 @@ ML_ENGINEERING = ("stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a
 M4_CHRONICLES = "huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr-190-80b/chronicles.md"
 M4_JEANZAY = ("huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr_141-hanging/"
               "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/dmesg.txt")
+OGKM_1150 = ("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150 (comment by jed-hacker, 2026-05-18; "
+             "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
+NVIDIA_XID_DOC = ("https://docs.nvidia.com/deploy/xid-errors/index.html (\"Viewing Xid Error Messages\"; "
+                  "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
 TESTS = "tests/test_xid_parser.py (the driver's format, written by hand)"
 CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action names per driver)"
 
@@ -113,6 +117,14 @@ _SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \
                  r"(?:\.\d+)?")
 _KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
 _HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
+# journalctl --no-hostname (and -o short-iso --no-hostname): the kernel's tag right after the clock
+_MAYBE_HOST_KERNEL = r"(?:[ \t]+\S+)?[ \t]+kernel:"
+# A shipper or an alert that kept only the kernel's tag: "kernel: NVRM: ...", "kernel: [ 94.57] NVRM: ..."
+_KERNEL_TAG = r"kernel:"
+# A document's excerpt with the timestamp elided: "[…] NVRM: ...", "[...] NVRM: ..."
+_ELIDED_CLOCK = r"\[[ \t]*(?:\u2026|\.\.\.)[ \t]*\]"
+# A PCI token the reporter redacted: "(PCI:...)", "(PCI:…)": the XID counts, the GPU is unknown
+_REDACTED_PCI = r"(?:\.\.\.|\u2026)"
 _DMESG_LEVEL = r"[a-z]{2,8}[ \t]*:[a-z]{2,8}[ \t]*:[ \t]*"  # dmesg -x: "kern  :warn  : "
 # Plain words before a quoted syslog line (a monitoring alert: "Xid errors on instance: h, Error:
 # "): no quote, bracket, parenthesis, "=", ";" or backslash, which every kernel record that quotes
@@ -130,10 +142,12 @@ XID_LINE = Pattern(
     role=EVENT,
     about="the Xid line `NVRM: Xid (<gpu>): <xid>, <payload>`, right at the message's start "
     "(`message_start`); the GPU is `PCI:dddd:bb:dd` (old drivers: "
-    "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number). Only the first Xid counts: "
+    "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number; redacted by a reporter: "
+    "`PCI:...` or `PCI:…`, the XID with the GPU unknown). Only the first Xid counts: "
     "payloads name other XIDs (\"caused by previous Xid 149\"); the number must end at a comma or the line",
     regex=re.compile(
-        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?\):\s*"
+        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?|" + _REDACTED_PCI
+        + r")\):\s*"
         r"(?P<xid>\d{1,5})(?:\s*,\s*(?P<payload>.*)|\s*$)",
         re.DOTALL,
     ),
@@ -180,6 +194,18 @@ XID_LINE = Pattern(
         _gives("[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous "
                "Xid 149", TESTS, xid=155),
         _gives("NVRM: Xid (PCI:0000:01:00): 62", TESTS, xid=62, message=""),
+        _gives("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
+               "Xid 149", OGKM_1150, xid=45, pci="0000:dc:00", pid=1818990, process="python3", time=None),
+        _gives("[\u2026] NVRM: Xid (0000:03:00): 14, Channel 00000001", NVIDIA_XID_DOC, xid=14, pci="0000:03:00",
+               time=None, message="Channel 00000001"),
+        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout",
+               TESTS, xid=119, pci="0000:9b:00", time="Feb 23 16:24:18"),
+        _gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS, xid=79,
+               pci="0000:3b:00"),
+        _gives("[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.", TESTS,
+               xid=79, pci=None, pid=1234),
+        _gives("NVRM: Xid (PCI:\u2026): 48, pid=7, name=a.out, DBE", TESTS, xid=48, pci=None),
+        _none("NVRM: Xid (PCI:redacted): 79, pid=1", TESTS),
         _none("NVRM: Xid (PCI:0000:66:00): abc, pid=2280636", TESTS),
         _none("[  94.5] NVRM: Xid (PCI:0000:3b", TESTS),
         _none("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
@@ -376,16 +402,20 @@ MESSAGE_START = Pattern(
     about="where a record's message starts: right after its log format's own prefix at the start of the "
     "line (a kmsg record; dmesg's clock, with `-r` priority, `-x` level, `-T`, `-e`, iso; syslog and "
     "`journalctl -k`: clock, host, `kernel:` and an optional `[ 94.57]`, also after plain words such as a "
-    "monitoring alert's), or at the start of a bare message. Events are read only from a message that "
+    "monitoring alert's; `journalctl --no-hostname`: clock and `kernel:`; a shipper's `kernel:` tag alone; a "
+    "document's elided clock `[…]` or `[...]`), or at the start of a bare message. Events are read only from a "
+    "message that "
     "starts there with the driver's tag `NVRM:`: a driver line quoted inside another record (a file or "
     "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
     "another program than the kernel logged",
     regex=re.compile(
         r"^(?P<prefix>" + _KMSG_PREFIX
         + r"|(?:" + _DMESG_LEVEL + r")?(?:<\d{1,3}>)?(?:(?:" + _MONO_CLOCK + r"|\[" + _CTIME_CLOCK + r"\]|"
-        + _RELTIME_CLOCK + "|" + _ISO_CLOCK + r")(?:" + _HOST_KERNEL + r")?" + _KERNEL_STAMP + r")?"
-        + r"|(?:<\d{1,3}>)?(?![ \t])" + _PLAIN_WORDS + r"(?:" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")" + _HOST_KERNEL
-        + _KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
+        + _RELTIME_CLOCK + "|" + _ISO_CLOCK + "|" + _ELIDED_CLOCK + r")(?:" + _MAYBE_HOST_KERNEL + r")?"
+        + _KERNEL_STAMP + r")?"
+        + r"|(?:<\d{1,3}>)?" + _KERNEL_TAG + _KERNEL_STAMP
+        + r"|(?:<\d{1,3}>)?(?![ \t])" + _PLAIN_WORDS + r"(?:" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")"
+        + _MAYBE_HOST_KERNEL + _KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
     ),
     samples=(
         _gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
@@ -413,6 +443,18 @@ MESSAGE_START = Pattern(
         _gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
         _gives("[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
                prefix="[   94.571234] gpu017 kernel: "),
+        _gives("kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous "
+               "Xid 145", OGKM_1150, prefix="kernel: "),
+        _gives("[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7", NVIDIA_XID_DOC,
+               prefix="[\u2026] "),
+        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
+               prefix="Feb 23 16:24:18 kernel: "),
+        _gives("kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012", TESTS,
+               prefix="kernel: [16450076.435595] "),
+        _gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
+        _none("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        _none("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        _none("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
         _none("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
               "empty string added", TESTS),
         _none("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
@@ -460,11 +502,11 @@ ISO = Pattern(
 SYSLOG = Pattern(
     name="syslog",
     role=WALL_CLOCK,
-    about="syslog files and `journalctl -k` (`Mon dd hh:mm:ss host kernel:`; the year is not given and is "
-    "not guessed)",
+    about="syslog files and `journalctl -k` (`Mon dd hh:mm:ss host kernel:`, `--no-hostname` without the host; "
+    "the year is not given and is not guessed)",
     regex=re.compile(
         r"(?P<t>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)"
-        r" \S+ kernel:"
+        r"(?: \S+)? kernel:"
     ),
     samples=(
         _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
@@ -472,6 +514,7 @@ SYSLOG = Pattern(
                t="May 19 07:08:57"),
         _gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
                t="Feb 23 16:24:18"),
+        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS, t="Feb 23 16:24:18"),
         _none("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119", GPUD_XID119_LOG + " (line 3)"),
     ),
 )

@@ -50,8 +50,9 @@ class XidSettings(CheckSettings):
         3600.0, "window of the application-XID rate", unit="s", min=1)
     kmsg_path: str = setting(KMSG_PATH, "kernel log device the XID watch reads")
     kernel_facility_only: bool = setting(
-        False, "count only kernel-facility records of the kernel log (lines written to /dev/kmsg "
-        "from user space, as by tests, are then ignored)")
+        True, "count only kernel-facility records of the live kernel log (/dev/kmsg, the journal): "
+        "the kernel gives every record written from user space (a forwarder, journald's "
+        "ForwardToKMsg=, a test) another facility; false also counts those")
     store_max_events: int = setting(
         1000, "most XID events the event store keeps (oldest non-drain events go first)",
         unit="events", min=10, max=100000)
