@@ -23,6 +23,34 @@ from nodehealth.slurm.nodes import NodeInfo
 from nodehealth.statedir import slurmstate
 
 NO_CALL_PHASES = ("prolog", "epilog")
+# What the cache keeps of slurmctld's answer, each field bounded before it is stored: a node name is a
+# host name (at most 255 characters), a state a few flags, a reason at most [drain] reason_max_len
+# (1000) with Slurm's "[user@time]" suffix; a longer one is no reason of ours and is cut.
+MAX_NAME_CHARS = 255
+MAX_STATE_CHARS = 128
+MAX_REASON_CHARS = 2048
+
+
+def _bounded_text(value: Any, limit: int) -> Any:
+    if not isinstance(value, str):
+        return None
+    text = "".join(ch if ch.isprintable() else "?" for ch in value[:limit])
+    return text
+
+
+def cached_view(info: NodeInfo) -> Union[dict[str, Any], None]:
+    """The bounded fields the Slurm state file keeps of ``info`` (``NodeInfo.to_json``'s keys), or None
+    for a name no cache should hold (empty, too long, not printable ASCII)."""
+    raw = info.to_json()
+    name = raw.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS or not all(" " < ch <= "~" for ch in name):
+        return None
+    gres = raw.get("gres_gpus")
+    return {"name": name,
+            "gres_gpus": gres if isinstance(gres, int) and not isinstance(gres, bool) and 0 <= gres < 1 << 16 else None,
+            "state": _bounded_text(raw.get("state"), MAX_STATE_CHARS),
+            "reason": _bounded_text(raw.get("reason"), MAX_REASON_CHARS),
+            "time": raw.get("time")}
 
 
 def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") -> Union[NodeInfo, ProbeError]:
@@ -51,8 +79,8 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):
-        if cache:
-            view = dict(got.to_json())
+        view = cached_view(got) if cache else None
+        if view is not None:
             slurmstate.update(state_dir, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
     elif cached is not None:
         return cached  # slurmctld did not answer: the last view stands (it says how old it is)

@@ -26,6 +26,7 @@ from nodehealth.slurm.nodes import NodeInfo, parse_nodes
 
 # ``scontrol show node -o`` of a 10,000-node cluster is a few MiB; one node's is under 2 KiB.
 MAX_ANSWER = 16 << 20
+MAX_NODE_ANSWER = 256 << 10  # ``show node -o NODE``: one record, a hundred times its usual size
 
 
 @dataclass(frozen=True)
@@ -62,25 +63,26 @@ class Scontrol:
         self.env = environment(slurm_conf, environ)
         self.calls = 0
 
-    def _call(self, argv: list[str]) -> Union[CommandResult, ProbeError]:
+    def _call(self, argv: list[str], max_answer: int = MAX_ANSWER) -> Union[CommandResult, ProbeError]:
         timeout = self.deadline.call_timeout(self.per_call_s)
         if timeout is None:
             return ProbeError("slurmctl", "timeout", f"no time left in the budget for {shlex.join(argv[:3])}")
         self.calls += 1
         try:
-            res = run(argv, timeout, env=self.env, max_output=MAX_ANSWER, allow=("SLURM_CONF",))
+            res = run(argv, timeout, env=self.env, max_output=max_answer, allow=("SLURM_CONF",))
         except CommandError as exc:
             return ProbeError("slurmctl", "unavailable", str(exc))
         if res.timed_out:
             return ProbeError("slurmctl", "timeout", f"{shlex.join(res.argv)} did not answer within {timeout:.1f} s")
         if res.truncated:  # cut while reading and killed: a partial answer is no answer
             return ProbeError("slurmctl", "invalid", f"{shlex.join(res.argv[:3])} answered more than "
-                              f"{MAX_ANSWER} bytes: not read further")
+                              f"{max_answer} bytes: not read further")
         return res
 
     def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
-        """``scontrol show node -o [NODE]``."""
-        res = self._call([self.scontrol, "show", "node", "-o"] + ([node] if node else []))
+        """``scontrol show node -o [NODE]``; one node's answer may be at most ``MAX_NODE_ANSWER`` bytes."""
+        res = self._call([self.scontrol, "show", "node", "-o"] + ([node] if node else []),
+                         MAX_NODE_ANSWER if node else MAX_ANSWER)
         if isinstance(res, ProbeError):
             return res
         if res.returncode != 0:

@@ -126,7 +126,10 @@ def update(state_dir: str, change: Any, lock_timeout_s: float, log: Any = None) 
             if why and log is not None:
                 log(f"state file unusable, starting afresh and rewriting it: {why}", notable=True)
             new = change(State.from_json(raw))
-            files.write_json(p, new.to_json(), mode=files.STATE_FILE_MODE)
+            text = files.dumps(new.to_json()) + "\n"
+            if len(text) > files.MAX_READ:  # never store what the reader refuses (load reads MAX_READ)
+                raise OSError(f"the new state is {len(text)} bytes, more than {files.MAX_READ}: not written")
+            files.write_atomic(p, text, files.STATE_FILE_MODE)
             return new
     except OSError as exc:
         if log is not None:
