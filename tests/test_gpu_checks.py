@@ -94,6 +94,12 @@ def eight(changed: int, **changes: Any) -> Observations:
     return node(*(h100(i, **changes) if i == changed else h100(i) for i in range(8)))
 
 
+def all_down(name: Optional[str], fabric_state: Optional[int], links: int, gpus: int = 8) -> Observations:
+    """``gpus`` GPUs named ``name``, every one of their ``links`` NVLinks inactive."""
+    return node(*(h100(i, name=name, fabric_state=fabric_state, nvlinks=tuple(NvLink(n, False) for n in range(links)))
+                  for i in range(gpus)))
+
+
 def without(nvml_value: Any, pci: Any = BUS, slurm: Any = None) -> Observations:
     return Observations(nvml=nvml_value, pci_gpus=None if pci is None else PciGpus(tuple(pci), "sysfs"),
                         slurm_node=slurm)
@@ -288,28 +294,17 @@ ROWS = [
     # ---------------------------------------------------------------- gpu_nvlink
     Row("nvlink-ok", gpu_nvlink, node(), OK),
     # PCIe cards with NVLink hardware and no bridge: every link of every GPU down is "not connected".
-    Row("nvlink-unbridged-pcie-not-judged", gpu_nvlink, node(*(h100(i, name="NVIDIA A100 80GB PCIe", fabric_state=None,
-                                                                   nvlinks=tuple(NvLink(n, False, 0, 0) for n in range(12)))
-                                                              for i in range(8))), SKIPPED,
+    Row("nvlink-unbridged-pcie-not-judged", gpu_nvlink, all_down("NVIDIA A100 80GB PCIe", None, 12), SKIPPED,
         summary_has="no NVLink bridges fitted"),
-    Row("nvlink-unbridged-h100-nvl-not-judged", gpu_nvlink, node(*(h100(i, name="NVIDIA H100 NVL", fabric_state=0,
-                                                                        nvlinks=tuple(NvLink(n, False) for n in range(18)))
-                                                                   for i in range(4))), SKIPPED,
+    Row("nvlink-unbridged-h100-nvl-not-judged", gpu_nvlink, all_down("NVIDIA H100 NVL", 0, 18, gpus=4), SKIPPED,
         summary_has="no NVLink bridges fitted"),
     # An SXM board (HGX, NVSwitch) has no optional bridge: every link down there is a fault.
-    Row("nvlink-all-down-sxm-fabric-completed", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
-        NvLink(n, False, 0, 0) for n in range(18))) for i in range(8))), FAIL, REBOOT, 0,
+    Row("nvlink-all-down-sxm-fabric-completed", gpu_nvlink, all_down("NVIDIA H100 80GB HBM3", 3, 18), FAIL, REBOOT, 0,
         "every NVLink of every GPU inactive"),
-    Row("nvlink-all-down-a100-sxm-no-fabric", gpu_nvlink, node(*(h100(i, name="NVIDIA A100-SXM4-80GB", fabric_state=None,
-                                                                      nvlinks=tuple(NvLink(n, False) for n in range(12)))
-                                                                 for i in range(8))), FAIL, REBOOT, 0),
+    Row("nvlink-all-down-a100-sxm-no-fabric", gpu_nvlink, all_down("NVIDIA A100-SXM4-80GB", None, 12), FAIL, REBOOT, 0),
     # A PCIe name in an NVSwitch fabric, or a GPU whose name NVML did not give: not "no bridge".
-    Row("nvlink-all-down-pcie-name-in-a-fabric", gpu_nvlink, node(*(h100(i, name="NVIDIA H100 PCIe", fabric_state=3,
-                                                                         nvlinks=tuple(NvLink(n, False) for n in range(18)))
-                                                                    for i in range(8))), FAIL, REBOOT, 0),
-    Row("nvlink-all-down-name-unknown", gpu_nvlink, node(*(h100(i, name=None, fabric_state=None,
-                                                                nvlinks=tuple(NvLink(n, False) for n in range(12)))
-                                                           for i in range(8))), FAIL, REBOOT, 0),
+    Row("nvlink-all-down-pcie-name-in-a-fabric", gpu_nvlink, all_down("NVIDIA H100 PCIe", 3, 18), FAIL, REBOOT, 0),
+    Row("nvlink-all-down-name-unknown", gpu_nvlink, all_down(None, None, 12), FAIL, REBOOT, 0),
     Row("nvlink-unbridged-but-expected", gpu_nvlink, node(*(h100(i, nvlinks=tuple(
         NvLink(n, False, 0, 0) for n in range(12))) for i in range(8))), FAIL, RESET, 0,
         settings={"expected_links": 12}),

@@ -99,6 +99,23 @@ ROWS = [
     Row("mig-enabled.toml", "gpu_remapped_rows", SKIPPED, summary_has="not supported"),
     Row("v100-retired-pages-pending.toml", "gpu_retired_pages", FAIL, Action.RESET_GPU, 1, "pending",
         others={"gpu_remapped_rows": SKIPPED, "gpu_fabric": SKIPPED}),
+    # An SXM/NVSwitch board has no optional bridge: every link down is a fault, not "no bridge".
+    Row("hgx-h100-all-nvlinks-down.toml", "gpu_nvlink", FAIL, Action.REBOOT, 0,
+        "every NVLink of every GPU inactive"),
+    # A 9 s nvmlInit without persistence mode is slow, not hung (the read's budget here 20 s).
+    Row("persistence-off-slow-nvml-init.toml", "gpu_persistence", WARN, Action.NONE, 0, "persistence mode off",
+        timeout_s=20.0, max_wall_s=18.0),
+    Row("gb200-driver-570-route-unhealthy.toml", "gpu_fabric", FAIL, Action.REBOOT, 1, "route unhealthy",
+        expected_count=4),
+    Row("gb200-fabric-incorrect-configuration.toml", "gpu_fabric", FAIL, Action.INSPECT, 2,
+        "incorrect configuration: insufficient NVLinks", expected_count=4),
+    Row("ecc-disabled-by-operator.toml", "gpu_ecc", FAIL, Action.INSPECT, 2, "ECC disabled"),
+    Row("nvml-return-code-13x.toml", "gpu_recovery_action", UNKNOWN, Action.NONE, 5,
+        "reset type not supported (NVML return 30)"),
+    # The node-wide checks answered (NVML counted 8 GPUs, gave the driver version); the per-GPU ones
+    # could read nothing and say so (UNKNOWN "not read"), never "does not apply".
+    Row("every-gpu-handle-unknown.toml", "nvml", FAIL, Action.REBOOT, 0, "unable to determine the device handle",
+        others={n: UNKNOWN for n in GPU_CHECKS if n not in ("nvml", "gpu_count", "gpu_driver")}),
     Row("cpu-node-no-gpu.toml", "nvml", SKIPPED, summary_has="no GPU expected",
         others=_all_but("nvml", SKIPPED), expected_count="auto"),
     Row("cpu-node-no-gpu.toml", "nvml", FAIL, Action.INSPECT, None, "GPUs are expected",
@@ -193,6 +210,14 @@ def test_hung_call_names_the_gpu_and_call_and_keeps_what_was_read() -> None:
     assert res.details["gpus_read"] == 4
     # GPUs 0-3 answered before GPU 4 hung and are judged; the stall itself is the nvml check's FAIL.
     assert _by_name(report)["gpu_temperature"].details["gpus_judged"] == [0, 1, 2, 3]
+
+
+def test_checks_whose_gpus_could_not_be_read_say_so() -> None:
+    row = next(r for r in ROWS if r.file == "every-gpu-handle-unknown.toml")
+    results = _by_name(runner.run(_config(row), only=GPU_CHECKS, node="sim01"))
+    for name in _others(row):
+        assert results[name].summary.startswith("not read: NVML failed"), (name, results[name].summary)
+        assert "does not apply" not in results[name].summary
 
 
 def test_gpu_count_auto_uses_the_simulated_pci_bus() -> None:

@@ -57,6 +57,16 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         why = "; ".join(f"GPU {g.index}: {g.errors[0].message if g.errors else 'no handle'}" for g in unreachable)
         return result(ctx, Status.FAIL, f"unable to determine the device handle: {why}", action,
                       gpu=unreachable[0].index, unreachable=[g.index for g in unreachable], kinds=kinds)
+    if not snap.complete and snap.device_count is None:
+        # The budget ended inside nvmlInit (or before it), which had not passed its own deadline:
+        # slow, not hung. Without persistence mode the driver is slow to bring GPUs up; a reboot
+        # would not start the daemon that keeps them up (gpu_persistence says so once read).
+        call = snap.stalled_call or "the reader's start"
+        running = f" (running {snap.in_flight_s:g} s)" if snap.in_flight_s is not None and snap.stalled_call else ""
+        return result(ctx, Status.UNKNOWN, f"NVML still starting: {call}{running} had not returned when the "
+                      f"budget of {snap.timeout_s:g} s ended; slow, not hung (hung is no progress for "
+                      f"{snap.call_timeout_s:g} s); no GPU read", stalled_call=snap.stalled_call,
+                      gpus_read=0, elapsed_s=round(snap.elapsed_s, 3))
     if not snap.complete:
         # The budget ended while NVML was still answering: slow, not hung. What was read is
         # judged by the other checks; what was not is named, and nothing is concluded from it.

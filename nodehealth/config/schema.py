@@ -46,8 +46,9 @@ class NvmlSettings:
         3.0, "deadline for one NVML call: a call that takes longer is hung (the GPU is wedged); "
         "the read as a whole has the GPU checks' timeout_s", unit="s", min=0.1, max=120)
     init_timeout_s: float = setting(
-        8.0, "deadline for nvmlInit and for opening one GPU, which initialises it when "
-        "persistence mode is off (seconds per GPU)", unit="s", min=0.1, max=300)
+        30.0, "deadline for nvmlInit and for opening one GPU, which initialises it when "
+        "persistence mode is off, counted from the call's last visible progress (docs/nvml.md)",
+        unit="s", min=0.1, max=300)
 
 
 @dataclass(frozen=True)

@@ -183,16 +183,23 @@ _FABRIC_VERSIONS = ((_FabricInfoV3, 0x3000028), (_FabricInfoV2, 0x02000024))
 
 _FRAME = struct.Struct("!I")
 SHUTDOWN_GRACE_S = 0.2
-# A killed reader that can die has died this long after SIGKILL; one still there is stuck.
-STUCK_GRACE_S = 0.05
-# Calls that may legitimately take seconds: nvmlInit, and opening a GPU, which initialises
-# it when persistence mode is off. They get the longer per-call deadline.
+# A killed reader that can die has died this long after SIGKILL; one still there is stuck. Counted
+# from the kill, not from the next look: on a loaded machine a killed process may wait a while for
+# a CPU to exit on, and a round that starts right after the kill gives it the rest of this time.
+STUCK_GRACE_S = 1.0
+# Calls that may legitimately take seconds: nvmlInit, and opening a GPU ("this API causes NVML to
+# initialize the target GPU", nvml.h, nvmlDeviceGetHandleByIndex_v2), which without persistence mode
+# brings the GPU up again. They get the longer deadline, counted from their last visible progress.
 SLOW_CALLS = frozenset({"nvmlInit", "nvmlDeviceGetHandleByIndex"})
-HUNG_SHARE = 0.9
+# How often the parent looks at a slow call's progress (the reader's page faults and open files in
+# /proc/<pid>: bringing a GPU up opens its device node and maps memory; a call blocked in the kernel
+# does neither).
+PROGRESS_POLL_S = 0.25
 
 # The reader abandoned at its last deadline, until it is reaped: (pid, wall-clock time it was
 # started). While it is still there no new reader is forked.
 _abandoned: Optional[tuple[int, float]] = None
+_abandoned_at = 0.0  # time.monotonic() when it was killed and abandoned
 _abandoned_lock = threading.Lock()
 
 
@@ -580,9 +587,10 @@ class PendingProbe:
     """A forked NVML reader; ``collect`` waits for it, never past its deadlines.
 
     Two deadlines: each call has its own (``call_timeout_s``; ``slow_call_timeout_s`` for
-    nvmlInit and opening a GPU, which initialises it when persistence mode is off): a call
-    past it is *hung*. The whole read has ``timeout_s``: when that ends while calls are still
-    answering, the driver is *slow*, and what was not read is named, not called hung.
+    nvmlInit and opening a GPU, which initialises it when persistence mode is off, counted
+    from the call's last visible progress): a call past it is *hung*. The whole read has
+    ``timeout_s``: when that ends first, the driver is *slow* (whatever share of the budget
+    one call took), and what was not read is named, not called hung.
     """
 
     pid: int
@@ -592,13 +600,15 @@ class PendingProbe:
     simulated: bool
     started_wall: float = 0.0
     call_timeout_s: float = 3.0
-    slow_call_timeout_s: float = 8.0
+    slow_call_timeout_s: float = 30.0
 
     def _call_limit(self, call: Optional[str]) -> float:
-        """The call's own deadline; a call that alone takes (nearly) the whole budget is hung
-        whatever its own deadline says: slow calls share the budget, a hung one eats it."""
-        own = self.slow_call_timeout_s if call in SLOW_CALLS else self.call_timeout_s
-        return min(own, HUNG_SHARE * self.timeout_s)
+        """The call's own deadline. Before the first call (the reader starting: fork, import,
+        loading the library; no driver call yet) there is none but the budget: how fast Python
+        starts says nothing about the GPU. Slow calls count theirs from their last progress."""
+        if call is None:
+            return self.timeout_s
+        return self.slow_call_timeout_s if call in SLOW_CALLS else self.call_timeout_s
 
     def collect(self, clock: Callable[[], float] = time.monotonic) -> Union[NvmlSnapshot, ProbeError]:
         deadline = self.started + self.timeout_s
@@ -607,7 +617,9 @@ class PendingProbe:
         eof = False
         stop: Optional[str] = None
         current: Optional[str] = None
-        since = self.started  # when the call in flight was announced
+        announced = self.started  # when the call in flight was announced
+        since = self.started  # ... or, for a slow call, when it last showed progress
+        seen: Optional[tuple[int, ...]] = None
         try:
             while not eof:
                 now = clock()
@@ -618,8 +630,15 @@ class PendingProbe:
                 if now >= deadline:
                     stop = "budget"
                     break
-                ready, _, _ = select.select([self.fd], [], [], min(deadline, call_deadline) - now)
+                wait = min(deadline, call_deadline) - now
+                slow = current in SLOW_CALLS
+                ready, _, _ = select.select([self.fd], [], [], min(wait, PROGRESS_POLL_S) if slow else wait)
                 if not ready:
+                    if slow:
+                        mark = _progress(self.pid)
+                        if seen is not None and mark is not None and mark != seen:
+                            since = clock()  # slow, and getting somewhere: not hung
+                        seen = mark
                     continue  # the loop head tells which deadline passed
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
@@ -629,12 +648,14 @@ class PendingProbe:
                 frames.extend(new)
                 for kind, value in new:
                     if kind == "call":
-                        current, since = value, clock()
+                        current, since, seen = value, clock(), None
+                        announced = since
                 if any(frame[0] == "end" for frame in new):
                     # Everything is read; only nvmlShutdown is left. Give it a moment, not the
                     # rest of the deadline: a shutdown that hangs changes nothing we report.
                     deadline = min(deadline, clock() + SHUTDOWN_GRACE_S)
                     current, since = "nvmlShutdown", clock() + 3600.0
+                    announced = since
         finally:
             os.close(self.fd)
         elapsed = clock() - self.started
@@ -645,7 +666,18 @@ class PendingProbe:
         ended = any(frame[0] == "end" for frame in frames)
         return _assemble(frames, complete=eof or ended, elapsed=elapsed, timeout_s=self.timeout_s,
                          simulated=self.simulated, stop=None if ended else stop,
-                         call_limit=self._call_limit(current), in_flight_s=clock() - since)
+                         call_limit=self._call_limit(current), in_flight_s=clock() - announced)
+
+
+def _progress(pid: int) -> Optional[tuple[int, ...]]:
+    """What changes while a process gets work done in the kernel and not while it is blocked there:
+    its minor and major page faults (/proc/<pid>/stat fields 10 and 12) and its open files."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().rsplit(b")", 1)[1].split()
+        return int(stat[7]), int(stat[9]), len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -660,10 +692,10 @@ class StalledProbe:
 
 
 def _abandon(pid: int, started_wall: float) -> None:
-    global _abandoned
+    global _abandoned, _abandoned_at
     child.abandon(pid)
     with _abandoned_lock:
-        _abandoned = (pid, started_wall)
+        _abandoned, _abandoned_at = (pid, started_wall), time.monotonic()
 
 
 def stuck_reader() -> Optional[tuple[int, float]]:
@@ -675,10 +707,10 @@ def stuck_reader() -> Optional[tuple[int, float]]:
     global _abandoned
     child.reap_orphans()
     with _abandoned_lock:
-        last = _abandoned
+        last, killed_at = _abandoned, _abandoned_at
     if last is None:
         return None
-    if child.orphaned(last[0], STUCK_GRACE_S):
+    if child.orphaned(last[0], max(0.0, killed_at + STUCK_GRACE_S - time.monotonic())):
         return last
     with _abandoned_lock:
         if _abandoned == last:
@@ -688,7 +720,7 @@ def stuck_reader() -> Optional[tuple[int, float]]:
 
 def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = False,
           clock: Callable[[], float] = time.monotonic, call_timeout_s: float = 3.0,
-          slow_call_timeout_s: float = 8.0) -> Union[PendingProbe, StalledProbe]:
+          slow_call_timeout_s: float = 30.0) -> Union[PendingProbe, StalledProbe]:
     """Fork the reader. Call it before starting other threads (fork copies only this one).
 
     ``loader`` runs in the child and returns the NVML module: pynvml is imported (and

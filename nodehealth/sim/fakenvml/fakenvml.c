@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -672,10 +673,27 @@ static nvmlReturn_t get_count(const char *sym, unsigned int *count) {
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return get_count("nvmlDeviceGetCount", n); }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return get_count("nvmlDeviceGetCount_v2", n); }
 
+/* Bringing a GPU up is work, not a wait: the driver opens the GPU's device node and maps memory as it goes. The
+ * fake does the same in miniature, so a slow open shows progress to an observer of the process (page faults in
+ * /proc/<pid>/stat) while a `hang` (a sleep, as a call blocked in the kernel) shows none: one fresh page is
+ * touched every 10 ms of init_ms. */
+static void bring_up(unsigned long long ms) {
+    enum { SLICE_MS = 10, PAGE = 4096 };
+    size_t len = ((size_t)(ms / SLICE_MS) + 1) * PAGE;
+    /* mmap, not malloc: fresh pages every time (malloc may hand back pages an earlier open already touched) */
+    unsigned char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (unsigned long long done = 0; done < ms; done += SLICE_MS) {
+        if (mem != MAP_FAILED) mem[(done / SLICE_MS) * PAGE] = 1;
+        sleep_us((ms - done < SLICE_MS ? ms - done : SLICE_MS) * 1000ULL);
+    }
+    if (mem != MAP_FAILED) munmap(mem, len);
+}
+
 static void first_open(int i) {
-    /* init_ms: a GPU without persistence mode is initialised when the first client opens it */
+    /* init_ms: a GPU without persistence mode is initialised when the first client opens it (nvml.h,
+     * nvmlDeviceGetHandleByIndex_v2: "this API causes NVML to initialize the target GPU") */
     if (S.gpu[i].has[K_INIT_MS] && !__atomic_exchange_n(&opened[i], 1, __ATOMIC_ACQ_REL))
-        sleep_us(S.gpu[i].v[K_INIT_MS] * 1000ULL);
+        bring_up(S.gpu[i].v[K_INIT_MS]);
 }
 
 static nvmlReturn_t by_index(const char *sym, unsigned int index, nvmlDevice_t *device) {
