@@ -4,8 +4,11 @@ never a FIFO), and how a recorded log is read (once per file and offset, whoever
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +140,157 @@ def test_a_fifo_as_the_kernel_log_is_refused_without_blocking(node: Node, tmp_pa
     finally:
         os.close(writer_fd)
         os.close(reader_fd)
+
+
+# --------------------------------------------------------------------------- a recorded log: read once
+
+T = BTIME + 50_000.0  # when the XID of the recorded log happened (a whole second)
+
+
+def dmesg_t(at: float, message: str) -> str:
+    """A `dmesg -T` line (local time, as dmesg prints it)."""
+    return time.strftime("[%a %b %e %H:%M:%S %Y] ", time.localtime(at)) + message + "\n"
+
+
+def _xid_count(res: Any, xid: int) -> int:
+    return sum(1 for e in res.details["events"] if e["xid"] == xid)
+
+
+def test_a_recorded_log_read_by_many_readers_in_turn_gives_each_event_once(node: Node) -> None:
+    """Twenty faces, each its own store reader, over one recorded log: one XID 79, never "x2"; a line
+    appended later is one new event; the store records how far the file was read."""
+    node.kmsg.write_text(dmesg_t(T - 60, "usb 1-1: new device") + dmesg_t(T, XID_79))
+    cfg = node.config("state")
+    for _ in range(20):
+        res = node.check(cfg)
+        assert res.status == Status.FAIL and "XID 79" in res.summary and " x" not in res.summary, res
+        assert res.details["events_this_boot"] == 1 and _xid_count(res, 79) == 1, res.details
+    with node.kmsg.open("a") as fh:
+        fh.write(dmesg_t(T + 5, "NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=a.out, DBE"))
+    for _ in range(5):
+        res = node.check(cfg)
+        assert (_xid_count(res, 79), _xid_count(res, 48)) == (1, 1), res.details
+    state = json.loads((node.root / "state" / "xid-events.json").read_text())
+    assert state["file"]["offset"] == node.kmsg.stat().st_size and state["file"]["ino"] == node.kmsg.stat().st_ino
+
+
+def test_a_recorded_log_read_by_concurrent_readers_and_the_follower_gives_each_event_once(node: Node) -> None:
+    """Sixteen readers at once (faces' syncs, each its own store) while the daemon's follower reads the
+    same file: each line is one event, whoever got there first."""
+    node.kmsg.write_text(dmesg_t(T, XID_79))
+    state = str(node.root / "state")
+    follower = XidStore(state, str(node.proc), str(node.kmsg))
+    followed: list[int] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=follower.follow, args=(stop,),
+                              kwargs={"on_event": lambda r: followed.append(r.event.xid), "poll_s": 0.01,
+                                      "save_interval_s": 0.0})
+    thread.start()
+    try:
+        go = threading.Barrier(16)
+        added: list[int] = []
+        errors: list[BaseException] = []
+
+        def face(i: int) -> None:
+            try:
+                go.wait(60)
+                if i == 0:
+                    with node.kmsg.open("a") as fh:
+                        fh.write(dmesg_t(T + 5, "NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=a.out, DBE"))
+                added.append(XidStore(state, str(node.proc), str(node.kmsg)).sync(time.monotonic() + 60).added)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                errors.append(exc)
+
+        faces = [threading.Thread(target=face, args=(i,)) for i in range(16)]
+        for t in faces:
+            t.start()
+        for t in faces:
+            t.join(120)
+        assert not errors, errors
+        final = XidStore(state, str(node.proc), str(node.kmsg)).sync(time.monotonic() + 60)
+        xids = sorted(d["xid"] for d in final.state.events)
+        assert xids == [48, 79], final.state.events
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and final.state.file_position is not None:
+            stored = XidStore(state, str(node.proc), str(node.kmsg)).sync(time.monotonic() + 60).state
+            if stored.file_position is not None and stored.file_position.offset == node.kmsg.stat().st_size:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    final = XidStore(state, str(node.proc), str(node.kmsg)).sync(time.monotonic() + 60)
+    assert sorted(d["xid"] for d in final.state.events) == [48, 79]
+    assert sum(added) + len(followed) == 2, (added, followed)  # each event told once, by one reader
+
+
+def test_a_recorded_log_rewritten_in_place_is_read_again_from_its_beginning(node: Node) -> None:
+    node.kmsg.write_text(dmesg_t(T, XID_79) + dmesg_t(T + 1, "eth0: link up"))
+    state = str(node.root / "state")
+    assert XidStore(state, str(node.proc), str(node.kmsg)).sync().added == 1
+    # The same file (same inode), rewritten longer: its old position would land inside a new line.
+    with node.kmsg.open("r+") as fh:
+        fh.write(dmesg_t(T + 2, "NVRM: Xid (PCI:0000:5e:00): 48, pid=7, name=a.out, DBE") * 3)
+    found = XidStore(state, str(node.proc), str(node.kmsg)).sync()
+    assert sorted(d["xid"] for d in found.state.events) == [48, 48, 48, 79]
+
+
+def test_a_last_line_without_its_newline_waits_for_it(node: Node) -> None:
+    """A writer half way through a line: "Xid ...: 7" of "79" is not read as XID 7."""
+    rest = "9, pid=1234, name=python3, GPU has fallen off the bus.\n"
+    line = dmesg_t(T, XID_79)
+    assert line.endswith(rest)
+    node.kmsg.write_text(dmesg_t(T, "usb 1-1: new device") + line[:-len(rest)])
+    state = str(node.root / "state")
+    assert XidStore(state, str(node.proc), str(node.kmsg)).sync().added == 0
+    with node.kmsg.open("a") as fh:
+        fh.write(rest)
+    found = XidStore(state, str(node.proc), str(node.kmsg)).sync()
+    assert [d["xid"] for d in found.state.events] == [79]
+
+
+# --------------------------------------------------------------------------- which job ran at the event's time
+
+
+def _forensics(obs: Any, job: str, start: float, now: float) -> Any:
+    from nodehealth.checks.job_forensics import job_forensics
+
+    return job_forensics(job, None, None, None, obs, start, now, BOOT)
+
+
+def test_an_xid_is_never_told_to_a_job_that_started_after_it(node: Node) -> None:
+    """An XID at t in a recorded log, read by several readers while job 911 (started at t + 8 s)
+    runs: its epilog reports no XID during the job; job 910, running at t, has it."""
+    from nodehealth.statedir.ledger import JobEntry
+
+    node.kmsg.write_text(dmesg_t(T, XID_79))
+    state = str(node.root / "state")
+    for later in (9.0, 12.0, 15.0):  # faces of job 911 (prolog, health checks) read the file
+        XidStore(state, str(node.proc), str(node.kmsg), now=lambda later=later: T + later).sync()
+    ledger = (JobEntry(job_id="910", start=T - 30, end=T + 2, user=None, gpus=None),
+              JobEntry(job_id="911", start=T + 8, end=None, user=None, gpus=None))
+    obs = XidStore(state, str(node.proc), str(node.kmsg), now=lambda: T + 20).observation()
+    obs = dataclasses.replace(obs, ledger=ledger)
+    (rec,) = obs.records
+    assert rec.at == T
+    late = _forensics(obs, "911", T + 8, T + 20)
+    assert late.status == Status.OK and "no XID" in late.summary, late
+    running = _forensics(obs, "910", T - 30, T + 2)
+    assert running.status == Status.FAIL and "XID 79 during the job" in running.summary, running
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("[Sun Feb 23 16:24:18 2025] " + XID_79, "ctime"),
+    ("2025-02-23T16:24:18,123456+00:00 " + XID_79, 1740327858.123456),
+    ("2025-02-23T16:24:18Z " + XID_79, 1740327858.0),
+    ("[ 5123.456789] " + XID_79, BTIME + 5123.456789),
+    ("4,9,5123456789,-;" + XID_79, BTIME + 5123.456789),
+], ids=["dmesg-T", "iso-offset", "iso-z", "dmesg-uptime", "kmsg-record"])
+def test_an_event_is_placed_at_its_own_lines_time(node: Node, line: str, expected: Any) -> None:
+    node.kmsg.write_text(line + "\n")
+    store = XidStore(str(node.root / "state"), str(node.proc), str(node.kmsg), now=lambda: T)
+    (event,) = store.sync().state.events
+    want = time.mktime(time.strptime("Sun Feb 23 16:24:18 2025", "%a %b %d %H:%M:%S %Y")) \
+        if expected == "ctime" else expected
+    assert event["at"] == pytest.approx(want) and event["recorded_at"] == T

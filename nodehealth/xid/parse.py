@@ -22,7 +22,10 @@ real sample lines); this module applies it. The kernel log itself is read by
 
 from __future__ import annotations
 
+import calendar
+import datetime
 import re
+import time as _time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Optional, Union
@@ -76,6 +79,63 @@ def _stamp(prefix: str) -> _Stamp:
             break
     uptime_s = float(uptime_text) if uptime_text is not None else None
     return _Stamp(time=wall if wall is not None else uptime_text, uptime_s=uptime_s, seq=seq)
+
+
+_ISO_PARTS = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?$")
+_SYSLOG_FRACTION = re.compile(r"\.\d+$")
+# A syslog stamp names no year: it is taken as the latest such moment not later than this after
+# the reading (a clock a little ahead of ours is not last year's).
+SYSLOG_AHEAD_S = 86400.0
+
+
+def wall_clock_time(text: Optional[str], now: float) -> Optional[float]:
+    """Unix time of a line's wall-clock stamp (``XidEvent.time``), None when it is none.
+
+    ``dmesg -T`` (local time, with its year), ISO 8601 (its offset, else local time), and a
+    syslog or journal stamp, which has no year: the latest moment with that date and time not
+    later than ``SYSLOG_AHEAD_S`` after ``now`` (the reading). Seconds since boot are not a wall
+    clock. Used to place an event in time (windows, which job ran then); the text itself is
+    kept as written.
+    """
+    if not text:
+        return None
+    text = text.strip()
+    try:
+        st = _time.strptime(text, "%a %b %d %H:%M:%S %Y")
+        return float(_time.mktime(st))
+    except (ValueError, OverflowError):
+        pass
+    m = _ISO_PARTS.match(text)
+    if m:
+        date, clock, fraction, zone = m.groups()
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        try:
+            moment = datetime.datetime.fromisoformat(f"{date}T{clock}").replace(microsecond=micro)
+        except ValueError:
+            return None
+        if zone is None:
+            return _time.mktime(moment.timetuple()) + micro / 1e6
+        if zone == "Z":
+            offset = 0
+        else:
+            sign = -1 if zone[0] == "-" else 1
+            digits = zone[1:].replace(":", "")
+            offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+        return calendar.timegm(moment.timetuple()) + micro / 1e6 - offset
+    try:
+        base = _time.strptime(_SYSLOG_FRACTION.sub("", text), "%b %d %H:%M:%S")
+    except ValueError:
+        return None
+    year = _time.localtime(now).tm_year
+    for candidate in (year + 1, year, year - 1, year - 2, year - 3, year - 4):
+        try:
+            moment = datetime.datetime(candidate, base.tm_mon, base.tm_mday, base.tm_hour, base.tm_min, base.tm_sec)
+        except ValueError:  # 29 February of a year without one
+            continue
+        at = _time.mktime(moment.timetuple())
+        if at <= now + SYSLOG_AHEAD_S:
+            return at
+    return None
 
 
 def parse_line(line: str) -> Optional[XidEvent]:

@@ -55,8 +55,8 @@ from nodehealth.statedir import files, layout
 from nodehealth.statedir import ledger as job_ledger
 from nodehealth.xid.catalog import Catalog, catalog_for, enrich
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
-from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time, open_log
-from nodehealth.xid.parse import ScanStats, scan
+from nodehealth.xid.kmsg import FilePosition, KernelLogUnavailable, KmsgReader, boot_time, open_log
+from nodehealth.xid.parse import ScanStats, scan, wall_clock_time
 from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.process_job import live_job
 from nodehealth.xid.settings import XidSettings, xid_settings
@@ -97,10 +97,14 @@ class StoreState:
     last_clear: Optional[float] = None
     dropped: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
+    # How far a recorded log (a regular file as kmsg_path) has been read; kept across boots (the
+    # file's lines do not come back with a reboot). None: no recorded log read yet.
+    file_position: Optional[FilePosition] = None
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "boot_id": self.boot_id, "kmsg_seq": self.kmsg_seq,
-                "last_clear": self.last_clear, "dropped": self.dropped, "events": self.events}
+                "last_clear": self.last_clear, "dropped": self.dropped, "events": self.events,
+                "file": self.file_position.to_json() if self.file_position is not None else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> tuple[StoreState, list[str]]:
@@ -135,7 +139,11 @@ class StoreState:
             ignored.append(f"{len(raw_events) - len(events)} of {len(raw_events)} stored event(s) are not events")
         if fields:
             ignored.append(f"{fields} event field(s)")
-        return cls(boot_id=boot, kmsg_seq=seq, last_clear=clear, dropped=dropped or 0, events=events), ignored
+        position = _file_position(data.get("file"))
+        if position is None and data.get("file") is not None:
+            ignored.append("file (the recorded log's position): reading it from its beginning")
+        return cls(boot_id=boot, kmsg_seq=seq, last_clear=clear, dropped=dropped or 0, events=events,
+                   file_position=position), ignored
 
 
 def store_path(state_dir: str) -> str:
@@ -203,6 +211,20 @@ def _integer(value: Any, low: int, high: int) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         return None
     return value
+
+
+_TAIL_RE = re.compile(r"(?:[0-9a-f]{2}){0,64}")
+
+
+def _file_position(value: Any) -> Optional[FilePosition]:
+    """A recorded log's stored position in good form, else None."""
+    if not isinstance(value, dict):
+        return None
+    dev, ino, offset = (_integer(value.get(k), 0, MAX_SEQ) for k in ("dev", "ino", "offset"))
+    tail = value.get("tail")
+    if dev is None or ino is None or offset is None or not isinstance(tail, str) or not _TAIL_RE.fullmatch(tail):
+        return None
+    return FilePosition(dev, ino, offset, tail)
 
 
 def _boot(value: Any) -> Optional[str]:
@@ -401,6 +423,22 @@ def clear_events(state: StoreState, catalog: Catalog, now: float) -> tuple[int, 
 # --------------------------------------------------------------------------- reading the log into the store
 
 
+def event_time(event: XidEvent, btime: Optional[float], now: float) -> Optional[float]:
+    """Unix time of an event by its own line, None when the line does not say.
+
+    A kmsg record: boot time plus its microseconds since boot. Another line: its wall clock
+    (``parse.wall_clock_time``: a recorded log may be of another boot, which seconds since this
+    boot would misplace), else its ``[ 94.57]`` seconds since this boot.
+    """
+    uptime = event.uptime_s
+    if event.seq is not None and uptime is not None:
+        return btime + uptime if btime is not None else None
+    wall = wall_clock_time(event.time, now)
+    if wall is not None:
+        return wall
+    return btime + uptime if btime is not None and uptime is not None else None
+
+
 def _check_readable(path: str) -> None:
     os.close(open_log(path))
 
@@ -418,13 +456,13 @@ class SyncResult:
 class XidStore:
     """The event store of one node, and the ways to fill it from the kernel log.
 
-    ``now`` is the Unix clock (injectable for tests). ``kernel_only`` keeps only kernel-
-    facility kmsg records (off by default: test lines written to /dev/kmsg are user facility).
+    ``now`` is the Unix clock (injectable for tests). ``kernel_only`` (the default) keeps only
+    kernel-facility kmsg records: records written to /dev/kmsg from user space carry another.
     """
 
     def __init__(self, state_dir: str, procfs_root: str = "/proc", kmsg_path: str = KMSG_PATH,
                  overrides: tuple[str, ...] = (), max_events: int = DEFAULT_MAX_EVENTS,
-                 kernel_only: bool = False, now: Callable[[], float] = time.time,
+                 kernel_only: bool = True, now: Callable[[], float] = time.time,
                  persist: bool = True) -> None:
         self.persist = persist  # False (``nodehealth check`` by hand): sync reads, keeps its position in memory
         self.state_dir = state_dir
@@ -461,7 +499,8 @@ class XidStore:
             cleared = roll_boot(state, current, self.catalog)
             if cleared:
                 notes += (f"the reboot cleared {cleared} drain-class event(s) of an earlier boot",)
-            reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only)
+            reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only,
+                                position=state.file_position)
             stats = ScanStats()
             try:
                 found = list(scan(reader.lines(deadline=deadline), stats))
@@ -475,6 +514,9 @@ class XidStore:
             added = add_events(state, self._stamped(found), self.catalog, self.max_events)
             if reader.last_seq is not None:
                 state.kmsg_seq = max(reader.last_seq, state.kmsg_seq or -1)
+            position = reader.position()
+            if position is not None:  # a recorded log: read up to here, under the lock, by whoever read it
+                state.file_position = position
             if reader.lost:
                 notes += (f"{reader.lost} kernel-log record(s) were overwritten before they could be read",)
             if self.persist and before != json.dumps(state.to_json()):
@@ -482,12 +524,21 @@ class XidStore:
         return SyncResult(state, current, added, reader.complete, stats.skipped, notes)
 
     def _stamped(self, events: Iterable[XidEvent]) -> Iterator[tuple[XidEvent, Optional[float], float]]:
+        """Each event with ``at``, its own time (``event_time``), and the time it was read.
+
+        A line that carries no time of its own (a bare message, the ``kernel:`` tag alone, an
+        elided ``[…]``) is placed when it was first read: a recorded log is read once per line,
+        so no later reader moves it into a later job. The blamed process names the job only when
+        the event's time is known (the process must have started before it; pids are reused).
+        """
         btime = boot_time(self.procfs_root)
         for event in events:
             now = self.now()
-            at = btime + event.uptime_s if btime is not None and event.uptime_s is not None else now
-            if event.pid is not None and event.job_id is None:
-                job = live_job(event.pid, self.procfs_root, event.uptime_s)
+            own = event_time(event, btime, now)
+            at = own if own is not None else now
+            if event.pid is not None and event.job_id is None and own is not None:
+                uptime = event.uptime_s if event.seq is not None or btime is None else own - btime
+                job = live_job(event.pid, self.procfs_root, uptime)
                 if job is not None:
                     event = dataclasses.replace(event, job_id=job)
             yield event, at, now
@@ -558,26 +609,39 @@ class XidStore:
         for note in notes:
             if on_note is not None:
                 on_note(note)
-        reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, poll_s=poll_s)
+        reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, poll_s=poll_s,
+                            position=state.file_position)
         saved_seq = state.kmsg_seq
+        saved_position = start_position = state.file_position
         last_save = time.monotonic()
         rewind_noted = False
+        file_checked = False  # whether the reader's start was compared with the stored position
 
         def record(events: list[XidEvent]) -> list[XidRecord]:
-            nonlocal rewind_noted, saved_seq, last_save
+            nonlocal rewind_noted, saved_seq, saved_position, last_save, file_checked
             rewind = reader.rewound is not None and not rewind_noted
             if rewind:
                 rewind_noted = True
                 if on_note is not None and reader.rewound is not None:
                     on_note(reader.rewound)
-            out = self._record(events, reader.last_seq, restart=rewind)
-            saved_seq, last_save = reader.last_seq, time.monotonic()
+            position = reader.position()
+            # A recorded log read from its beginning although a position of it was stored (it
+            # was rewritten in place): that position no longer counts (unless another reader has
+            # replaced it since).
+            stale = start_position if position is not None and not file_checked and not reader.resumed \
+                and position.same_file(start_position) else None
+            file_checked = file_checked or position is not None
+            out = self._record(events, reader.last_seq, restart=rewind, position=position, stale=stale)
+            saved_seq, saved_position, last_save = reader.last_seq, position, time.monotonic()
             return out
+
+        def moved() -> bool:
+            return reader.last_seq != saved_seq or reader.position() != saved_position
 
         def lines() -> Iterator[bytes]:
             for line in reader.lines(follow=True, stop=stop):
                 yield line
-                if reader.last_seq != saved_seq and time.monotonic() - last_save >= save_interval_s:
+                if moved() and time.monotonic() - last_save >= save_interval_s:
                     record([])
 
         try:
@@ -586,23 +650,40 @@ class XidStore:
                     if on_event is not None:
                         on_event(stored)
         finally:
-            if reader.last_seq != saved_seq:
+            if moved():
                 with contextlib.suppress(StoreError):
-                    self._record([], reader.last_seq, restart=reader.rewound is not None and not rewind_noted)
+                    record([])
 
-    def _record(self, events: list[XidEvent], last_seq: Optional[int], restart: bool = False) -> list[XidRecord]:
+    def _record(self, events: list[XidEvent], last_seq: Optional[int], restart: bool = False,
+                position: Optional[FilePosition] = None, stale: Optional[FilePosition] = None) -> list[XidRecord]:
         """Add ``events`` and the position under the lock; ``restart``: the position saved is
-        not valid (the log was read again from its beginning) and is replaced by ``last_seq``."""
+        not valid (the log was read again from its beginning) and is replaced by ``last_seq``.
+
+        ``position``: where a recorded log has been read to, just after the line of the last of
+        ``events``. When the store's position of the same file is already there or beyond, another
+        reader (a face's sync) has recorded those lines: the events are not added again.
+        ``stale``: a stored position of the file that is not valid (the file was rewritten since):
+        dropped when it is still the one stored.
+        """
         with locked(self.state_dir):
             state, _ = load_state(self.state_dir)
             current = boot_id(self.procfs_root)
             roll_boot(state, current, self.catalog)
             if restart:
                 state.kmsg_seq = None
+            stored = state.file_position
+            if stale is not None and stored == stale:
+                stored = state.file_position = None
+            if position is not None and stored is not None and position.same_file(stored) \
+                    and stored.offset >= position.offset:
+                events = []  # read and recorded by another reader already
             added = add_events(state, self._stamped(events), self.catalog, self.max_events)
             new = state.events[-added:] if added else []
             if last_seq is not None:
                 state.kmsg_seq = max(last_seq, state.kmsg_seq or -1)
+            if position is not None and (stored is None or
+                                         (position.same_file(stored) and position.offset > stored.offset)):
+                state.file_position = position
             save_state(self.state_dir, state)
         return [XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=_at(d)) for d in new]
 
