@@ -72,7 +72,7 @@ def test_parse_skips_junk() -> None:
 def test_append_is_bounded_and_atomic(tmp_path: Path) -> None:
     path = str(tmp_path / "state" / ledger.FILE_NAME)
     max_bytes = 4096
-    for i in range(500):
+    for i in range(1, 500):  # job ids start at 1 (0 is none)
         rec = jobenv.record("start" if i % 2 == 0 else "end", dict(ENV, SLURM_JOB_ID=str(i)), float(i))
         assert rec is not None
         ledger.append(str(tmp_path / "state"), rec, max_bytes)

@@ -476,7 +476,7 @@ def test_forty_concurrent_prologs_across_compaction_lose_nothing(state: Path) ->
         path = state / layout.LEDGER
         path.write_text(filler * ((1 << 20) // len(filler) - 2))
         go = str(state / f"go-{rnd}")
-        jobs = [f"{rnd}{i:04d}" for i in range(40)]
+        jobs = [f"{rnd + 1}{i:04d}" for i in range(40)]  # job ids: no leading zero
         procs = [ctx.Process(target=_prolog, args=(sd, job, go)) for job in jobs]
         for p in procs:
             p.start()

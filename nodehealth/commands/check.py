@@ -11,6 +11,7 @@ from nodehealth import render
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
 from nodehealth.model import Status
 from nodehealth.registry import BY_NAME
+from nodehealth.xid.text import printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,14 +45,16 @@ def gpu_list(text: Optional[str]) -> Optional[tuple[int, ...]]:
     try:
         out = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError:
-        raise UsageError(f"-i/--gpu: {text!r} is not a list of GPU indexes like 0,3") from None
+        raise UsageError(f"-i/--gpu: '{printable(text)}' is not a list of GPU indexes like 0,3") from None
     if not out or min(out) < 0:
-        raise UsageError(f"-i/--gpu: {text!r} is not a list of GPU indexes like 0,3")
+        raise UsageError(f"-i/--gpu: '{printable(text)}' is not a list of GPU indexes like 0,3")
     return out
 
 
 def check_names(groups: list[list[str]]) -> tuple[str, ...]:
-    """--only a b --only c,d -> (a, b, c, d); UsageError naming unknown ones, with a suggestion."""
+    """--only a b --only c,d -> (a, b, c, d); UsageError naming unknown ones, with a suggestion.
+
+    A name is echoed through ``printable`` (a terminal escape in it is shown, never acted on)."""
     import difflib
 
     names = [n for group in groups for item in group for n in item.split(",") if n]
@@ -59,7 +62,7 @@ def check_names(groups: list[list[str]]) -> tuple[str, ...]:
     for name in names:
         if name not in BY_NAME:
             near = difflib.get_close_matches(name, list(BY_NAME), n=1)
-            bad.append(f"{name}" + (f" (did you mean {near[0]}?)" if near else ""))
+            bad.append(printable(name) + (f" (did you mean {near[0]}?)" if near else ""))
     if bad:
         raise UsageError(f"--only: unknown check(s) {', '.join(bad)} (see: nodehealth list-checks)")
     return tuple(dict.fromkeys(names))
@@ -95,8 +98,8 @@ def config_file(args: argparse.Namespace) -> str:
 
     path, explicit = config_path(getattr(args, "config", None), os.environ)
     if not explicit and not os.path.exists(path):
-        return f"{path} (absent: built-in defaults)"
-    return path
+        return f"{printable(path, None)} (absent: built-in defaults)"
+    return printable(path, None)
 
 
 def _as_face(args: argparse.Namespace) -> int:
@@ -104,6 +107,7 @@ def _as_face(args: argparse.Namespace) -> int:
     import json
 
     from nodehealth.faces.preview import preview
+    from nodehealth.statedir.layout import MAX_JOB_ID, valid_job_id
 
     if args.only or args.phase != "manual":
         raise UsageError("--as runs the face's own checks and phase: no --only, no --phase")
@@ -116,6 +120,8 @@ def _as_face(args: argparse.Namespace) -> int:
         env["SLURM_JOB_GPUS"] = args.gpus
     if args.simulate:
         raise UsageError("--as uses the config's [nvml] simulate, as the face would: no --simulate")
+    if args.job is not None and valid_job_id(args.job) is None:
+        raise UsageError(f"--job: '{printable(args.job)}' is not a Slurm job id (a plain number, 1 to {MAX_JOB_ID})")
     result = preview(args.as_face, env)
     if args.format == "json":
         doc = json.loads(render.as_json(result.report)) if result.report is not None else {}

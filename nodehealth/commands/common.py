@@ -43,5 +43,8 @@ def use_color(stream: IO[str]) -> bool:
 
 
 def fail_usage(exc: Exception) -> int:
-    print(f"nodehealth: {exc}", file=sys.stderr)
+    """One line on stderr, exit 2; what the command line gave (a name, a path) is shown ``printable``."""
+    from nodehealth.xid.text import printable
+
+    print(f"nodehealth: {printable(str(exc), None)}", file=sys.stderr)
     return 2

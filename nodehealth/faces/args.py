@@ -56,7 +56,9 @@ def handle(face: str, argv: Sequence[str]) -> Optional[int]:
                 return _usage(face, "--config needs a FILE")
             os.environ["NODEHEALTH_CONFIG"] = value
         else:
-            return _usage(face, f"unknown argument {arg!r}")
+            from nodehealth.xid.text import printable
+
+            return _usage(face, f"unknown argument '{printable(arg)}'")
     if not dry_run:
         return _usage(face, "--config is for --dry-run (Slurm runs the face with no arguments)")
     from nodehealth.faces.preview import preview

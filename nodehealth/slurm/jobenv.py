@@ -8,6 +8,8 @@ only the standard library's ``json`` (no ``dataclasses``, ``typing`` or ``nodehe
 
 from __future__ import annotations
 
+from nodehealth.statedir.layout import valid_job_id
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Mapping, Optional
@@ -55,9 +57,9 @@ def job_gpus(environ: Mapping[str, str]) -> Optional[tuple[int, ...]]:
 
 
 def job_id(environ: Mapping[str, str]) -> Optional[str]:
-    """The job id slurmd gives a prolog/epilog (``SLURM_JOB_ID``, older ``SLURM_JOBID``); None unless a plain number."""
-    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
-    return job if job.isdigit() and len(job) <= 20 else None
+    """The job id slurmd gives a prolog/epilog (``SLURM_JOB_ID``, older ``SLURM_JOBID``); None unless it is
+    one (``statedir.layout.valid_job_id``: decimal, no sign, no leading zero, 1..4294967293)."""
+    return valid_job_id(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or "")
 
 
 def _field(value: Optional[str]) -> Optional[str]:
@@ -70,9 +72,10 @@ def _field(value: Optional[str]) -> Optional[str]:
 def record(event: str, environ: Mapping[str, str], now: float, node: Optional[str] = None,
            boot_id: Optional[str] = None) -> Optional[dict[str, Any]]:
     """The ledger record (JSON object) for the job in a prolog/epilog environment; None without
-    ``SLURM_JOB_ID``. Environment values are data: sanitised, length-capped, never interpreted."""
-    job = _field(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
-    if not job:
+    ``SLURM_JOB_ID`` or with one that is not a job id (``job_id``). Environment values are data:
+    sanitised, length-capped, never interpreted."""
+    job = job_id(environ)
+    if job is None:
         return None
     uid_text = environ.get("SLURM_JOB_UID", "")
     uid = int(uid_text) if uid_text.isdigit() and len(uid_text) < 11 else None

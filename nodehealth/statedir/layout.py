@@ -25,7 +25,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
-    from typing import Optional
+    from typing import Any, Optional
 
 DAEMON_STATE = "daemon-state.json"
 SLURM_STATE = "slurm-state.json"
@@ -46,11 +46,30 @@ def path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, name)
 
 
-def job_file(state_dir: str, job_id: str) -> Optional[str]:
-    """``<state_dir>/jobs/<job id>.json``; None for a job id that is not a plain number."""
-    if not job_id.isdigit() or len(job_id) > 20:
+# Slurm's job ids are 32-bit (slurm.h: uint32_t job_id); NO_VAL (0xfffffffe) and INFINITE
+# (0xffffffff) are not ids, and 0 is none. An array task or a het component has its own plain id
+# in SLURM_JOB_ID, so no other form is taken.
+MAX_JOB_ID = 0xFFFFFFFD
+_DIGITS = frozenset("0123456789")
+
+
+def valid_job_id(value: Any) -> Optional[str]:
+    """``value`` as a Slurm job id in canonical form (decimal ASCII digits, no sign, no leading zero,
+    1..``MAX_JOB_ID``), or None. The one rule for every job id that reaches the ledger, a file name,
+    a reason or a metric label; an int (a ledger written by hand) is taken too, a bool is not."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not 0 < len(value) <= 10 or value[0] == "0" or not _DIGITS.issuperset(value):
         return None
-    return os.path.join(state_dir, JOBS_DIR, f"{job_id}.json")
+    return value if int(value) <= MAX_JOB_ID else None
+
+
+def job_file(state_dir: str, job_id: str) -> Optional[str]:
+    """``<state_dir>/jobs/<job id>.json``; None for a job id that is not one (``valid_job_id``)."""
+    job = valid_job_id(job_id)
+    if job is None:
+        return None
+    return os.path.join(state_dir, JOBS_DIR, f"{job}.json")
 
 
 def boot_id_path(procfs_root: str = PROCFS_ROOT) -> str:

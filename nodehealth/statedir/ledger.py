@@ -129,8 +129,8 @@ def from_json(raw: Any) -> Optional[JobRecord]:
     missing or non-numeric time, GPUs that are not small integers, a user that is not text)."""
     if not isinstance(raw, dict) or raw.get("event") not in ("start", "end"):
         return None
-    job, when, gpus = raw.get("job_id"), _number(raw.get("time", 0.0)), raw.get("gpus")
-    if not isinstance(job, (str, int)) or isinstance(job, bool) or not str(job) or when is None:
+    job, when, gpus = layout.valid_job_id(raw.get("job_id")), _number(raw.get("time", 0.0)), raw.get("gpus")
+    if job is None or when is None:  # a job id that is not one (a path, a sign, hex) is no record of ours
         return None
     if gpus is not None:
         if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
@@ -142,7 +142,7 @@ def from_json(raw: Any) -> Optional[JobRecord]:
     if any(t is not None and not isinstance(t, str) for t in texts):
         return None
     user, node, boot = texts
-    return JobRecord(event=raw["event"], job_id=str(job), time=when, user=user,
+    return JobRecord(event=raw["event"], job_id=job, time=when, user=user,
                      uid=_small_int(raw.get("uid"), 1 << 32), gpus=gpus, node=node, boot_id=boot)
 
 
@@ -241,6 +241,8 @@ def append(state_dir: str, record: Mapping[str, Any], max_bytes: int,
     (``files.ShortWrite``: the next append starts on a new line, the torn one is dropped at
     compaction) or the state dir is not safe (``files.UnsafeDir``).
     """
+    if layout.valid_job_id(record.get("job_id")) is None:  # readers would skip it; never store it
+        return "not appended: the record's job id is not a Slurm job id"
     files.require_state_dir(state_dir)
     path = layout.path(state_dir, FILE_NAME)
     line = files.dumps(dict(record), compact=True) + "\n"

@@ -40,7 +40,7 @@ class DrainRecord:
             return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
                        action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
                        time=_finite(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
-                       job_id=_opt_str(raw.get("job_id")))
+                       job_id=layout.valid_job_id(raw.get("job_id")))
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -14,6 +14,7 @@ import re
 from typing import Optional
 
 from nodehealth.statedir.files import read_bytes
+from nodehealth.statedir.layout import valid_job_id
 
 _MAX_PROC_READ = 1 << 20
 
@@ -28,7 +29,7 @@ def job_from_cgroup(text: str) -> Optional[str]:
         path = line.split(":", 2)[-1]
         m = _CGROUP_JOB_RE.search(path.strip())
         if m:
-            return m.group(1)
+            return valid_job_id(m.group(1))  # \d is any Unicode digit, of any length
     return None
 
 
@@ -39,7 +40,7 @@ def job_from_environ(data: bytes) -> Optional[str]:
         key, sep, value = item.partition(b"=")
         if sep and key in (b"SLURM_JOB_ID", b"SLURM_JOBID"):
             text = value.decode("ascii", errors="replace").strip()
-            if text.isdigit():
+            if valid_job_id(text) is not None:
                 found[key.decode()] = text
     return found.get("SLURM_JOB_ID") or found.get("SLURM_JOBID")
 
