@@ -204,6 +204,8 @@ R["pcie"] = [N.nvmlDeviceGetCurrPcieLinkGeneration(h), N.nvmlDeviceGetMaxPcieLin
              N.nvmlDeviceGetCurrPcieLinkWidth(h), N.nvmlDeviceGetMaxPcieLinkWidth(h)]
 R["nvlink_state"] = [N.nvmlDeviceGetNvLinkState(h, link) for link in range(12)]
 R["nvlink_state_beyond"] = q(N.nvmlDeviceGetNvLinkState, h, 12)
+R["nvlink_state_past_max"] = q(N.nvmlDeviceGetNvLinkState, h, 40)
+R["util_mig"] = q(N.nvmlDeviceGetUtilizationRates, h1)
 R["nvlink_counter"] = [N.nvmlDeviceGetNvLinkErrorCounter(h, 2, c) for c in range(4)]
 R["nvlink_counter_off"] = q(N.nvmlDeviceGetNvLinkErrorCounter, h1, 0, 0)
 R["nvlink_none"] = q(N.nvmlDeviceGetNvLinkState, h2, 0)
@@ -304,7 +306,14 @@ def test_values_round_trip(version: str, branch: int) -> None:
     assert r["remap"] == [5, 6, 1, 0] and r["remap_mig"] == NOT_SUPPORTED
     assert r["pcie"] == [4, 5, 8, 16]
     assert r["nvlink_state"] == [0 if link in (3, 7) else 1 for link in range(12)]
-    assert r["nvlink_state_beyond"] == INVALID
+    # A link at or above the GPU's link count but within the header's NVML_NVLINK_MAX_LINKS: NOT_SUPPORTED, as a
+    # real A100 answers (leptonai/gpud pkg/nvidia-query/nvml/nvlink.go stops its loop to NVLINK_MAX_LINKS there);
+    # beyond the header's maximum, INVALID_ARGUMENT (nvml.h: "if device or link is invalid").
+    # (470's header has 12 links at most: there link 12 is already past it.)
+    assert r["nvlink_state_beyond"] == (INVALID if branch == 470 else NOT_SUPPORTED)
+    assert r["nvlink_state_past_max"] == INVALID
+    # MIG on: "On MIG-enabled GPUs, querying device utilization rates is not currently supported" (nvml.h).
+    assert r["util_mig"] == NOT_SUPPORTED
     assert r["nvlink_counter"] == [21, 22, 23, 24]
     assert r["nvlink_counter_off"] == NOT_SUPPORTED and r["nvlink_none"] == NOT_SUPPORTED
 

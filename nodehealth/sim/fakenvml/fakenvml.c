@@ -860,6 +860,9 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     DEV_ENTER("nvmlDeviceGetUtilizationRates");
     NONNULL(u);
     if (!G->has[K_UTIL_GPU] && !G->has[K_UTIL_MEM]) RET(NVML_ERROR_NOT_SUPPORTED);
+    /* nvml.h (13.0): "On MIG-enabled GPUs, querying device utilization rates is not currently supported"; seen on
+     * 470 (XuehaiPan/nvitop issue #5) and 535 (utkuozdemir/nvidia_gpu_exporter issue #203) */
+    if (G->v[K_MIG_CUR]) RET(NVML_ERROR_NOT_SUPPORTED);
     u->gpu = (unsigned)G->v[K_UTIL_GPU];
     u->memory = (unsigned)G->v[K_UTIL_MEM];
     RET(NVML_SUCCESS);
@@ -1004,7 +1007,11 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nv
     DEV_ENTER("nvmlDeviceGetNvLinkState");
     NONNULL(active);
     NEED(K_NVL_LINKS);
-    if (link >= links(G)) RET(NVML_ERROR_INVALID_ARGUMENT);
+    /* Past the header's NVML_NVLINK_MAX_LINKS the link is invalid; at or past this GPU's own link count a real A100
+     * answers NOT_SUPPORTED (leptonai/gpud pkg/nvidia-query/nvml/nvlink.go loops to NVLINK_MAX_LINKS and stops
+     * there on NOT_SUPPORTED) */
+    if (link >= FAKE_NVLINK_MAX_LINKS) RET(NVML_ERROR_INVALID_ARGUMENT);
+    if (link >= links(G)) RET(NVML_ERROR_NOT_SUPPORTED);
     *active = (G->nvl_down >> link) & 1 ? 0 : 1;
     RET(NVML_SUCCESS);
 }
