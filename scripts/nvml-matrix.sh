@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-VERSIONS=(12.535.77 12.560.30 12.570.86 13.615.71)
+# 11.450.51: below the floor, only to show that the probe refuses it (tests/test_nvml_wheel_floor.py).
+VERSIONS=(11.450.51 12.535.77 12.560.30 12.570.86 13.615.71)
 for v in "${VERSIONS[@]}"; do
     dir=".matrix/pynvml-$v"
     if [ -f "$dir/pynvml.py" ]; then

@@ -59,6 +59,15 @@ def hung_config(tmp_path: Path):
     nvml.stuck_reader()
 
 
+def _wait_exited(pid: int, deadline_s: float = 120.0) -> None:
+    """Until ``pid`` has exited (a zombie nobody reaped yet): a killed process on a loaded machine
+    may wait a while for a CPU before it is gone. The deadline only stops a broken test."""
+    end = time.monotonic() + deadline_s
+    while _children().get(pid) not in (psutil.STATUS_ZOMBIE, None) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert _children().get(pid) in (psutil.STATUS_ZOMBIE, None), _children().get(pid)
+
+
 def _nvml(report):
     return next(r for r in report.results if r.name == "nvml")
 
@@ -107,6 +116,7 @@ def test_a_reader_that_survives_sigkill_is_the_only_one_and_the_rounds_report_it
 
     # The GPU comes back (the stuck reader finally exits): the next round reaps it and asks again.
     real_kill(pid, signal.SIGKILL)
+    _wait_exited(pid)
     again = _nvml(runner.execute(cfg, phase="daemon", only=ONLY).report)
     assert "did not return within" in again.summary, again.summary
     now = set(_children()) - before
@@ -127,10 +137,7 @@ def test_each_nvml_round_reaps_every_abandoned_child_that_has_exited(hung_config
     ticks = iter(range(1000))
     child.reap(pid, clock=lambda: float(next(ticks)))  # gives up at once: remembered as an orphan
     os.close(w)
-    for _ in range(500):  # until it has exited (a zombie: nobody reaped it)
-        if _children().get(pid) == psutil.STATUS_ZOMBIE:
-            break
-        time.sleep(0.01)
+    _wait_exited(pid)
     assert _children().get(pid) == psutil.STATUS_ZOMBIE
     _nvml(runner.execute(cfg, phase="daemon", only=ONLY).report)
     assert pid not in _children()

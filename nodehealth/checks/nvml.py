@@ -31,6 +31,10 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             # reboot does not install a driver, so a person has to look.
             return result(ctx, Status.FAIL, f"NVML not available but GPUs are expected: {snap.message}",
                           Action.INSPECT, error=snap.message)
+        if snap.kind == "old_library":
+            # The nvidia-ml-py imported is below the floor: what it reads cannot be trusted (a
+            # missing wrapper reads as "not supported"), and nothing about the GPUs is known.
+            return result(ctx, Status.UNKNOWN, f"NVML not read: {snap.message}", error=snap.message)
         if snap.kind == "permission":
             # Device nodes or cgroup settings refuse us: a reboot changes neither.
             return result(ctx, Status.FAIL, f"NVML refused access: {snap.message}", Action.INSPECT,

@@ -187,6 +187,7 @@ SHUTDOWN_GRACE_S = 0.2
 # from the kill, not from the next look: on a loaded machine a killed process may wait a while for
 # a CPU to exit on, and a round that starts right after the kill gives it the rest of this time.
 STUCK_GRACE_S = 1.0
+STUCK_LOOK_S = 0.05  # and each later look waits this long for one that is exiting just then
 # Calls that may legitimately take seconds: nvmlInit, and opening a GPU ("this API causes NVML to
 # initialize the target GPU", nvml.h, nvmlDeviceGetHandleByIndex_v2), which without persistence mode
 # brings the GPU up again. They get the longer deadline, counted from their last visible progress.
@@ -209,6 +210,49 @@ class NvmlUnavailable(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+# The oldest nvidia-ml-py the version matrix passes with (pyproject.toml's floor; `make nvml-matrix`).
+# Older wheels lack wrappers the probe relies on (11.450.51 has no nvmlDeviceGetGpuFabricInfo, so a
+# fabric that never registered read as "not supported": OK on a node that cannot run CUDA).
+PYNVML_FLOOR = (12, 535, 77)
+
+
+def wheel_version(nv: ModuleType) -> Optional[str]:
+    """The nvidia-ml-py release of the module imported, from the metadata beside its file
+    (``nvidia_ml_py-<version>.dist-info`` or ``.egg-info``: pip, pip --target, Debian, the vendored
+    copy), whatever path it came from; None when there is none to read."""
+    origin = getattr(nv, "__file__", None)
+    if not origin:
+        return None
+    here = os.path.dirname(os.path.abspath(origin))
+    if os.path.basename(origin) == "__init__.py":  # a pynvml package (the other "pynvml" project)
+        here = os.path.dirname(here)
+    try:
+        names = sorted(os.listdir(here))
+    except OSError:
+        return None
+    for prefix in ("nvidia_ml_py-", "pynvml-"):
+        for name in names:
+            if name.startswith(prefix) and name.endswith((".dist-info", ".egg-info")):
+                return name[len(prefix):].rsplit(".", 1)[0].split("-py", 1)[0]
+    return None
+
+
+def wheel_too_old(nv: ModuleType) -> Optional[str]:
+    """Why the imported nvidia-ml-py cannot be used (below PYNVML_FLOOR), or None."""
+    version = wheel_version(nv)
+    if version is None:
+        return None
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    if tuple(parts) >= PYNVML_FLOOR:
+        return None
+    floor = ".".join(map(str, PYNVML_FLOOR))
+    return (f"nvidia-ml-py {version} ({getattr(nv, '__file__', '?')}) is older than {floor}, the oldest this "
+            f"probe is tested with: its verdicts cannot be trusted (install nvidia-ml-py>={floor})")
 
 
 def load_module() -> ModuleType:
@@ -710,7 +754,7 @@ def stuck_reader() -> Optional[tuple[int, float]]:
         last, killed_at = _abandoned, _abandoned_at
     if last is None:
         return None
-    if child.orphaned(last[0], max(0.0, killed_at + STUCK_GRACE_S - time.monotonic())):
+    if child.orphaned(last[0], max(STUCK_LOOK_S, killed_at + STUCK_GRACE_S - time.monotonic())):
         return last
     with _abandoned_lock:
         if _abandoned == last:
@@ -750,7 +794,11 @@ def start(loader: Callable[[], ModuleType], timeout_s: float, simulated: bool = 
             except NvmlUnavailable as exc:
                 send(("unavailable", (exc.kind, str(exc))))
             else:
-                read_node(nv, send)
+                old = wheel_too_old(nv)
+                if old is not None:
+                    send(("unavailable", ("old_library", old)))
+                else:
+                    read_node(nv, send)
         except BaseException as exc:  # noqa: BLE001 - report anything, then exit
             try:
                 _send(wfd, ("crash", f"{type(exc).__name__}: {exc}"))
@@ -807,6 +855,8 @@ def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: floa
                 return ProbeError("nvml", "unavailable", message)
             if err_kind == "no_permission":
                 return ProbeError("nvml", "permission", message)
+            if err_kind == "old_library":
+                return ProbeError("nvml", "old_library", message)
             return ProbeError("nvml", "error", message)
         elif kind == "crash":
             return ProbeError("nvml", "error", f"NVML probe crashed: {value}")
