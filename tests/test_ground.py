@@ -235,3 +235,35 @@ def test_foreign_is_an_oserror_with_its_message(tmp_path: Path) -> None:
     exc = ground.Foreign("x is taken by uid 7", 7)
     assert isinstance(exc, OSError) and str(exc) == "x is taken by uid 7" and exc.owner == 7
     assert ground.who(0) == "uid 0 (root)" and ground.who(4_000_000_000).startswith("uid 4000000000")
+
+
+def test_publish_new_replaces_no_name_of_any_kind_and_leaves_no_temp(shared: Path, victim: Path) -> None:
+    (shared / "link").symlink_to(victim / "secret")
+    (shared / "dir").mkdir()
+    os.mkfifo(shared / "fifo")
+    fd = _fd_dir(shared)
+    try:
+        for name in ("link", "dir", "fifo"):
+            with pytest.raises(FileExistsError):
+                ground.publish_new(fd, name, b"pointer\n")
+        ident = ground.publish_new(fd, "fresh", b"pointer\n")
+    finally:
+        os.close(fd)
+    assert (victim / "secret").read_bytes() == b"root's own words\n"
+    assert sorted(p.name for p in shared.iterdir()) == ["dir", "fifo", "fresh", "link"]
+    st = os.lstat(shared / "fresh")
+    assert (st.st_ino, st.st_nlink) == (ident.st_ino, 1) and (shared / "fresh").read_bytes() == b"pointer\n"
+
+
+def test_unlink_if_same_leaves_a_name_that_now_holds_another_file(shared: Path) -> None:
+    fd = _fd_dir(shared)
+    try:
+        ident = ground.publish_new(fd, "pointer", b"ours\n")
+        os.rename(shared / "pointer", shared / "ours-moved")
+        (shared / "pointer").write_bytes(b"theirs\n")
+        assert ground.unlink_if_same(fd, "pointer", ident) is False
+        assert (shared / "pointer").read_bytes() == b"theirs\n"
+        assert ground.unlink_if_same(fd, "ours-moved", ident) is True
+        assert not (shared / "ours-moved").exists()
+    finally:
+        os.close(fd)

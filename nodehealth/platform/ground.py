@@ -41,9 +41,10 @@ class Foreign(OSError):
     """A name on shared ground that is not ours: a link, not the expected type, another owner, a mode others
     can write. The message says why and names the owner (uid and, when known, user name)."""
 
-    def __init__(self, message: str, owner: Optional[int] = None) -> None:
+    def __init__(self, message: str, owner: Optional[int] = None, reason: str = "") -> None:
         super().__init__(errno.EPERM, message)
         self.owner = owner
+        self.reason = reason  # "type" (a link, a FIFO…), "owner", "mode", "links", "size", "replaced"
 
     def __str__(self) -> str:
         return str(self.strerror)
@@ -84,16 +85,16 @@ def _refuse_link(path: str, dir_fd: Optional[int], exc: OSError, want: str) -> F
     """Why ``open(path, O_NOFOLLOW…)`` failed with ELOOP/ENOTDIR: what the name is and whose it is."""
     st = _lstat(path, dir_fd)
     if st is None:
-        return Foreign(f"{path} is not {want} ({exc.strerror})")
-    return Foreign(f"{path} is {_kind(st.st_mode)}, not {want}, owned by {who(st.st_uid)}", st.st_uid)
+        return Foreign(f"{path} is not {want} ({exc.strerror})", reason="type")
+    return Foreign(f"{path} is {_kind(st.st_mode)}, not {want}, owned by {who(st.st_uid)}", st.st_uid, "type")
 
 
 def _judge(path: str, st: os.stat_result, owner: Optional[int], want: str) -> None:
     if owner is not None and st.st_uid != owner:
-        raise Foreign(f"{path} is owned by {who(st.st_uid)}, not by {who(owner)}", st.st_uid)
+        raise Foreign(f"{path} is owned by {who(st.st_uid)}, not by {who(owner)}", st.st_uid, "owner")
     if owner is not None and st.st_mode & _OTHERS_WRITE:
         raise Foreign(f"{path} ({want}, owned by {who(st.st_uid)}) is writable by group or others "
-                      f"(mode {stat.S_IMODE(st.st_mode):04o})", st.st_uid)
+                      f"(mode {stat.S_IMODE(st.st_mode):04o})", st.st_uid, "mode")
 
 
 # --- directories -------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def open_own_dir(path: str, dir_fd: Optional[int] = None) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode):  # O_DIRECTORY makes this impossible; kept for the contract
-            raise Foreign(f"{path} is {_kind(st.st_mode)}, not a directory", st.st_uid)
+            raise Foreign(f"{path} is {_kind(st.st_mode)}, not a directory", st.st_uid, "type")
         _judge(path, st, os.geteuid(), "a directory")
     except BaseException:
         os.close(fd)
@@ -137,7 +138,8 @@ def make_own_dir(parent: str, prefix: str, mode: int = 0o700) -> tuple[int, str]
                 os.fchmod(fd, mode)  # the umask does not decide
                 st, lst = os.fstat(fd), _lstat(name, pfd)
                 if lst is None or (lst.st_dev, lst.st_ino) != (st.st_dev, st.st_ino):
-                    raise Foreign(f"{os.path.join(parent, name)} was replaced right after it was made")
+                    raise Foreign(f"{os.path.join(parent, name)} was replaced right after it was made",
+                                  reason="replaced")
             except BaseException:
                 os.close(fd)
                 raise
@@ -215,6 +217,35 @@ def replace_own(dir_fd: int, name: str, data: bytes, mode: int = 0o600, tmp: Opt
         raise
 
 
+def publish_new(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> os.stat_result:
+    """Make ``name`` appear whole, or not at all, where it must not exist yet (shared ground).
+
+    The data goes to a fresh temp name first (``create_new``), which is then ``link()``ed to
+    ``name`` (``EEXIST`` whatever ``name`` is: a file, a link, a FIFO, a directory — nothing is
+    replaced) and removed. A reader may see two names for a moment (``st_nlink == 2``).
+    Returns the file's ``lstat`` (its identity, to remove it later only if it is still ours).
+    FileExistsError when the name is taken.
+    """
+    _check_name(name)
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    create_new(dir_fd, tmp, data, mode)
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        unlink_own(dir_fd, tmp)
+
+
+def unlink_if_same(dir_fd: int, name: str, ident: os.stat_result) -> bool:
+    """Remove ``name`` only while it is still the file ``ident`` (same device and inode); True if removed."""
+    _check_name(name)
+    now = _lstat(name, dir_fd)
+    if now is None or (now.st_dev, now.st_ino) != (ident.st_dev, ident.st_ino):
+        return False
+    unlink_own(dir_fd, name)
+    return True
+
+
 def open_regular(path: str, dir_fd: Optional[int] = None, owner: Optional[int] = None) -> int:
     """O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC, then fstat: a regular file (never blocks on a FIFO or a
     device), owned by `owner` when given; else Foreign. The caller reads and closes.
@@ -232,10 +263,10 @@ def open_regular(path: str, dir_fd: Optional[int] = None, owner: Optional[int] =
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Foreign(f"{path} is {_kind(st.st_mode)}, not a regular file, owned by {who(st.st_uid)}",
-                          st.st_uid)
+                          st.st_uid, "type")
         if st.st_nlink != 1:
             raise Foreign(f"{path} has {st.st_nlink} names (a hard link, owned by {who(st.st_uid)}): "
-                          "it may be another name for someone else's file", st.st_uid)
+                          "it may be another name for someone else's file", st.st_uid, "links")
         _judge(path, st, owner, "a regular file")
     except BaseException:
         os.close(fd)
@@ -256,7 +287,7 @@ def read_regular(path: str, max_bytes: int, dir_fd: Optional[int] = None, owner:
             chunks.append(chunk)
             got += len(chunk)
         if got > max_bytes:
-            raise Foreign(f"{path} is larger than {max_bytes} bytes")
+            raise Foreign(f"{path} is larger than {max_bytes} bytes", reason="size")
         return b"".join(chunks)
     finally:
         os.close(fd)
