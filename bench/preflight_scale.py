@@ -55,9 +55,8 @@ def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
         if r != skip and r != held:
             start(r)
     if kill is not None:
-        token = os.path.join(shared, ".nodehealth-preflight-4242-0", f"r{kill}.json")
         end = time.monotonic() + timeout
-        while not os.path.exists(token) and time.monotonic() < end:
+        while not _report_written(shared, kill) and time.monotonic() < end:
             time.sleep(0.005)
         procs[kill].kill()
         if held is not None and held != skip:
@@ -77,6 +76,16 @@ def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
             "rank0_ops": ops.get(0), "other_ops_max": max((d["total"] - d["polls"] for d in others), default=0),
             "other_polls_max": max((d["polls"] for d in others), default=0),
             "other_ops_total_max": max((d["total"] for d in others), default=0)}
+
+
+def _report_written(shared: str, rank: int) -> bool:
+    """Whether ``rank`` wrote its report yet (the exchange directory is the one rank 0's pointer names)."""
+    try:
+        with open(os.path.join(shared, ".nodehealth-preflight-4242-0.name"), "rb") as fh:
+            name = json.loads(fh.read())["dir"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return os.path.exists(os.path.join(shared, name, f"r{rank}.json"))
 
 
 def main() -> int:

@@ -65,15 +65,15 @@ def local(node: str, rep: Mapping[str, Any]) -> list[Finding]:
     """A node's own results: health, paths, NCCL, a drain."""
     out = []
     h = rep.get("health") or {}
-    for res in h.get("results", ()):
+    for res in h.get("results") or ():
         sev = "FAIL" if res.get("fails") else "WARN"
         out.append(Finding(sev, node, f"{res.get('name')} {res.get('status')}: {res.get('summary')}"))
     d = rep.get("daemon_fault")
     if d:
-        for res in d.get("results", ()):
+        for res in d.get("results") or ():
             out.append(Finding("FAIL", node, f"{res.get('name')} FAIL in the daemon's verdict "
                                              f"({d.get('age_s')} s old): {res.get('summary')}"))
-    for p in rep.get("paths", ()):
+    for p in rep.get("paths") or ():
         if not p.get("ok"):
             out.append(Finding("FAIL", node, f"{p['path']} not visible ({p.get('error')})"))
         elif p.get("local"):
@@ -90,12 +90,12 @@ def local(node: str, rep: Mapping[str, Any]) -> list[Finding]:
             out.append(Finding(sev, node, f"NCCL self-test {nccl['status']}: {nccl.get('summary')}"))
         elif nccl.get("status") == "SKIPPED":
             out.append(Finding("WARN", node, f"NCCL self-test not run: {nccl.get('summary')}"))
-        for run in nccl.get("runs", ()):
+        for run in nccl.get("runs") or ():
             if rep.get("expect_ib") and run.get("transport") == "socket":
-                out.append(Finding("FAIL", node, f"NCCL {run['mode']} ({node}<->{node}) went over NET/Socket, "
+                out.append(Finding("FAIL", node, f"NCCL {run.get('mode')} ({node}<->{node}) went over NET/Socket, "
                                                  f"not InfiniBand ({', '.join(run.get('paths') or [])})"))
     if rep.get("drain"):
-        out.append(Finding("WARN" if rep["drain"].get("ok") else "FAIL", node, f"--drain: {rep['drain']['text']}"))
+        out.append(Finding("WARN" if rep["drain"].get("ok") else "FAIL", node, f"--drain: {rep['drain'].get('text')}"))
     if rep.get("error"):
         out.append(Finding("FAIL", node, f"preflight could not check this node: {rep['error']}"))
     return out

@@ -25,7 +25,10 @@ from nodehealth.preflight.ranks import Rank
 VERDICT_GRACE_S = 3.0
 CLOSE_GRACE_S = 2.0
 WATCHDOG_S = 10.0
-EXIT_OK, EXIT_FAIL = 0, 1
+JOIN_S = 2.0  # rank 0 collects for at least this long (or the timeout) after its pointer appeared
+EXIT_OK, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
+# srun's address for this step's tasks: the same for every rank of a step, another for the next step.
+STEP_KEY_VARS = ("SLURM_SRUN_COMM_HOST", "SLURM_SRUN_COMM_PORT", "SLURM_STEP_LAUNCHER_PORT")
 
 
 @dataclass
@@ -109,12 +112,15 @@ def preflight(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping
               out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
               clock: Callable[[], float] = time.monotonic) -> int:
     """This rank's part; the exit code (every rank: 0 the allocation passed, 1 it failed)."""
-    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock)
+    key = ":".join(environ.get(k, "") for k in STEP_KEY_VARS) if any(k in environ for k in STEP_KEY_VARS) else ""
+    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock, step_key=key)
     try:
         return _preflight(ex, cfg, rank, opts, environ, out, scontrol, slurm_conf, clock)
     finally:
-        if opts.ops_file:
-            with open(opts.ops_file, "w", encoding="utf-8") as fh:
+        ex.release()
+        if opts.ops_file:  # a fresh name (the scale bench's own directory): never written through a link
+            fd = os.open(opts.ops_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"rank": rank.rank, **ex.ops.to_json()}, fh)
 
 
@@ -123,8 +129,9 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
               clock: Callable[[], float] = time.monotonic) -> int:
     started = clock() - process_age_s()
     total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
-    _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, ex.dir, out)
+    _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, opts.shared_dir, out)
     hyg: dict[str, Any] = {}
+    collect_until = started + total  # rank 0: the others join only once its pointer is there
     if rank.leader and opts.local_checks:
         nodelist = environ.get("SLURM_JOB_NODELIST", "")
 
@@ -134,7 +141,12 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
         t = threading.Thread(target=hygiene_body, name="preflight-hygiene", daemon=True)
         t.start()
     try:
-        ex.open_dir()
+        ex.open_shared()
+        if rank.leader:
+            collect_until = max(collect_until, clock() + min(total, JOIN_S))
+            ex.create(until_wall=time.time() + (collect_until - clock()))
+    except exchange.Taken as exc:
+        return _cannot(out, rank, exc)
     except OSError as exc:
         out.write(f"FAIL {rank.node}: cannot use the shared directory {opts.shared_dir}: {exc}\n")
         return EXIT_FAIL
@@ -143,30 +155,46 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
     except Exception as exc:  # noqa: BLE001 - a node we cannot check is named, the exchange still runs
         rep = {"rank": rank.rank, "node": rank.node, "error": f"{type(exc).__name__}: {exc}"}
     rep["shared"] = shared_mount(opts.shared_dir, cfg)
-    ex.publish(rep)
     margin = min(1.0, opts.timeout_s * 0.25)
-    view = ex.ring(started + total - margin)
+    sh = rep["shared"]
+    if not rank.leader:
+        try:
+            joined = ex.join(started + total + VERDICT_GRACE_S)  # as long as it would wait for the verdict
+        except exchange.Taken as exc:
+            return _cannot(out, rank, exc)
+        if not joined:
+            out.write(f"FAIL {rank.node}: no verdict from the first node in {opts.shared_dir} within "
+                      f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                      f"(no {ex.pointer} appeared there; here it is {sh.get('fstype')} at {sh.get('mount')})\n")
+            return EXIT_FAIL
+    ex.publish(rep)
+    ring_until = collect_until - margin
+    if not rank.leader and ex.leader_until_wall:  # as long as rank 0 collects (ranks start at different times)
+        ring_until = max(ring_until, min(clock() + ex.leader_until_wall - time.time() - margin,
+                                         started + total + VERDICT_GRACE_S - margin))
+    view = ex.ring(ring_until)
     if not rank.leader:
         v = ex.await_verdict(started + total + VERDICT_GRACE_S)
         if v is None:
             ex.leave_unshared()
             blind = ", ".join(f"{rank.node_of(int(p))} {got}" for p, got in view["peers"].items())
-            sh = rep["shared"]
             out.write(f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
                       f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
                       f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n")
             return EXIT_FAIL
         ex.leave()
         return EXIT_OK if v.get("ok") else EXIT_FAIL
-    g = ex.gather(started + total)
+    g = ex.gather(collect_until)
     nodes = list(rank.nodelist) or [str(g.reports.get(r, {}).get("node") or f"rank{r}") for r in range(rank.size)]
-    for r, doc in g.reports.items():  # a rank's own name wins over the list's
-        if doc.get("node"):
+    for r, doc in g.reports.items():  # a rank's own name wins over the list's order, never outside the list
+        if doc.get("node") and (not rank.nodelist or doc["node"] in rank.nodelist):
             nodes[r] = str(doc["node"])
     findings = judge.visibility(nodes, g.reports, g.peer_views, opts.shared_dir, total)
     for r, doc in sorted(g.reports.items()):
         findings += judge.local(nodes[r], doc)
     findings += judge.consistency(g.reports, nodes)
+    for r, why in sorted(g.unreadable.items()):
+        findings.append(judge.Finding("FAIL", nodes[r], f"its file in the exchange was refused: {why}"))
     notes: list[str] = []
     if rank.leader and opts.local_checks:
         t.join(max(0.0, hygiene.CALL_S * 2 - (clock() - started)))
@@ -177,6 +205,7 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
     leftovers = ex.close(clock() + CLOSE_GRACE_S)
     if leftovers:
         notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
+    notes.extend(ex.notes)
     head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir,
             "elapsed_s": clock() - started}
     if opts.fmt == "json":
@@ -187,6 +216,13 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
         out.write(judge.render_text(nodes, findings, head, notes))
     out.flush()
     return EXIT_OK if v["ok"] else EXIT_FAIL
+
+
+def _cannot(out: IO[str], rank: Rank, exc: Exception) -> int:
+    """The exchange cannot be set up: said, and no node judged (never a verdict, never a drain)."""
+    out.write(f"nodehealth preflight: cannot run on {rank.node}: {exc}\n")
+    out.flush()
+    return EXIT_CANNOT
 
 
 def _execute(argv: Any, timeout_s: float, env: Optional[Mapping[str, str]] = None) -> Any:
