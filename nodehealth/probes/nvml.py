@@ -196,6 +196,10 @@ SLOW_CALLS = frozenset({"nvmlInit", "nvmlDeviceGetHandleByIndex"})
 # /proc/<pid>: bringing a GPU up opens its device node and maps memory; a call blocked in the kernel
 # does neither).
 PROGRESS_POLL_S = 0.25
+# A quick call (any but the slow ones) that alone takes this share of the read's budget is hung even
+# under its own deadline: such calls answer in milliseconds, so one that eats a small prolog budget
+# is stuck, not slow. Never applied to the slow calls or the reader's start-up.
+HUNG_SHARE = 0.9
 
 # The reader abandoned at its last deadline, until it is reaped: (pid, wall-clock time it was
 # started). While it is still there no new reader is forked.
@@ -652,7 +656,9 @@ class PendingProbe:
         starts says nothing about the GPU. Slow calls count theirs from their last progress."""
         if call is None:
             return self.timeout_s
-        return self.slow_call_timeout_s if call in SLOW_CALLS else self.call_timeout_s
+        if call in SLOW_CALLS:
+            return self.slow_call_timeout_s
+        return min(self.call_timeout_s, HUNG_SHARE * self.timeout_s)
 
     def collect(self, clock: Callable[[], float] = time.monotonic) -> Union[NvmlSnapshot, ProbeError]:
         deadline = self.started + self.timeout_s
