@@ -46,13 +46,14 @@ def main() -> int:
     ap.add_argument("--out")
     args = ap.parse_args()
     os.environ.update(FAKE_NCCL="replay", FAKE_NCCL_FIXTURE=str(FIXTURE), NO_COLOR="1")
+    fake_env = ["FAKE_NCCL=replay", f"FAKE_NCCL_FIXTURE={FIXTURE}"]  # the runner inherits no environment
 
     from nodehealth import runner
     from nodehealth.config.loader import resolve
     from nodehealth.model import Status
 
     tmp = Path(tempfile.mkdtemp(prefix="nccl-bench-"))
-    settings = {"all_reduce_perf": str(FAKE), "gpus": 8, "gpu_model": "NVIDIA A100-SXM4-80GB"}
+    settings = {"all_reduce_perf": str(FAKE), "gpus": 8, "gpu_model": "NVIDIA A100-SXM4-80GB", "env": fake_env}
     cfgs = {mode: resolve({"paths": {"state_dir": str(tmp / "state")}, "gpu": {"expected_count": 8},
                            "checks": {"nccl_selftest": {**settings, "modes": list(modes)}}}, "<bench>")
             for mode, modes in (("nvlink", ("nvlink",)), ("both", ("nvlink", "ib_loopback")))}
@@ -60,12 +61,16 @@ def main() -> int:
     cfg_file.write_text(f'[paths]\nstate_dir = "{tmp}/state"\n[gpu]\nexpected_count = 8\n[checks.nccl_selftest]\n'
                         + "".join(f'{k} = {v!r}\n'.replace("'", '"') for k, v in settings.items()))
     env = dict(os.environ)
+    from nodehealth.platform.proc import BASE_ENV
+
+    runner_env = {**BASE_ENV, **dict(e.split("=", 1) for e in fake_env)}  # what proc.run gives the double
     double = [str(FAKE), "-b", "8M", "-e", "1G", "-f", "2", "-c", "1", "-g", "8", "-J", str(tmp / "j.json")]
 
     def alone() -> float:
         (tmp / "j.json").unlink(missing_ok=True)
         t0 = time.perf_counter()
-        subprocess.run(double, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+        subprocess.run(double, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=runner_env, cwd="/",
+                       check=True)
         return time.perf_counter() - t0
 
     def in_process(mode: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def _daemon(tmp_path: Path, scenario: str = "healthy-8x-h100", extra: str = ""):
             f'[paths]\nstate_dir = "{state}"\n[daemon]\nlisten = ""\nslurm_actions = false\nxid_follow = false\n'
             f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
             f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\n'
-            f'gpu_model = "NVIDIA A100-SXM4-80GB"\ninterval_s = 3600\njitter_s = 0\ntimeout_s = 20\n' + extra)
+            f'gpu_model = "NVIDIA A100-SXM4-80GB"\ninterval_s = 3600\njitter_s = 0\ntimeout_s = 20\n'
+            f'env = [{", ".join(json.dumps(f"{k}={v}") for k, v in FAKE_VARS.items())}]\n' + extra)
     path = tmp_path / "nodehealth.toml"
     path.write_text(text)
     cfg = config.load(str(path))
@@ -43,12 +45,15 @@ def _daemon(tmp_path: Path, scenario: str = "healthy-8x-h100", extra: str = ""):
     return d, cfg
 
 
+# The double's controls reach it through the check's ``env`` (the runner inherits no environment).
+FAKE_VARS: dict[str, str] = {}
+
+
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     record = tmp_path / "argv.json"
-    monkeypatch.setenv("FAKE_NCCL_FIXTURE", str(A100))
-    monkeypatch.setenv("FAKE_NCCL_ARGV", str(record))
-    monkeypatch.setenv("FAKE_NCCL", "replay")
+    monkeypatch.setattr(sys.modules[__name__], "FAKE_VARS",
+                        {"FAKE_NCCL_FIXTURE": str(A100), "FAKE_NCCL_ARGV": str(record), "FAKE_NCCL": "replay"})
     return record
 
 

@@ -320,8 +320,10 @@ class PendingSelftest:
         from nodehealth.platform import child
 
         (outcome,) = child.wait_all([self.child], self.timeout_s)
-        if outcome.ok and isinstance(outcome.value, NcclObservation):
-            return outcome.value
+        if outcome.ok and isinstance(outcome.value, tuple) and isinstance(outcome.value[0], NcclObservation):
+            obs, learnt = outcome.value
+            _json_cache.update(learnt)  # what the child learnt of -J, for the next child
+            return obs
         modes = [m for m in self.plan.modes if m in MODES]
         if outcome.timed_out:
             # The child and the runner's process group were killed at the probe's deadline
@@ -352,7 +354,10 @@ def start(plan: Plan, gpus: Optional[int], timeout_s: float) -> Any:
         if os.getppid() != parent:
             raise ParentGone(f"the agent (pid {parent}) is gone")
 
-    started = child.start(lambda: gather(plan, gpus, timeout_s, check=watch))
+    def body() -> tuple[NcclObservation, dict[tuple[Any, ...], bool]]:
+        return gather(plan, gpus, timeout_s, check=watch), dict(_json_cache)
+
+    started = child.start(body)
     return PendingSelftest(plan, gpus, timeout_s, started)
 
 

@@ -41,7 +41,8 @@ def find_program(name: str, path: Optional[str] = None) -> Optional[str]:
 
 def run_readonly(argv: list[str], timeout_s: float, max_bytes: int = MAX_OUTPUT_BYTES) -> ProgramOutput:
     """Run a query program (``argv[0]`` an absolute path) and return its output, within ``timeout_s``
-    (``platform.proc.run``: no shell, a session of its own, the group killed at the deadline)."""
+    (``platform.proc.run``: trusted path, ``cwd="/"``, only ``proc.BASE_ENV`` for environment, output
+    cut at ``max_bytes`` while reading, its process group killed on every way out)."""
     if not argv or not os.path.isabs(argv[0]):
         raise ValueError(f"run a program by its absolute path, not {argv[:1]!r}")
     if os.path.basename(argv[0]) == "dmesg" and any(a in _CLEARING_FLAGS for a in argv[1:]):
