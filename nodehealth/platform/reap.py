@@ -11,6 +11,10 @@ new fork, and the child cannot die, so its children keep it as their parent whil
 SIGKILLs the process group of each of its children (the runner's group holds every background
 and double-forked descendant, re-parented or not), then SIGKILLs the child's group.
 ``kill_children`` does that for every child of this process that leads its own group.
+
+No race with a runner being started: until it has called ``setsid`` it is still in the child's
+group, so the SIGSTOP stopped it there and the last kill takes it; once it has, the scan finds it
+by its parent (the stopped child cannot die and hand it to init meanwhile).
 """
 
 from __future__ import annotations
