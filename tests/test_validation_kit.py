@@ -403,3 +403,98 @@ def test_cli_bad_scenario_is_a_usage_error(tmp_path, capsys):
     assert cli.main(["validate-nvml", "--out", str(tmp_path / "o"), "--simulate", str(bad)]) == 2
     assert "gpu[0].temperature" in capsys.readouterr().err
     assert cli.main(["validate-nvml", "--out", str(tmp_path / "o"), "--timeout", "0"]) == 2
+
+
+# ---------------------------------------------------------------- --out on someone else's ground
+
+NOBODY = 65534
+OUT_NAMES = ("report.md", "report.json", "calls.jsonl", "observations.jsonl", "symbols.json", "scenario.toml",
+             "nvidia-smi-q.txt", "nvrm.txt")
+
+
+def _victims(tmp_path: Path) -> dict[str, Path]:
+    """root's own 0600 files, one per name the kit writes."""
+    d = tmp_path / "root-only"
+    d.mkdir(mode=0o700)
+    out = {}
+    for name in OUT_NAMES:
+        p = d / name
+        p.write_text(f"root's {name}\n")
+        p.chmod(0o600)
+        out[name] = p
+    return out
+
+
+def _plant_links(out: Path, victims: dict[str, Path]) -> None:
+    for name, victim in victims.items():
+        if name == "nvrm.txt":
+            os.mkfifo(out / name)  # a reader or writer that opened it would wait for ever
+        elif name == "report.json":
+            os.link(victim, out / name)  # the same file under a second name
+        else:
+            (out / name).symlink_to(victim)
+
+
+def test_links_planted_in_out_are_replaced_never_written_through(tmp_path):
+    _simulator_ready()
+    victims = _victims(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    _plant_links(out, victims)
+    (out / "replay").symlink_to(victims["report.md"].parent)
+    doc = kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0)
+    for name, victim in victims.items():
+        assert victim.read_text() == f"root's {name}\n", name
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert os.lstat(out / "report.json").st_nlink == 1
+    assert "replay/ not written into: replay is a symbolic link" in doc["replay"]["error"]
+    assert "report.md" in doc["files"] and "nvrm.txt" in doc["files"]
+
+
+def test_an_out_dir_of_another_user_is_refused_before_anything_is_written(tmp_path, capsys):
+    victims = _victims(tmp_path)
+    out = tmp_path / "theirs"
+    out.mkdir()
+    _plant_links(out, victims)
+    os.chown(out, NOBODY, NOBODY)
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(OSError, match=r"owned by uid 65534 \(nobody\), not by uid 0"):
+        kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0, replay=False)
+    assert cli.main(["validate-nvml", "--out", str(out), "--simulate", str(SCENARIOS / "healthy-8x-h100.toml"),
+                     "--no-replay"]) == 2
+    err = capsys.readouterr().err
+    assert "not written into" in err and "uid 65534 (nobody)" in err, err
+    for name, victim in victims.items():
+        assert victim.read_text() == f"root's {name}\n", name
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("kind", ["symlink to a directory", "world-writable"])
+def test_an_out_that_is_a_link_or_others_can_write_is_refused(tmp_path, kind):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    out = tmp_path / "out"
+    if kind == "world-writable":
+        out.mkdir()
+        out.chmod(0o777)
+        match = r"writable by group or others \(mode 0777\)"
+    else:
+        out.symlink_to(target)
+        match = "is a symbolic link, not a directory"
+    with pytest.raises(OSError, match=match):
+        kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0, replay=False)
+    assert list(target.iterdir()) == []
+    if kind == "world-writable":
+        assert list(out.iterdir()) == []
+
+
+def test_a_fresh_out_is_made_ours_and_a_rerun_replaces_our_own_files(tmp_path):
+    _simulator_ready()
+    out = tmp_path / "new" / "out"
+    kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0, replay=False)
+    st = os.lstat(out)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o755
+    first = (out / "calls.jsonl").read_text()
+    kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0, replay=False)
+    assert (out / "calls.jsonl").read_text().count('"type": "meta"') == 1 and first
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temp file left

@@ -46,10 +46,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"nodehealth: --out {args.out}: not a directory", file=sys.stderr)
         return 2
     simulate = os.path.abspath(args.simulate) if args.simulate else None
+    from nodehealth.platform.ground import Foreign
+
     try:
         doc = kit.run(args.out, simulate=simulate, timeout_s=args.timeout, replay=not args.no_replay)
     except ScenarioError as exc:
         print(f"nodehealth: {exc}", file=sys.stderr)
+        return 2
+    except Foreign as exc:  # nothing was written: --out is not a directory of this user's
+        print(f"nodehealth: --out {args.out}: not written into: {exc} (choose a directory of your own, "
+              "or a new name)", file=sys.stderr)
         return 2
     run_info, replay = doc["run"], doc.get("replay") or {}
     print(f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "

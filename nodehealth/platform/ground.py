@@ -149,6 +149,38 @@ def make_own_dir(parent: str, prefix: str, mode: int = 0o700) -> tuple[int, str]
         os.close(pfd)
 
 
+def ensure_own_dir(path: str, mode: int = 0o755, dir_fd: Optional[int] = None) -> int:
+    """A directory of our own at ``path`` (an ``--out DIR``): made fresh when it does not exist (``mkdir``,
+    then ``mode`` set on its descriptor), else opened with ``open_own_dir``: a link, another user's
+    directory, or one group or others may write is Foreign. Without ``dir_fd``, missing parents are
+    made first (``makedirs``); with it, ``path`` is one name in that directory.
+    Returns its O_DIRECTORY|O_NOFOLLOW descriptor."""
+    if dir_fd is None:
+        parent, name = os.path.split(os.path.abspath(os.path.normpath(path)))
+        os.makedirs(parent, exist_ok=True)
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        _check_name(path)
+        parent, name, pfd = "", path, dir_fd
+    try:
+        try:
+            os.mkdir(name, mode & 0o755, dir_fd=pfd)
+            made = True
+        except FileExistsError:
+            made = False
+        try:
+            fd = open_own_dir(name, dir_fd=pfd)
+        except Foreign as exc:  # named in full: the message is the user's answer
+            raise Foreign(f"{os.path.join(parent, name)}: {exc}" if parent else str(exc), exc.owner,
+                          exc.reason) from None
+        if made:
+            os.fchmod(fd, mode & 0o755)
+        return fd
+    finally:
+        if dir_fd is None:
+            os.close(pfd)
+
+
 def remove_own_dir(parent_fd: int, name: str, fd: int) -> bool:
     """rmdir ``name`` in ``parent_fd`` when it is still the directory open as ``fd`` (and empty).
 
@@ -244,6 +276,29 @@ def unlink_if_same(dir_fd: int, name: str, ident: os.stat_result) -> bool:
         return False
     unlink_own(dir_fd, name)
     return True
+
+
+def append_own(dir_fd: int, name: str, data: bytes) -> None:
+    """Append to a file we wrote: O_WRONLY|O_APPEND|O_NOFOLLOW|O_NONBLOCK, then on the descriptor a regular
+    file of ours with one name (else Foreign), write all, fsync."""
+    _check_name(name)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse_link(name, dir_fd, exc, "a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise Foreign(f"{name} is {_kind(st.st_mode)} with {st.st_nlink} name(s), not a file of ours",
+                          st.st_uid, "type" if not stat.S_ISREG(st.st_mode) else "links")
+        _judge(name, st, os.geteuid(), "a regular file")
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def open_regular(path: str, dir_fd: Optional[int] = None, owner: Optional[int] = None) -> int:

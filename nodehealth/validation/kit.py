@@ -16,11 +16,12 @@ import datetime
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from nodehealth.platform import evidence
+from nodehealth.platform import evidence, ground
 from nodehealth.validation import elf, record, report, scenario_writer
 
 SYMBOLS_FILE = "symbols.json"
@@ -61,7 +62,12 @@ def _pci_bus_ids(sysfs_root: str) -> tuple[list[str], str]:
     return [], f"PCI not read: {getattr(found, 'message', found)}"
 
 
-def _symbols(out_dir: str, recording: record.Recording) -> dict[str, Any]:
+def _put(dir_fd: int, name: str, text: str) -> None:
+    """One file of the evidence: a fresh temp name renamed over ours (a planted link is replaced, never followed)."""
+    ground.replace_own(dir_fd, name, text.encode("utf-8", errors="replace"), 0o644)
+
+
+def _symbols(out_fd: int, recording: record.Recording) -> dict[str, Any]:
     libs = recording.libraries
     doc: dict[str, Any] = {"libraries_mapped": libs, "library": libs[0] if libs else None, "exported": None}
     if libs:
@@ -74,42 +80,34 @@ def _symbols(out_dir: str, recording: record.Recording) -> dict[str, Any]:
     else:
         doc["error"] = ("no libnvidia-ml.so* was mapped in the recording process"
                         + (f" (NVML module {recording.meta.get('module')})" if recording.meta.get("module") else ""))
-    with open(os.path.join(out_dir, SYMBOLS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.write("\n")
+    _put(out_fd, SYMBOLS_FILE, json.dumps(doc, indent=1) + "\n")
     return doc
 
 
-def _host_evidence(out_dir: str, simulated: bool, kmsg_path: str, smi: Optional[str]) -> dict[str, str]:
+def _host_evidence(out_fd: int, simulated: bool, kmsg_path: str, smi: Optional[str]) -> dict[str, str]:
 
     notes: dict[str, str] = {}
-    smi_path = os.path.join(out_dir, SMI_FILE)
-    nvrm_path = os.path.join(out_dir, NVRM_FILE)
     if simulated:
         text = "not collected: --simulate (the host's driver does not describe the simulated GPUs)\n"
-        for path in (smi_path, nvrm_path):
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+        for name in (SMI_FILE, NVRM_FILE):
+            _put(out_fd, name, text)
         return {SMI_FILE: text.strip(), NVRM_FILE: text.strip()}
     program = smi if smi is not None else evidence.find_program("nvidia-smi")
-    with open(smi_path, "w", encoding="utf-8") as fh:
-        if program is None:
-            fh.write("nvidia-smi: not found\n")
-            notes[SMI_FILE] = "nvidia-smi not found"
-        else:
-            out = evidence.run_readonly([program, "-q"], SMI_TIMEOUT_S)
-            fh.write(f"# {program} -q: exit {out.rc}{'; ' + out.error if out.error else ''}\n")
-            fh.write(out.stdout)
-            if out.stderr:
-                fh.write("\n# stderr\n" + out.stderr)
-            notes[SMI_FILE] = f"{program} -q: exit {out.rc}{', ' + out.error if out.error else ''}"
+    if program is None:
+        _put(out_fd, SMI_FILE, "nvidia-smi: not found\n")
+        notes[SMI_FILE] = "nvidia-smi not found"
+    else:
+        out = evidence.run_readonly([program, "-q"], SMI_TIMEOUT_S)
+        text = f"# {program} -q: exit {out.rc}{'; ' + out.error if out.error else ''}\n" + out.stdout
+        if out.stderr:
+            text += "\n# stderr\n" + out.stderr
+        _put(out_fd, SMI_FILE, text)
+        notes[SMI_FILE] = f"{program} -q: exit {out.rc}{', ' + out.error if out.error else ''}"
     log = kernel_lines(lambda line: bool(KERNEL_LINE.search(line)), kmsg_path)
-    with open(nvrm_path, "w", encoding="utf-8") as fh:
-        fh.write(f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
-                 f"{' (the last ones only)' if log.truncated else ''}\n")
-        for note in log.notes:
-            fh.write(f"# {note}\n")
-        fh.write("".join(line + "\n" for line in log.lines))
+    _put(out_fd, NVRM_FILE, f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
+                            f"{' (the last ones only)' if log.truncated else ''}\n"
+                            + "".join(f"# {note}\n" for note in log.notes)
+                            + "".join(line + "\n" for line in log.lines))
     notes[NVRM_FILE] = (f"{len(log.lines)} line(s) from {log.source}" if log.source
                         else "kernel log not read: " + "; ".join(log.notes))
     return notes
@@ -123,13 +121,48 @@ def _value(calls: list[record.Call], fn: str) -> Any:
     return next((c.value for c in calls if c.fn == fn and c.returned and c.rc == 0), None)
 
 
+def _replay(out_fd: int, scenario_path: str, calls: list[record.Call], limit: float) -> dict[str, Any]:
+    """Record the written scenario in the simulator into ``replay/`` (a directory of ours) and compare."""
+    try:
+        replay_loader, _ = simulated_loader(scenario_path)
+    except Exception as exc:  # noqa: BLE001 - e.g. the simulated driver is not built
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        replay_fd = ground.ensure_own_dir(REPLAY_DIR, dir_fd=out_fd)
+    except ground.Foreign as exc:
+        return {"error": f"{REPLAY_DIR}/ not written into: {exc}"}
+    try:
+        again = record.record(replay_fd, replay_loader, limit)
+        replayed = record.read_at(replay_fd, record.CALLS_FILE)
+    finally:
+        os.close(replay_fd)
+    diffs = report.diff_calls(calls, replayed.calls)
+    return {"dir": REPLAY_DIR, "outcome": again.outcome, "recorded_calls": len(calls),
+            "replayed_calls": len(replayed.calls), "differences": diffs,
+            "summary": report.summarise_differences(diffs),
+            "library": replayed.libraries[0] if replayed.libraries else None}
+
+
 def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, replay: bool = True,
         sysfs_root: str = "/sys", kmsg_path: str = "/dev/kmsg", nvidia_smi: Optional[str] = None,
         date: Optional[datetime.datetime] = None) -> dict[str, Any]:
-    """Validate this node's NVML (or, with ``simulate``, a scenario's) into ``out_dir``; the report."""
+    """Validate this node's NVML (or, with ``simulate``, a scenario's) into ``out_dir``; the report.
+
+    ``out_dir`` must be a directory of our own, or not exist (it is made): a link, another user's
+    directory or one others may write is refused (``ground.Foreign``, naming its owner) before
+    anything is written. Every file in it is new or replaces our own (never written through a link).
+    """
+    out_fd = ground.ensure_own_dir(out_dir)
+    try:
+        return _run(out_fd, out_dir, simulate, timeout_s, replay, sysfs_root, kmsg_path, nvidia_smi, date)
+    finally:
+        os.close(out_fd)
+
+
+def _run(out_fd: int, out_dir: str, simulate: Optional[str], timeout_s: float, replay: bool, sysfs_root: str,
+         kmsg_path: str, nvidia_smi: Optional[str], date: Optional[datetime.datetime]) -> dict[str, Any]:
     from nodehealth import __version__
 
-    os.makedirs(out_dir, exist_ok=True)
     when = (date or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     if simulate:
         loader, scenario = simulated_loader(simulate)
@@ -137,11 +170,11 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
     else:
         loader = _real_loader()
         pci, pci_note = _pci_bus_ids(sysfs_root)
-    done = record.record(out_dir, loader, timeout_s)
-    recording = record.read(os.path.join(out_dir, record.CALLS_FILE))
+    done = record.record(out_fd, loader, timeout_s)
+    recording = record.read_at(out_fd, record.CALLS_FILE)
     calls = recording.calls
-    symbols = _symbols(out_dir, recording)
-    host = _host_evidence(out_dir, bool(simulate), kmsg_path, nvidia_smi)
+    symbols = _symbols(out_fd, recording)
+    host = _host_evidence(out_fd, bool(simulate), kmsg_path, nvidia_smi)
     host["pci"] = pci_note
 
     unavailable = recording.meta.get("unavailable")
@@ -151,40 +184,28 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
               f"recording {done.outcome}).\nReplay: nodehealth validate-nvml --simulate scenario.toml --out DIR")
     scenario_path = os.path.join(out_dir, SCENARIO_FILE)
     try:
-        notes = built.notes + scenario_writer.write(scenario_path, built, header)
+        notes = built.notes + scenario_writer.write(scenario_path, built, header, dir_fd=out_fd)
         scenario_error = None
     except Exception as exc:  # noqa: BLE001 - the evidence stands without a checked scenario
         notes = built.notes
         scenario_error = f"{type(exc).__name__}: {exc}"
-        with open(scenario_path, "w", encoding="utf-8") as fh:
-            fh.write(scenario_writer.to_toml(built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}"))
+        _put(out_fd, SCENARIO_FILE,
+             scenario_writer.to_toml(built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}"))
 
     replay_doc: Optional[dict[str, Any]] = None
     if replay:
-        replay_dir = os.path.join(out_dir, REPLAY_DIR)
         if scenario_error is not None:
             replay_doc = {"error": f"the scenario was not accepted ({scenario_error})"}
         else:
-            try:
-                replay_loader, _ = simulated_loader(scenario_path)
-            except Exception as exc:  # noqa: BLE001 - e.g. the simulated driver is not built
-                replay_doc = {"error": f"{type(exc).__name__}: {exc}"}
-            else:
-                limit = timeout_s if done.outcome == "complete" else min(timeout_s, REPLAY_AFTER_HANG_S)
-                again = record.record(replay_dir, replay_loader, limit)
-                replayed = record.read(os.path.join(replay_dir, record.CALLS_FILE))
-                diffs = report.diff_calls(calls, replayed.calls)
-                replay_doc = {"dir": REPLAY_DIR, "outcome": again.outcome, "recorded_calls": len(calls),
-                              "replayed_calls": len(replayed.calls), "differences": diffs,
-                              "summary": report.summarise_differences(diffs),
-                              "library": replayed.libraries[0] if replayed.libraries else None}
+            limit = timeout_s if done.outcome == "complete" else min(timeout_s, REPLAY_AFTER_HANG_S)
+            replay_doc = _replay(out_fd, scenario_path, calls, limit)
 
     driver_version = _value(calls, "nvmlSystemGetDriverVersion")
     symbol_cmp = report.compare_symbols(symbols.get("exported"),
                                         None if driver_version is None else str(driver_version))
     symbol_cmp["library"] = symbols.get("library")
-    files = sorted(f for f in os.listdir(out_dir) if os.path.isfile(os.path.join(out_dir, f))) + ["report.json",
-                                                                                                    "report.md"]
+    files = [f for f in os.listdir(out_fd) if not f.startswith(".")
+             and stat.S_ISREG(os.stat(f, dir_fd=out_fd, follow_symlinks=False).st_mode)] + ["report.json", "report.md"]
     doc: dict[str, Any] = {
         "run": {
             "date_utc": when, "host": os.uname().nodename, "mode": "simulated" if simulate else "real",
@@ -204,7 +225,7 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
         "replay": replay_doc,
         "host_evidence": host,
     }
-    report.write(out_dir, doc)
+    report.write(out_fd, doc)
     return doc
 
 

@@ -38,7 +38,9 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
+
+from nodehealth.platform import ground
 
 # A name made of these words changes the GPU or the driver's state: never called.
 MUTATING_WORDS = frozenset({
@@ -50,6 +52,7 @@ MUTATING_WORDS = frozenset({
 RAW_ACCESS = ("_nvml", "nvmlLib")
 
 CALLS_FILE = "calls.jsonl"
+MAX_RECORDING_BYTES = 256 << 20  # a node's whole reading is a few MiB
 OBSERVATIONS_FILE = "observations.jsonl"
 LIBRARY_PREFIX = "libnvidia-ml.so"
 _WORD = re.compile(r"[A-Z][a-z0-9]*")
@@ -275,13 +278,14 @@ def _jsonable_frame(frame: Any) -> dict[str, Any]:
     return {"type": str(kind), "value": render(value)}
 
 
-def _recording_child(out_dir: str, loader: Callable[[], Any]) -> str:
-    """Runs in the forked child: record the probe's whole reading of the node."""
+def _recording_child(dir_fd: int, loader: Callable[[], Any]) -> str:
+    """Runs in the forked child: record the probe's whole reading of the node (fresh files, never a link's
+    target: the parent removed the earlier run's names)."""
     from nodehealth.probes import nvml as probe
 
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    calls_fd = os.open(os.path.join(out_dir, CALLS_FILE), flags, 0o644)
-    obs_fd = os.open(os.path.join(out_dir, OBSERVATIONS_FILE), flags, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND | os.O_CLOEXEC
+    calls_fd = os.open(CALLS_FILE, flags, 0o644, dir_fd=dir_fd)
+    obs_fd = os.open(OBSERVATIONS_FILE, flags, 0o644, dir_fd=dir_fd)
 
     def sink(record: dict[str, Any]) -> None:
         os.write(calls_fd, (json.dumps(record, sort_keys=True) + "\n").encode())
@@ -311,12 +315,25 @@ class Recorded:
     calls: list[Call] = field(default_factory=list)
 
 
-def record(out_dir: str, loader: Callable[[], Any], timeout_s: float = 60.0) -> Recorded:
-    """Record the probe reading the node through ``loader``'s module, in a child, within ``timeout_s``."""
+def record(out_dir: Union[str, int], loader: Callable[[], Any], timeout_s: float = 60.0) -> Recorded:
+    """Record the probe reading the node through ``loader``'s module, in a child, within ``timeout_s``.
+
+    ``out_dir``: a directory of our own, by path (made, or refused as ``ground.Foreign``) or descriptor."""
+    if isinstance(out_dir, int):
+        return _record(out_dir, loader, timeout_s)
+    fd = ground.ensure_own_dir(out_dir)
+    try:
+        return _record(fd, loader, timeout_s)
+    finally:
+        os.close(fd)
+
+
+def _record(dir_fd: int, loader: Callable[[], Any], timeout_s: float) -> Recorded:
     from nodehealth.platform import child
 
-    os.makedirs(out_dir, exist_ok=True)
-    started = child.start(lambda: _recording_child(out_dir, loader))
+    for name in (CALLS_FILE, OBSERVATIONS_FILE):  # an earlier run's, ours: the child makes them afresh
+        ground.unlink_own(dir_fd, name)
+    started = child.start(lambda: _recording_child(dir_fd, loader))
     (outcome,) = child.wait_all([started], timeout_s)
     if outcome.timed_out:
         state, message = "timed_out", f"the probe did not finish within {timeout_s:g} s"
@@ -324,16 +341,18 @@ def record(out_dir: str, loader: Callable[[], Any], timeout_s: float = 60.0) -> 
         state, message = "complete", str(outcome.value)
     else:
         state, message = "error", str(outcome.value)
-    path = os.path.join(out_dir, CALLS_FILE)
-    calls = load(path) if os.path.exists(path) else []
-    with open(path, "a", encoding="utf-8") as fh:
-        for call in calls:
-            if not call.returned:
-                fh.write(json.dumps({"type": "never_returned", "seq": call.seq, "fn": call.fn, "gpu": call.gpu,
-                                     "waited_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n")
-        fh.write(json.dumps({"type": "end", "outcome": state, "message": message,
-                             "elapsed_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n")
-    return Recorded(state, message, outcome.elapsed_s, load(path))
+    try:
+        calls = read_at(dir_fd, CALLS_FILE).calls
+    except FileNotFoundError:  # the child died before it made the file
+        ground.create_new(dir_fd, CALLS_FILE, b"", 0o644)
+        calls = []
+    tail = [json.dumps({"type": "never_returned", "seq": call.seq, "fn": call.fn, "gpu": call.gpu,
+                        "waited_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n"
+            for call in calls if not call.returned]
+    tail.append(json.dumps({"type": "end", "outcome": state, "message": message,
+                            "elapsed_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n")
+    ground.append_own(dir_fd, CALLS_FILE, "".join(tail).encode())
+    return Recorded(state, message, outcome.elapsed_s, read_at(dir_fd, CALLS_FILE).calls)
 
 
 # --------------------------------------------------------------------------- reading it back
@@ -367,29 +386,40 @@ class Recording:
 
 def read(path: str) -> Recording:
     """The whole recording: meta, calls in order, mapped libraries, end."""
+    with open(path, encoding="utf-8") as fh:
+        return parse(fh.read())
+
+
+def read_at(dir_fd: int, name: str = CALLS_FILE) -> Recording:
+    """``read`` through our own directory's descriptor: a regular file of ours with one name, bounded."""
+    data = ground.read_regular(name, MAX_RECORDING_BYTES, dir_fd=dir_fd, owner=os.geteuid())
+    return parse(data.decode("utf-8", errors="replace"))
+
+
+def parse(text: str) -> Recording:
+    """A recording from the text of its calls.jsonl."""
     rec = Recording()
     by_seq: dict[int, Call] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            item = json.loads(line)
-            kind = item.get("type")
-            if kind == "meta":
-                rec.meta = item
-            elif kind == "start":
-                call = Call(item["seq"], item["fn"], item.get("gpu"), item.get("args", []), item.get("argv", []))
-                by_seq[call.seq] = call
-                rec.calls.append(call)
-            elif kind == "return" and item.get("seq") in by_seq:
-                call = by_seq[item["seq"]]
-                call.returned = True
-                for key in ("rc", "error", "value", "value_type", "out", "us"):
-                    setattr(call, key, item.get(key))
-            elif kind == "library":
-                rec.libraries += [p for p in item.get("paths", []) if p not in rec.libraries]
-            elif kind == "end":
-                rec.end = item
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        kind = item.get("type")
+        if kind == "meta":
+            rec.meta = item
+        elif kind == "start":
+            call = Call(item["seq"], item["fn"], item.get("gpu"), item.get("args", []), item.get("argv", []))
+            by_seq[call.seq] = call
+            rec.calls.append(call)
+        elif kind == "return" and item.get("seq") in by_seq:
+            call = by_seq[item["seq"]]
+            call.returned = True
+            for key in ("rc", "error", "value", "value_type", "out", "us"):
+                setattr(call, key, item.get(key))
+        elif kind == "library":
+            rec.libraries += [p for p in item.get("paths", []) if p not in rec.libraries]
+        elif kind == "end":
+            rec.end = item
     return rec
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -317,9 +316,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(out_dir: str, report: dict[str, Any]) -> None:
-    with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1, sort_keys=True, default=str)
-        fh.write("\n")
-    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as fh:
-        fh.write(render_markdown(report))
+def write(out_fd: int, report: dict[str, Any]) -> None:
+    """report.json and report.md into the ``--out`` directory (its descriptor), each replacing our own earlier one."""
+    from nodehealth.platform import ground
+
+    ground.replace_own(out_fd, "report.json", (json.dumps(report, indent=1, sort_keys=True, default=str)
+                                               + "\n").encode(), 0o644)
+    ground.replace_own(out_fd, "report.md", render_markdown(report).encode("utf-8", errors="replace"), 0o644)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -604,21 +605,35 @@ def _drop(built: Built, key: str, msg: str) -> bool:
 
 
 def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[str], Any]] = None,
-          max_drops: int = 100) -> list[str]:
+          max_drops: int = 100, dir_fd: Optional[int] = None) -> list[str]:
     """Write ``built`` to ``path`` as TOML that ``parse`` (default: the simulator's) accepts.
 
+    The file is a fresh temp name renamed over ``path``'s last component (``ground.replace_own``),
+    through ``dir_fd`` when given (the ``--out`` directory's descriptor; ``path`` is then only what
+    the parser reads): a link planted there is replaced, never written through.
     Returns the notes for the keys dropped because the parser refused them.
     """
     if parse is None:
         from nodehealth.sim import nvml as simnvml
 
         parse = simnvml.parse
+    dropped: list[str] = []
+    own_fd = dir_fd if dir_fd is not None else os.open(os.path.dirname(os.path.abspath(path)),
+                                                       os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _write(path, built, header, parse, max_drops, own_fd, dropped)
+    finally:
+        if dir_fd is None:
+            os.close(own_fd)
+
+
+def _write(path: str, built: Built, header: str, parse: Callable[[str], Any], max_drops: int, dir_fd: int,
+           dropped: list[str]) -> list[str]:
+    from nodehealth.platform import ground
     from nodehealth.sim.nvml import ScenarioError
 
-    dropped: list[str] = []
     for _ in range(max_drops):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(to_toml(built, header))
+        ground.replace_own(dir_fd, os.path.basename(path), to_toml(built, header).encode(), 0o644)
         try:
             parse(path)
             return dropped
