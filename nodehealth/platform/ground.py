@@ -282,19 +282,9 @@ def append_own(dir_fd: int, name: str, data: bytes) -> None:
     """Append to a file we wrote: O_WRONLY|O_APPEND|O_NOFOLLOW|O_NONBLOCK, then on the descriptor a regular
     file of ours with one name (else Foreign), write all, fsync."""
     _check_name(name)
+    fd = _open_file(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                    dir_fd, os.geteuid())
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _refuse_link(name, dir_fd, exc, "a regular file") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise Foreign(f"{name} is {_kind(st.st_mode)} with {st.st_nlink} name(s), not a file of ours",
-                          st.st_uid, "type" if not stat.S_ISREG(st.st_mode) else "links")
-        _judge(name, st, os.geteuid(), "a regular file")
         _write_all(fd, data)
         os.fsync(fd)
     finally:
@@ -308,8 +298,14 @@ def open_regular(path: str, dir_fd: Optional[int] = None, owner: Optional[int] =
     Also refused: a file with more than one name (a hard link to someone else's file), and, when
     ``owner`` is given, a file group or others may write (it would not be only the owner's word).
     """
+    return _open_file(path, _READ_FLAGS, dir_fd, owner)
+
+
+def _open_file(path: str, flags: int, dir_fd: Optional[int], owner: Optional[int]) -> int:
+    """Open with ``flags`` (which carry O_NOFOLLOW and O_NONBLOCK) and judge the descriptor: a regular
+    file with one name, of ``owner`` and not writable by others when ``owner`` is given."""
     try:
-        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _refuse_link(path, dir_fd, exc, "a regular file") from None
