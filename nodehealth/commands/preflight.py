@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("preflight", help="check a whole allocation before a long run (srun, one task per node)",
                        description="Check every node of the allocation (health, shared storage, paths, versions, "
                                    "optionally NCCL) and name the bad node. Run as srun --ntasks-per-node=1 "
-                                   "nodehealth preflight. Exit 0 pass, 1 a node failed, 2 usage error or an exchange that "
-                                   "cannot be used (a name in the shared directory held by another user; no node judged).")
+                                   "nodehealth preflight. Exit 0 pass, 1 a node failed, 2 usage error or an "
+                                   "exchange that cannot be used (a name in the shared directory held by "
+                                   "another user; no node judged).")
     p.add_argument("--shared-dir", metavar="DIR", help="directory on the shared file system used as the exchange "
                    "(default: the job's working directory)")
     p.add_argument("--path", metavar="P", action="append", default=[],
