@@ -361,19 +361,27 @@ def test_no_survivor_when_the_agent_dies_while_the_probe_child_runs(marker):
 
 
 def test_no_survivor_when_the_daemon_ends_its_probe_children(marker):
-    """The daemon's shutdown (``reap.kill_children``) while the self-test runs."""
+    """The daemon's shutdown (``reap.kill_children``) while the self-test runs.
+
+    The agent ends its children only once this test has seen all three alive (it says so through
+    a pipe), so no scheduling order can make the test miss them."""
+    seen_r, seen_w = os.pipe()
 
     def agent() -> None:
+        os.close(seen_w)
         nccl_runner.start(_fake_plan(FAKE_NCCL="spawn", FAKE_NCCL_MARKER=marker), 8, 600.0)
-        if _wait_for(lambda: len(_live_with(marker)) == 3, START_S):
+        if os.read(seen_r, 1) == b"k":
             reap.kill_children()
         time.sleep(3600)  # the agent lives on: only kill_children may end the runner
 
     pid = _fork_agent(agent)
+    os.close(seen_r)
     try:
         assert _wait_for(lambda: len(_live_with(marker)) == 3, START_S)
+        os.write(seen_w, b"k")
         assert _survivors(marker) == []
     finally:
+        os.close(seen_w)
         os.kill(pid, signal.SIGKILL)
         _wait_exit(pid)
 
