@@ -43,15 +43,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
 
 
-# The suite never changes the host outside its own sandbox: the production state dir (the
-# default [paths] state_dir) must look the same after every test as before it.
-HOST_STATE_DIR = Path("/run/nodehealth")
+# The suite never changes the host outside its own sandbox: the production state dirs (the
+# defaults of [paths]: this boot's under /run, what outlives a boot under /var/lib) must look the
+# same after every test as before it.
+HOST_STATE_DIRS = (Path("/run/nodehealth"), Path("/var/lib/nodehealth"))
 
 
 def _host_state() -> object:
-    if not HOST_STATE_DIR.exists():
-        return None
-    return sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in HOST_STATE_DIR.iterdir())
+    return [sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in d.iterdir()) if d.exists() else None
+            for d in HOST_STATE_DIRS]
 
 
 @pytest.fixture(autouse=True)
@@ -59,5 +59,5 @@ def _host_state_dir_untouched(request: pytest.FixtureRequest):  # type: ignore[n
     before = _host_state()
     yield
     after = _host_state()
-    assert after == before, (f"{request.node.nodeid} changed the host's {HOST_STATE_DIR} "
+    assert after == before, (f"{request.node.nodeid} changed the host's {' or '.join(map(str, HOST_STATE_DIRS))} "
                              f"(give it a state dir of its own): {before} -> {after}")
