@@ -165,7 +165,7 @@ def test_a_bad_config_keeps_the_prolog_checking_and_draining_a_faulty_node(tmp_p
     assert "error: configuration error" in err and "daemon.interval_s: nan is not a finite number" in err, err
     assert "as it validated at" in err and "not checking" not in err
     (upd,) = f.updates()
-    assert upd[3].startswith("reason=nodehealth: gpu_remapped_rows")
+    assert upd[3].startswith("reason=nh:rowremap GPU1 gpu_remapped_rows")
 
 
 def test_a_bad_config_never_drains_a_healthy_node(tmp_path, monkeypatch, capfd):

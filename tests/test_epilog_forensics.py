@@ -162,6 +162,22 @@ def test_xid_and_ecc_together_drain_class_first() -> None:
     assert res.summary.startswith("job 42: GPU 1: XID 79") and "GPU 0: +2 corrected" in res.summary
 
 
+@pytest.mark.parametrize("after, xid, head", [
+    (snap(*FOUR), xobs((xev(79, 0, Severity.DRAIN), T0 + 100)), "nh:xid79 GPU0 job_forensics: job 42: "),
+    (snap(gpu(0, vc=2), *FOUR[1:]), xobs((xev(79, 1, Severity.DRAIN), T0 + 1)), "nh:xid79 GPU1 "),
+    # An uncorrectable ECC increment first (FAIL, as the XID): the ECC finding names the reason.
+    (snap(gpu(0, vu=1), *FOUR[1:]), xobs((xev(48, 1, Severity.DRAIN, action=Action.RESET_GPU), T0 + 1)),
+     "nh:jobecc GPU0 "),
+    (snap(gpu(0, vu=1), *FOUR[1:]), QUIET, "nh:jobecc GPU0 "),
+], ids=["xid", "xid-beats-corrected-ecc", "ecc-first", "ecc"])
+def test_the_drain_reason_names_what_the_job_met(after: NvmlSnapshot, xid: XidObservation, head: str) -> None:
+    from nodehealth.slurm.policy import format_reason
+
+    res = judge(baseline(*FOUR), after, xid=xid)
+    assert res.status == Status.FAIL
+    assert format_reason(res).startswith(head), format_reason(res)
+
+
 # ----------------------------------------------------------------------------- the faces (fake scontrol)
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
@@ -222,7 +238,7 @@ def test_uncorrectable_ecc_during_the_job_drains_naming_the_job(fake: Any) -> No
     assert epilog.main() == 1
     state, reason = fake.nodes()["n1"]
     assert "DRAIN" in state
-    assert reason.startswith("nodehealth: job_forensics: job 42: GPU 0: +1 uncorrectable ECC error"), reason
+    assert reason.startswith("nh:jobecc GPU0 job_forensics: job 42: GPU 0: +1 uncorrectable ECC error"), reason
 
 
 def test_ecc_on_another_jobs_gpu_is_not_this_jobs(fake: Any, monkeypatch: pytest.MonkeyPatch,

@@ -144,3 +144,24 @@ def test_settings_defaults_are_documented_and_sane() -> None:
     s = gpu_xid.Settings()
     assert s.window_s == 0 and s.kmsg_path == "/dev/kmsg" and s.kernel_facility_only is True
     assert s.application_max_events == 20 and s.application_window_s == 3600
+
+
+@pytest.mark.parametrize("records,nvml,head", [
+    ((rec(79),), SNAP, "nh:xid79 GPU3 gpu_xid: "),
+    ((rec(48), rec(64)), SNAP, "nh:xid64 GPU0 "),  # one GPU: the XID with the most invasive action names it
+    ((rec(63), rec(79)), SNAP, "nh:xid79 GPU3 "),  # the FAIL's XID, not the warning's
+    ((rec(79, 100), rec(79, 50)), SNAP, "nh:xid79 GPU3 "),
+    ((rec(48),), ProbeError("nvml", "unavailable", "no NVML"), "nh:xid48 gpu_xid: GPU 0000:1a:00"),
+], ids=["79", "48+64-same-gpu", "warn+fail", "repeats", "gpu-unknown"])
+def test_the_drain_reason_names_the_xid_and_gpu_of_the_worst_finding(records: tuple[XidRecord, ...], nvml: Any,
+                                                                     head: str) -> None:
+    from nodehealth.slurm.policy import format_reason
+
+    res = gpu_xid.evaluate(Observations(xid=obs(*records), nvml=nvml), gpu_xid.Settings(), CTX)
+    assert res.status == Status.FAIL
+    assert format_reason(res).startswith(head), format_reason(res)
+
+
+def test_no_xid_is_named_when_the_verdict_is_not_an_xids() -> None:
+    res = gpu_xid.evaluate(Observations(xid=obs(complete=False), nvml=SNAP), gpu_xid.Settings(), CTX)
+    assert res.status == Status.UNKNOWN and "xid" not in res.details

@@ -82,7 +82,7 @@ def test_drain_drains_only_the_faulty_node_with_our_reason(tmp_path: Path) -> No
     assert set(codes.values()) == {1}, out
     (upd,) = _updates(tmp_path)
     assert upd[1] == "nodename=n2" and upd[2] == "state=drain", upd
-    assert upd[3].startswith("reason=nodehealth: gpu_remapped_rows"), upd
+    assert upd[3].startswith("reason=nh:rowremap GPU1 gpu_remapped_rows"), upd
     assert "drained" in out and not any(shared.iterdir())
 
 

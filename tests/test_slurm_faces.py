@@ -106,7 +106,7 @@ def test_faulty_prolog_drains_with_one_reason_argument(tmp_path: Path, monkeypat
     assert prolog.main() == 1
     (upd,) = f.updates()
     assert upd[:3] == ["update", "nodename=n1", "state=drain"]
-    assert upd[3].startswith("reason=nodehealth: gpu_remapped_rows: GPU 1: row remap pending")
+    assert upd[3].startswith("reason=nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending")
     assert f.nodes()["n1"][0] == "IDLE+DRAIN"
     st = f.state()
     assert st["drain"]["check"] == "gpu_remapped_rows" and st["drain"]["job_id"] == "7"
@@ -263,7 +263,7 @@ def test_a_prolog_does_not_trust_a_drain_record_older_than_its_job(tmp_path: Pat
     monkeypatch.delenv("SLURM_JOB_ID")
     assert healthcheck.main() == 1
     ours = f.nodes()["n1"][1]
-    assert ours.startswith("nodehealth: gpu_remapped_rows")
+    assert ours.startswith("nh:rowremap GPU1 gpu_remapped_rows")
     f.set_nodes({"n1": ["IDLE", None]})  # scontrol update state=resume, by hand
     state = f.state()
     state["drain"]["time"] -= 3600  # drained an hour ago

@@ -47,14 +47,14 @@ def test_faulty_gpu_drains_with_our_reason_and_requeues(slurm_cluster) -> None: 
     c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml")
     job = c.sbatch("--gres=gpu:2", "--wrap", "hostname")
     node = c.wait_node(drained, 30, "drained")
-    assert node["reason"].startswith("nodehealth: gpu_remapped_rows: GPU 1: row remap pending"), node
+    assert node["reason"].startswith("nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending"), node
     held = ("PENDING", "launch_failed_requeued_held")
     wait_for(lambda: (c.job(job).get("JobState"), c.job(job).get("Reason")) == held, 20, "job requeued and held")
     info = c.job(job)
     assert info["Restarts"] == "1" and info["JobState"] == "PENDING", info
     # sinfo -R shows our reason (what an administrator sees).
     sinfo = c.run("/usr/bin/sinfo", "-R", "-h", "-o", "%E|%N").stdout
-    assert "nodehealth: gpu_remapped_rows" in sinfo
+    assert "nh:rowremap GPU1 gpu_remapped_rows" in sinfo
     state = c.nh_state()
     assert state["drain"]["check"] == "gpu_remapped_rows" and state["drain"]["phase"] == "prolog"
     assert state["drain"]["job_id"] == job
@@ -81,7 +81,7 @@ def test_admin_drain_is_never_overwritten_nor_resumed(slurm_cluster) -> None:  #
 def test_our_drain_resumes_after_n_clean_health_checks(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={"clean_runs": 3})
     node = c.wait_node(lambda n: n["state"] in ("drained", "draining") and ours(n), 30, "drained by nodehealth")
-    assert node["reason"].startswith("nodehealth: gpu_remapped_rows")
+    assert node["reason"].startswith("nh:rowremap GPU1 gpu_remapped_rows")
     c.use_scenario("healthy.toml")
     seen: list[tuple[int, str]] = []
 
@@ -104,7 +104,7 @@ def test_our_drain_resumes_after_n_clean_health_checks(slurm_cluster) -> None:  
 def test_reboot_class_drain_waits_for_a_new_boot_id(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="gpu-missing.toml", hc_interval=1, nodehealth={"clean_runs": 1})
     node = c.wait_node(lambda n: n["state"] in ("drained", "draining") and ours(n), 30, "drained by nodehealth")
-    assert node["reason"].startswith("nodehealth: gpu_count: 7 of 8 GPUs"), node
+    assert node["reason"].startswith("nh:gpucount gpu_count: 7 of 8 GPUs"), node
     assert c.nh_state()["drain"]["action"] == "reboot"
     c.use_scenario("healthy.toml")
     wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 3, 30, "3 clean runs")
@@ -122,7 +122,7 @@ def test_epilog_catches_a_stray_gpu_process(slurm_cluster) -> None:  # noqa: F81
     info = c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
     assert info["JobState"] == "COMPLETED", info  # the job itself is not blamed
     node = c.wait_node(drained, 30, "drained by the epilog")
-    assert node["reason"].startswith("nodehealth: gpu_processes: GPU 0: 1 compute process"), node
+    assert node["reason"].startswith("nh:procs GPU0 gpu_processes: GPU 0: 1 compute process"), node
     assert c.nh_state()["drain"]["phase"] == "epilog"
 
 
@@ -177,7 +177,7 @@ def test_breaker_holds_when_most_nodes_are_already_drained_by_us(slurm_cluster) 
     node = c.node()
     assert node["state"] == "idle" and node["reason"] == "", node
     held = c.nh_state()["breaker_held"]
-    assert held["ours"] == 9 and held["total"] == 10 and held["reason"].startswith("nodehealth: gpu_remapped_rows")
+    assert held["ours"] == 9 and held["total"] == 10 and held["reason"].startswith("nh:rowremap GPU1 gpu_remapped_rows")
     assert "drain-storm breaker HOLDING" in c.log("slurmd.log")
 
 
@@ -191,7 +191,7 @@ def test_stray_process_drain_lasts_while_it_lives_then_resumes(slurm_cluster) ->
     c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)
     node = c.wait_node(drained, 30, "drained by the epilog")
     first = node["reason"]
-    assert first.startswith("nodehealth: gpu_processes: GPU 0: 1 compute process") and f"left by job {job}" in first
+    assert first.startswith("nh:procs GPU0 gpu_processes: GPU 0: 1 compute process") and f"left by job {job}" in first
     # Health checks every second: the process is still there, so the drain and its reason stay.
     runs = c.nh_state().get("last_run", 0)
     wait_for(lambda: c.nh_state().get("last_run", 0) > runs + 4, 30, "several health-check runs")
@@ -210,7 +210,7 @@ def test_an_edited_reason_is_a_persons(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={"clean_runs": 1})
     node = c.wait_node(drained, 30, "drained by the health check")
     ours = node["reason"]
-    assert ours.startswith("nodehealth: gpu_remapped_rows"), node
+    assert ours.startswith("nh:rowremap GPU1 gpu_remapped_rows"), node
     edited = ours + " -- investigating, DO NOT RESUME"
     c.run("/usr/bin/scontrol", "update", f"nodename={c.host}", "state=drain", f"reason={edited}")
     c.use_scenario("healthy.toml")

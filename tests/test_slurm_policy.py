@@ -137,6 +137,18 @@ def test_multiple_one_line_records() -> None:
 
 
 @pytest.mark.parametrize("reason,ours", [
+    ("nh:gpucount gpu_count: 7 of 8", True),
+    ("nh:rowremap GPU2 gpu_remapped_rows: GPU 2: row remap pending", True),
+    ("nh:xid79 GPU3 gpu_xid: GPU 3: XID 79", True),
+    ("nh:mount", True),
+    ("  nh:ecc GPU6 x", True),
+    ("nh: x", False),
+    ("nh:ECC x", False),
+    ("nh:ecc: x", False),
+    ("nh:9 x", False),
+    ("nhx:ecc x", False),
+    ("admin: nh:ecc x", False),
+    # The shape of the reasons of versions before the codes: a node they drained is still ours.
     ("nodehealth: gpu_count: 7 of 8", True),
     ("  nodehealth: x", True),
     ("Nodehealth: x", False),
@@ -152,16 +164,85 @@ def test_ownership(reason: str | None, ours: bool) -> None:
 
 
 def test_format_reason() -> None:
-    r = res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU)
-    assert policy.format_reason(r) == "nodehealth: gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
+    r = replace(res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU),
+                gpu=3)
+    assert policy.format_reason(r) == "nh:rowremap GPU3 gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
     assert policy.format_reason(r, more=2).endswith("(+2 more)")
+
+
+@pytest.mark.parametrize("result,head", [
+    (replace(res("gpu_ecc", Status.FAIL, "GPU 6: 3 uncorrectable", Action.RESET_GPU), gpu=6), "nh:ecc GPU6 "),
+    (replace(res("gpu_xid", Status.FAIL, "GPU 3 (0000:3b:00.0): XID 79", Action.REBOOT, xid=79), gpu=3),
+     "nh:xid79 GPU3 "),
+    (res("gpu_xid", Status.UNKNOWN, "cannot watch XIDs: denied"), "nh:xid "),
+    (replace(res("job_forensics", Status.FAIL, "job 42: GPU 0: XID 48 during the job", Action.REBOOT, xid=48), gpu=0),
+     "nh:xid48 GPU0 "),
+    (replace(res("job_forensics", Status.FAIL, "job 42: GPU 1: +1 uncorrectable ECC", Action.RESET_GPU), gpu=1),
+     "nh:jobecc GPU1 "),
+    (res("gpu_count", Status.FAIL, "7 of 8 GPUs visible", Action.REBOOT), "nh:gpucount "),
+    (res("host_mounts", Status.FAIL, "/scratch: not mounted"), "nh:mount "),
+    (replace(res("gpu_remapped_rows", Status.FAIL, "GPU 12: row remap failed", Action.INSPECT), gpu=12),
+     "nh:rowremap GPU12 "),
+    # An XID number only names XID checks; a check's details never make up another code.
+    (replace(res("gpu_ecc", Status.FAIL, "GPU 6: x", xid=79), gpu=6), "nh:ecc GPU6 "),
+    (res("gpu_xid", Status.FAIL, "x", xid="79; state=resume"), "nh:xid "),
+], ids=lambda v: v if isinstance(v, str) else v.name)
+def test_reason_starts_with_code_and_gpu_within_sinfo_R_20(result: CheckResult, head: str) -> None:
+    text = policy.format_reason(result)
+    assert text.startswith(head), text
+    assert len(head.rstrip()) <= 20  # what `sinfo -R` shows
+    assert sn.is_ours(text)
+    assert text == jobenv.sanitize(text)
+
+
+def test_every_registered_check_has_its_own_code() -> None:
+    from nodehealth.registry import CHECKS
+
+    names = {spec.name for spec in CHECKS}
+    assert set(sn.REASON_CODES) == names
+    codes = [code for code, _ in sn.REASON_CODES.values()]
+    assert len(set(codes)) == len(codes)
+    for name in names:  # the longest head: code, XID number, a two-digit GPU
+        head = policy.reason_head(CheckResult(name, Status.FAIL, "x", gpu=15, details={"xid": 154}))
+        assert len(head) <= 20 and sn.is_ours(head + " x"), head
+
+
+# Published codes: a code never changes meaning and is never given to another check. Adding a
+# check adds a line here; changing or removing one is a break for every site's alert rules.
+PUBLISHED_CODES = {
+    "job_forensics": "jobecc", "nvml": "nvml", "gpu_count": "gpucount", "gpu_driver": "driver",
+    "gpu_temperature": "temp", "gpu_ecc": "ecc", "gpu_retired_pages": "retired", "gpu_remapped_rows": "rowremap",
+    "gpu_pcie": "pcie", "gpu_nvlink": "nvlink", "gpu_fabric": "fabric", "gpu_recovery_action": "recovery",
+    "gpu_persistence": "persist", "gpu_processes": "procs", "gpu_xid": "xid", "host_memory": "memory",
+    "host_mounts": "mount", "host_shared_dir": "shareddir", "host_infiniband": "ib", "nccl_selftest": "nccl",
+}
+
+
+def test_codes_are_stable() -> None:
+    assert {name: code for name, (code, _) in sn.REASON_CODES.items()} == PUBLISHED_CODES
+
+
+def test_operations_md_reason_codes_table_is_the_codes() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    section = doc.split("\n## Reason codes\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `nh:")]
+    assert rows == sn.reason_codes_table()[2:]
+
+
+def test_an_old_shape_drain_is_still_owned_and_counted() -> None:
+    old = "nodehealth: gpu_count: 7 of 8 GPUs visible"
+    state = slurmstate.State(drain=slurmstate.DrainRecord(old, "gpu_count", "reboot", "b", 1.0, "healthcheck", None))
+    n = node("IDLE+DRAIN", f"{old} [root@2026-11-29T21:45:19]")
+    assert policy.owns(n, state) and n.drained_by_us
+    assert policy.decide_drain(n, state, FAULT, REASON).action == "none"  # its first reason stays
+    assert policy.breaker([n, node("IDLE", None, "me")], 0.25, 1, exclude="me").ours == 1
 
 
 def test_reason_sanitised_and_capped() -> None:
     nasty = 'GPU 1: "bad"\nstate=resume; rm -rf / `x` $(y) \\ \x00\x1b[31m' + "z" * 500
     text = policy.format_reason(res("gpu_x", Status.FAIL, nasty), limit=120)
     assert len(text) <= 120
-    assert text.startswith("nodehealth: gpu_x: GPU 1: bad state")
+    assert text.startswith("nh:gpux gpu_x: GPU 1: bad state")
     for bad in ('"', "'", "\n", "\x00", "\x1b", "`", "$", ";", "=", "\\"):
         assert bad not in text
     assert text.endswith(("...", "(+1 more finding)"))
@@ -170,7 +251,7 @@ def test_reason_sanitised_and_capped() -> None:
 def test_reason_keeps_whole_findings_and_counts_the_rest() -> None:
     summary = "GPU 0-7: NVLink 1,2 inactive; GPU 3: NVLink 4: 2000 replays; GPU 5: NVLink 9: 90 recoveries"
     text = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=110)
-    assert text == ("nodehealth: gpu_nvlink: GPU 0-7: NVLink 1,2 inactive / GPU 3: NVLink 4: 2000 replays "
+    assert text == ("nh:nvlink gpu_nvlink: GPU 0-7: NVLink 1,2 inactive / GPU 3: NVLink 4: 2000 replays "
                     "(+1 more finding)")
     whole = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=200)
     assert whole.endswith("GPU 5: NVLink 9: 90 recoveries") and "..." not in whole
@@ -180,7 +261,7 @@ def test_reason_keeps_whole_findings_and_counts_the_rest() -> None:
 def test_sanitize_never_breaks_scontrol(text: str, limit: int) -> None:
     out = policy.format_reason(res("c", Status.FAIL, text), limit=limit)
     assert len(out) <= limit
-    assert out.startswith("nodehealth: ")
+    assert out.startswith("nh:c c:") and sn.is_ours(out)
     assert out == out.strip()
     assert all(ch.isprintable() for ch in out)
     assert not any(ch in out for ch in "\"'`\\$;|&<>=[]")
@@ -234,10 +315,10 @@ def test_drain_cases() -> None:
     # ours (exactly what we recorded): the first reason stays for a fault no more severe
     ours = node("MIXED+DRAIN", REASON + " [root@t]")
     assert policy.decide_drain(ours, recorded(), FAULT, REASON).action == "none"
-    assert policy.decide_drain(ours, recorded(), FAULT, "nodehealth: gpu_ecc: another fault").action == "none"
+    assert policy.decide_drain(ours, recorded(), FAULT, "nh:ecc gpu_ecc: another fault").action == "none"
     # a more severe fault replaces it
     worse = CheckResult("nvml", Status.FAIL, "NVML did not answer", action=Action.REBOOT)
-    worse_reason = "nodehealth: nvml: NVML did not answer"
+    worse_reason = "nh:nvml nvml: NVML did not answer"
     assert policy.decide_drain(ours, recorded(action="reset_gpu"), worse, worse_reason).action == "drain"
     # an old reason left on an undrained node is not a drain
     assert policy.decide_drain(node("IDLE", "old admin note [a@t]"), NO_RECORD, FAULT, REASON).action == "drain"
@@ -320,7 +401,8 @@ def test_breaker_fails_closed_on_an_empty_cluster_view() -> None:
 
 
 def test_breaker() -> None:
-    nodes = [node("IDLE+DRAIN", "nodehealth: x [root@t]", f"n{i}") for i in range(9)] + [node("IDLE", None, "me")]
+    shapes = ("nodehealth: x [root@t]", "nh:x x [root@t]")  # the old shape and the new one
+    nodes = [node("IDLE+DRAIN", shapes[i % 2], f"n{i}") for i in range(9)] + [node("IDLE", None, "me")]
     br = policy.breaker(nodes, 0.25, 3, exclude="me")
     assert br.tripped and br.ours == 9 and br.total == 10
     assert "HOLDING" in br.describe()

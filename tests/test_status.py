@@ -28,7 +28,7 @@ def test_status_after_a_drain_then_clean_runs_then_the_resume(tmp_path: Path, mo
     assert healthcheck.main() == 1
     code, doc = _status(capsys)
     assert code == 1
-    assert doc["drain"]["check"] == "gpu_remapped_rows" and doc["drain"]["reason"].startswith("nodehealth: ")
+    assert doc["drain"]["check"] == "gpu_remapped_rows" and doc["drain"]["reason"].startswith("nh:rowremap ")
     assert doc["drain"]["reboot_needed"] is False and doc["resume"] == {"clean_runs": 0, "needed": 2,
                                                                         "enabled": True}
     assert doc["slurm_view"]["gres_gpus"] == 8 and doc["last_run"]["status"] == "FAIL"

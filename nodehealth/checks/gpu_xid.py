@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 from nodehealth.checks.base import Context, result
@@ -59,11 +60,19 @@ def _grouped(records: Sequence[XidRecord]) -> dict[str, list[XidRecord]]:
     return out
 
 
-def _findings(records: Sequence[XidRecord], status: Status) -> list[Finding]:
-    findings = []
+def lead_xid(records: Sequence[XidRecord]) -> int:
+    """The XID a finding of ``records`` is named by: the one with the most invasive action, the latest."""
+    rank = [((r.event.action or Action.INSPECT).rank, i) for i, r in enumerate(records)]
+    return records[max(rank)[1]].event.xid
+
+
+def _findings(records: Sequence[XidRecord], status: Status) -> list[tuple[Finding, Optional[int]]]:
+    """One finding per GPU, with the XID that names it (the drain reason's ``nh:xid<N>``)."""
+    findings: list[tuple[Finding, Optional[int]]] = []
     for where, group in _grouped(records).items():
         action = worst_action([r.event.action or Action.INSPECT for r in group])
-        findings.append(Finding(status, f"{where}: {_describe(group)}", action, group[-1].event.gpu))
+        findings.append((Finding(status, f"{where}: {_describe(group)}", action, group[-1].event.gpu),
+                         lead_xid(group)))
     return findings
 
 
@@ -101,7 +110,8 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
         [r.event for r in this_boot], max_events=settings.application_max_events,
         window_s=settings.application_window_s, application_xids=app_xids) if app_xids else []
 
-    findings = _findings(drain, Status.FAIL) + _findings(warning, Status.WARN)
+    named = _findings(drain, Status.FAIL) + _findings(warning, Status.WARN)
+    findings = [f for f, _ in named]
     for b in bursts:
         found = gpu_at(b.pci, gpus)
         index = found[0] if found is not None else None
@@ -132,4 +142,9 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
         ok = "no XID since boot" if x.last_clear is None else "no XID since boot or the last `nodehealth xid clear`"
     else:
         ok = f"{len(this_boot)} XID event(s) since boot, none needing action"
-    return fold(ctx.name, findings, ok, details)
+    res = fold(ctx.name, findings, ok, details)
+    # The XID of the worst finding (fold's first of the worst status), for the reason's code.
+    lead = next((x for f, x in named if f.status == res.status), None) if res.status > Status.OK else None
+    if lead is not None:
+        res = replace(res, details=dict(res.details, xid=lead))
+    return res

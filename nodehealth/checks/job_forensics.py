@@ -119,6 +119,7 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
     the details only. SKIPPED when there was nothing to compare. The summary names the job.
     """
     findings: list[Finding] = []
+    xid_of: dict[int, int] = {}  # a finding's index -> the XID that names it (the drain reason's nh:xid<N>)
     notes: list[str] = []
     details: dict[str, Any] = {"job_id": job_id, "job_gpus": list(gpus) if gpus is not None else None,
                                "job_start": start}
@@ -181,6 +182,8 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
                 action = max((r.event.action or Action.REBOOT for r in rs), key=lambda a: a.rank) \
                     if status == Status.FAIL else Action.INSPECT
                 findings.append(Finding(status, f"{label}: XID {xids} during the job", action, xg))
+                lead = max(enumerate(rs), key=lambda ir: ((ir[1].event.action or Action.REBOOT).rank, ir[0]))[1]
+                xid_of[len(findings) - 1] = lead.event.xid
     if notes:
         details["notes"] = notes
     if not findings and not compared:
@@ -189,4 +192,7 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
     res = fold(FORENSICS, findings, f"job {job_id}: no XID or ECC increment during the job", details)
     if res.status > Status.OK:
         res = replace(res, summary=f"job {job_id}: {res.summary}")
+        worst = next(i for i, f in enumerate(findings) if f.status == res.status)  # fold's first of the worst
+        if worst in xid_of:
+            res = replace(res, details=dict(res.details, xid=xid_of[worst]))
     return res

@@ -175,7 +175,7 @@ FAMILIES: tuple[Family, ...] = (
     # ---------------------------------------------------------------- Slurm
     _f(_S, "nodehealth_slurm_node_drained", GAUGE, (), "1 when Slurm has this node drained (any reason)"),
     _f(_S, "nodehealth_slurm_node_drained_by_nodehealth", GAUGE, (), "1 when the drain reason is ours "
-       "(nodehealth: ...)"),
+       "(exactly the nh:<code> ... reason nodehealth recorded)"),
     _f(_S, "nodehealth_slurm_breaker_open", GAUGE, (), "1 while the drain-storm breaker holds back a drain this "
        "node needs"),
     _f(_S, "nodehealth_slurm_actions_total", COUNTER, ("action",), "Slurm decisions the daemon acted on (drained, "

@@ -13,7 +13,66 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-PREFIX = "nodehealth:"  # the start of every drain reason nodehealth sets
+PREFIX = "nh:"  # the start of every drain reason nodehealth sets: ``nh:<code>[ GPU<i>] <check>: <summary>``
+OLD_PREFIX = "nodehealth:"  # the start of the reasons of versions before the codes: still recognised as ours
+
+# ----------------------------------------------------------------------------- reason codes
+
+# One short code per check, first in the drain reason, so that the 20 characters ``sinfo -R`` shows
+# say what and where (``nh:rowremap GPU2 ...``). Stable: a code never changes meaning and is never
+# reused for another check; a new check gets a new code. The table of docs/operations.md ("Reason
+# codes") is this one (tests/test_slurm_policy.py compares them). An XID finding's code is ``xid``
+# and its number (``nh:xid79``), from the result's ``details["xid"]``.
+REASON_CODES: Mapping[str, tuple[str, str]] = {
+    "job_forensics": ("jobecc", "an uncorrectable ECC increment during the job that just ended; xidN: XID N during it"),
+    "nvml": ("nvml", "NVML missing, failing or not answering in time"),
+    "gpu_count": ("gpucount", "not the GPUs the node should have (config, Slurm's Gres or the PCI bus)"),
+    "gpu_driver": ("driver", "an NVIDIA driver the site does not allow"),
+    "gpu_temperature": ("temp", "GPU or memory temperature past NVML's thresholds, slowdowns in force"),
+    "gpu_ecc": ("ecc", "ECC off, uncorrectable errors, or error totals over thresholds"),
+    "gpu_retired_pages": ("retired", "page retirement pending or over its limit (before Ampere)"),
+    "gpu_remapped_rows": ("rowremap", "row remapping pending (reset) or failed (inspect)"),
+    "gpu_pcie": ("pcie", "PCIe link below its width or generation"),
+    "gpu_nvlink": ("nvlink", "NVLink links inactive or error counters over thresholds"),
+    "gpu_fabric": ("fabric", "the GPU not registered with the NVSwitch fabric"),
+    "gpu_recovery_action": ("recovery", "the driver's own recovery verdict (reset, reboot, drain)"),
+    "gpu_persistence": ("persist", "persistence mode off"),
+    "gpu_processes": ("procs", "a compute process no job owns (a stray), or one where the GPUs must be idle"),
+    "gpu_xid": ("xid", "xidN: a drain-class XID number N; xid alone: the kernel log not read (policy.unknown = fail)"),
+    "host_memory": ("memory", "less physical or available memory than the node should have"),
+    "host_mounts": ("mount", "a required file system missing, of the wrong type, read-only or full"),
+    "host_shared_dir": ("shareddir", "a shared directory not answering its round trip in time"),
+    "host_infiniband": ("ib", "an InfiniBand port not active, down or below its rate"),
+    "nccl_selftest": ("nccl", "the NCCL self-test below its bandwidth floor or on the wrong transport"),
+}
+XID_CODE_CHECKS = frozenset({"gpu_xid", "job_forensics"})  # checks whose result may name an XID number
+_CODE = re.compile(r"[a-z][a-z0-9]{0,15}")
+_OURS = re.compile(r"\s*(?:nh:[a-z][a-z0-9]{0,15}(?: |$)|nodehealth:)")
+
+
+def reason_code(check: str, xid: Optional[int] = None) -> str:
+    """The code of ``check``'s drain reason: the table's, ``xid<N>`` for an XID finding.
+
+    A check missing from the table (none is: a test says so) gets its name, lower-cased and
+    stripped to what a code may hold.
+    """
+    if check in XID_CODE_CHECKS and isinstance(xid, int) and not isinstance(xid, bool) and 0 <= xid < 100000:
+        return f"xid{xid}"
+    known = REASON_CODES.get(check)
+    if known is not None:
+        return known[0]
+    code = "".join(ch for ch in check.lower() if ch.isascii() and ch.isalnum())[:16]
+    return code if _CODE.fullmatch(code) else "check"
+
+
+def reason_codes_table() -> list[str]:
+    """The codes as the Markdown table of docs/operations.md ("Reason codes")."""
+    rows = ["| code | check | what it means |", "|---|---|---|"]
+    for check, (code, meaning) in REASON_CODES.items():
+        shown = f"`nh:{code}`" + (" / `nh:xidN`" if check in XID_CODE_CHECKS else "")
+        rows.append(f"| {shown} | `{check}` | {meaning} |")
+    return rows
+
 
 # ----------------------------------------------------------------------------- node states
 
@@ -255,5 +314,9 @@ def parse_nodes(text: str) -> list[NodeInfo]:
 
 
 def is_ours(reason: Optional[str]) -> bool:
-    """A reason starts like ours (``nodehealth:``, leading blanks allowed)."""
-    return bool(reason) and reason.lstrip().startswith(PREFIX)  # type: ignore[union-attr]
+    """A reason starts like ours: ``nh:<code>`` then a blank or the end, or the old ``nodehealth:``.
+
+    Leading blanks are allowed. This is the shape only (the breaker's count of other nodes);
+    a drain is ours only when the reason is exactly the one recorded (``policy.owns``).
+    """
+    return bool(reason) and _OURS.match(reason) is not None  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 * Ownership: a drain is ours only when Slurm's reason is the one we recorded; another reason
   is never overwritten and never resumed.
-* Reason text: ``nodehealth: <check>: <summary>``, sanitised for ``scontrol`` and capped.
+* Reason text: ``nh:<code>[ GPU<i>] <check>: <summary>``, sanitised for ``scontrol`` and capped.
 * Hysteresis: resume after N consecutive clean runs; a reboot-class fault also needs a new
   boot id.
 * Drain-storm breaker: past a share of nodes already drained by nodehealth, stop draining.
@@ -17,28 +17,45 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from nodehealth.model import Action, CheckResult, Report, Status
 from nodehealth.slurm.jobenv import sanitize
-from nodehealth.slurm.nodes import PREFIX, NodeInfo
+from nodehealth.slurm.nodes import PREFIX, NodeInfo, reason_code
 from nodehealth.statedir.slurmstate import State
 
 REASON_MAX = 200
 
 
-def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -> str:
-    """``nodehealth: <check>: <summary>`` (plus ``(+N more)``), sanitised and capped.
+def reason_head(result: CheckResult) -> str:
+    """What and where, first in the reason: ``nh:ecc GPU6``, ``nh:xid79 GPU3``, ``nh:gpucount``.
 
-    A summary of several findings (``; ``-separated, most severe first) keeps as many *whole*
-    findings as fit and says how many were left out; only a first finding too long by itself is cut.
+    The code is the check's (``nodes.REASON_CODES``), ``xid<N>`` when the result names the XID of
+    its worst finding (``details["xid"]``); the GPU is the result's ``gpu`` (the NVML index of the
+    worst finding's GPU), absent when the result is about the node.
     """
+    xid = result.details.get("xid") if isinstance(result.details, Mapping) else None
+    head = PREFIX + reason_code(result.name, xid if isinstance(xid, int) else None)
+    gpu = result.gpu
+    if isinstance(gpu, int) and not isinstance(gpu, bool) and 0 <= gpu < 10000:
+        head += f" GPU{gpu}"
+    return head
+
+
+def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -> str:
+    """``nh:<code>[ GPU<i>] <check>: <summary>`` (plus ``(+N more)``), sanitised and capped.
+
+    The first 20 characters (what ``sinfo -R`` shows) are the code and the GPU. A summary of
+    several findings (``; ``-separated, most severe first) keeps as many *whole* findings as fit
+    and says how many were left out; only a first finding too long by itself is cut.
+    """
+    head = reason_head(result)
     extra = f" (+{more} more)" if more > 0 else ""
     findings = result.summary.split("; ")
     for keep in range(len(findings), 0, -1):
         left = len(findings) - keep
         tail = (f" (+{left} more finding{'s' if left > 1 else ''})" if left else "") + extra
-        text = sanitize(f"{PREFIX} {result.name}: {' / '.join(findings[:keep])}", limit) + tail  # ';' is dropped
+        text = sanitize(f"{head} {result.name}: {' / '.join(findings[:keep])}", limit) + tail  # ';' is dropped
         if len(text) <= limit and not text[:len(text) - len(tail)].endswith("..."):
             return text
     body = sanitize(f"{result.name}: {' / '.join(findings)}", limit)
-    text = sanitize(f"{PREFIX} {body}", limit - len(extra)) + extra
+    text = sanitize(f"{head} {body}", limit - len(extra)) + extra
     return text[:limit]
 
 
