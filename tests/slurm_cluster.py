@@ -109,6 +109,13 @@ class SlurmCluster:
             "[resume]", f"clean_runs = {clean}",
             "[drain]", f"max_share = {self.nodehealth.get('max_share', 0.25)}", "breaker_min_drained = 3",
         ]
+        # More [slurm] keys (mode, reboot, another scontrol...), each a TOML value already.
+        slurm_keys = self.nodehealth.get("slurm", {})
+        if slurm_keys:
+            at = lines.index("[slurm]") + 1
+            lines[at:at] = [f"{k} = {v}" for k, v in slurm_keys.items()]
+            if "scontrol" in slurm_keys:
+                lines.remove('scontrol = "/usr/bin/scontrol"')
         # Host checks added by other work (mounts, shared dirs, IB) are not what these tests are about.
         for check in self.nodehealth.get("disable", ()):
             lines += [f"[checks.{check}]", "enabled = false"]
@@ -167,6 +174,7 @@ class SlurmCluster:
         if self.hc_interval:
             lines += [f"HealthCheckProgram={self._wrapper('nodehealth-healthcheck')}",
                       f"HealthCheckInterval={self.hc_interval}", "HealthCheckNodeState=ANY"]
+        lines += list(self.nodehealth.get("slurm_conf", ()))  # more slurm.conf lines (RebootProgram=...)
         lines.append(f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 "
                      f"Gres=gpu:{self.ngpus} State=UNKNOWN")
         if self.ghosts:

@@ -88,13 +88,14 @@ def local_report(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapp
 def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> dict[str, Any]:
     """This node's hardware fault through the one drain sequence (``slurm.act.on_fault``: ownership, breaker)."""
     from nodehealth.platform.deadline import Deadline
-    from nodehealth.slurm import act
+    from nodehealth.slurm import act, observe
     from nodehealth.slurm.client import Scontrol
     from nodehealth.statedir import layout
 
     said: list[str] = []
     deadline = Deadline(max(1.0, 2 * cfg.slurm.timeout_s))
-    client = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf, environ)
+    real = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf, environ)
+    client = observe.client(cfg, rank.node, real, lambda message, notable=False: said.append(message))
     actor = act.Actor(cfg=cfg, node=rank.node, phase="manual", client=client, deadline=deadline,
                       log=lambda message, notable=False: said.append(message),
                       boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=rank.job_id)
