@@ -19,7 +19,7 @@ from typing import Any, Union
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm.client import Scontrol, me
-from nodehealth.slurm.nodes import NodeInfo
+from nodehealth.slurm.nodes import NodeInfo, reconcile_after_s
 from nodehealth.statedir import slurmstate
 
 NO_CALL_PHASES = ("prolog", "epilog")
@@ -75,7 +75,7 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
             return ProbeError("slurm_node", "unavailable", "no cached Slurm view of this node yet "
                               "(the health check or the daemon writes it)")
         return cached
-    if cached is not None and cached.fresh(now, cfg.slurm.reconcile_s):
+    if cached is not None and cached.fresh(now, reconcile_after_s(node, cfg.slurm.reconcile_s)):
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):

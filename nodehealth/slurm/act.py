@@ -28,7 +28,7 @@ from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy
 from nodehealth.slurm.client import SlurmClient
 from nodehealth.slurm.client import me as read_node
-from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
+from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state, reconcile_after_s
 from nodehealth.statedir import slurmstate
 from nodehealth.statedir.slurmstate import DrainRecord, State
 
@@ -208,7 +208,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         node = None
     if policy.worst_failure(report, cfg.policy.unknown) is not None:
         return on_fault(actor, report, me=node if _fresh(node, now, 60.0) else None)
-    if not _fresh(NodeInfo.from_json(state.slurm_node), now, cfg.slurm.reconcile_s):
+    if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):
         got = read_me(actor)  # the hourly reconciliation
         if isinstance(got, ProbeError):
             return Acted(Outcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered

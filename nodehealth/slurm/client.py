@@ -10,11 +10,19 @@ job's or a shell's environment (``LD_*``, ``PATH``, ``SLURM_TIME_FORMAT``...) re
 Every call takes its timeout from the caller's ``Deadline``: with too little left, no call is
 started (an "unreachable" answer, not an overrun). An answer over ``MAX_ANSWER`` is cut while
 reading (scontrol killed) and is an error, never parsed nor cached.
+
+One node is read with ``sinfo -h -N -n NODE -O ...`` (the ``sinfo`` beside ``scontrol``):
+slurmctld packs that one node (``REQUEST_NODE_INFO_SINGLE``), where ``scontrol show node NODE``
+has it pack every node of the cluster and filters on its own side (docs/operations.md, "How
+often nodehealth talks to slurmctld"). Its records end with a fresh random token, so a reason
+holding ``|`` or newlines cannot forge a record. A node sinfo does not list (in no partition),
+or no ``sinfo`` beside ``scontrol``, is read with ``scontrol show node -o NODE`` as before.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 from dataclasses import dataclass
 from typing import Mapping, Optional, Protocol, Union
@@ -22,7 +30,7 @@ from typing import Mapping, Optional, Protocol, Union
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.platform.proc import CommandError, CommandResult, run
-from nodehealth.slurm.nodes import NodeInfo, parse_nodes
+from nodehealth.slurm.nodes import NodeInfo, parse_nodes, parse_sinfo_node, sinfo_format
 
 # ``scontrol show node -o`` of a 10,000-node cluster is a few MiB; one node's is under 2 KiB.
 MAX_ANSWER = 16 << 20
@@ -58,10 +66,12 @@ class Scontrol:
     """``SlurmClient`` through the ``scontrol`` command, every call bounded by ``deadline``."""
 
     def __init__(self, scontrol: str, per_call_s: float, deadline: Deadline, slurm_conf: str = "",
-                 environ: Optional[Mapping[str, str]] = None) -> None:
+                 environ: Optional[Mapping[str, str]] = None, sinfo: Optional[str] = None) -> None:
         self.scontrol, self.per_call_s, self.deadline = scontrol, per_call_s, deadline
         self.env = environment(slurm_conf, environ)
         self.calls = 0
+        # One node's read: sinfo (None: the one beside scontrol when there is one; "": never sinfo).
+        self.sinfo = sinfo_beside(scontrol) if sinfo is None else sinfo
 
     def _call(self, argv: list[str], max_answer: int = MAX_ANSWER) -> Union[CommandResult, ProbeError]:
         timeout = self.deadline.call_timeout(self.per_call_s)
@@ -80,7 +90,14 @@ class Scontrol:
         return res
 
     def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
-        """``scontrol show node -o [NODE]``; one node's answer may be at most ``MAX_NODE_ANSWER`` bytes."""
+        """``node``'s record (``sinfo -n NODE``), or ``scontrol show node -o`` of every node.
+
+        One node's answer may be at most ``MAX_NODE_ANSWER`` bytes.
+        """
+        if node and self.sinfo:
+            got = self._sinfo_node(node)
+            if got is not None:
+                return got
         res = self._call([self.scontrol, "show", "node", "-o"] + ([node] if node else []),
                          MAX_NODE_ANSWER if node else MAX_ANSWER)
         if isinstance(res, ProbeError):
@@ -91,6 +108,19 @@ class Scontrol:
         if node is not None and not any(n.name == node for n in nodes):
             return ProbeError("slurmctl", "invalid", f"scontrol did not describe node {node}")
         return nodes
+
+    def _sinfo_node(self, node: str) -> Union[list[NodeInfo], ProbeError, None]:
+        """``sinfo -h -N -n NODE -O ...`` (slurmctld packs this node alone); None: sinfo has no record of it."""
+        end = f"@nh{secrets.token_hex(8)}@"
+        res = self._call([self.sinfo, "-h", "-N", "-n", node, "-O", sinfo_format(end)], MAX_NODE_ANSWER)
+        if isinstance(res, ProbeError):
+            return res
+        if res.returncode != 0:
+            return ProbeError("slurmctl", "error", f"sinfo exit {res.returncode}: {_first_line(res)}")
+        got = parse_sinfo_node(res.stdout, node, end)
+        if isinstance(got, str):
+            return ProbeError("slurmctl", "invalid", f"sinfo's answer for node {node} is not one: {got}")
+        return None if got is None else [got]
 
     def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
         """``scontrol update nodename=N state=drain|resume [reason=...]``."""
@@ -103,6 +133,12 @@ class Scontrol:
         if res.returncode != 0:
             return UpdateOutcome(False, f"scontrol exit {res.returncode}: {_first_line(res)}")
         return UpdateOutcome(True, "ok")
+
+
+def sinfo_beside(scontrol: str) -> str:
+    """The ``sinfo`` in ``scontrol``'s directory (Slurm installs its commands together), or "" if none."""
+    path = os.path.join(os.path.dirname(scontrol), "sinfo")
+    return path if os.path.isabs(path) and os.path.isfile(path) else ""
 
 
 def me(client: SlurmClient, node: str) -> Union[NodeInfo, ProbeError]:

@@ -9,9 +9,10 @@ policy's input and (``to_json``/``from_json``) the cached copy in the Slurm stat
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 PREFIX = "nh:"  # the start of every drain reason nodehealth sets: ``nh:<code>[ GPU<i>] <check>: <summary>``
 OLD_PREFIX = "nodehealth:"  # the start of the reasons of versions before the codes: still recognised as ours
@@ -311,6 +312,72 @@ def parse_nodes(text: str) -> list[NodeInfo]:
                               reason=parse_reason(fields.get("Reason")),
                               gres_gpus=gres_gpu_count(fields.get("Gres")), fields=fields))
     return nodes
+
+
+# ``sinfo -h -N -n NODE -O <SINFO_FIELDS><end>``: one record per partition the node is in, the
+# fields separated by ``|`` (none of the first five can hold one: a host name, a state word, the Gres
+# string, a user name, a time) and the reason last, run to ``end``, a fresh random token per call:
+# a reason may hold ``|`` and newlines (a forged record after a newline never ends with the token).
+SINFO_FIELDS = "NodeList:|,StateComplete:|,Gres:|,User:|,Timestamp:|,Reason:"
+
+
+def sinfo_format(end: str) -> str:
+    """The ``-O`` argument for ``parse_sinfo_node``'s answer ending every record with ``end``."""
+    return SINFO_FIELDS + end
+
+
+def parse_sinfo_node(text: str, node: str, end: str) -> Union[NodeInfo, None, str]:
+    """``node``'s record in ``sinfo -h -N -n NODE -O sinfo_format(end)`` output.
+
+    A ``NodeInfo`` as ``parse_nodes`` gives it for ``scontrol show node -o NODE`` (the state
+    upper-cased as scontrol writes it, the reason with its ``[user@time]`` suffix); None: no
+    record of the node (sinfo lists only nodes in a partition); a string: why the answer is
+    not one (a record that does not end with ``end``, too few fields, records that disagree).
+    """
+    if not end or not text.endswith(end + "\n") and not text.endswith(end):
+        return "the answer does not end with its record end" if text.strip() else None
+    found: Optional[NodeInfo] = None
+    for rec in text[: text.rindex(end)].split(end + "\n"):
+        parts = rec.split("|", 5)
+        if len(parts) != 6:
+            return f"a record of {len(parts)} field(s), not 6"
+        name, state, gres, user, when, reason = (p.strip() for p in parts)
+        if name != node:
+            continue
+        full: Optional[str] = reason
+        if reason in ("", "none", "(null)"):
+            full = None
+        elif user and user not in ("(null)", "Unknown"):
+            full = f"{reason} [{user}@{when}]"
+        info = NodeInfo(name=name, state=parse_state(state.upper()),
+                        reason=None if full is None else Reason(full, reason, user if full != reason else None,
+                                                                when if full != reason else None),
+                        gres_gpus=gres_gpu_count(gres),
+                        fields={"NodeName": name, "State": state.upper(), "Gres": gres, "Reason": full or ""})
+        if found is not None and (found.state, found.reason, found.gres_gpus) != (info.state, info.reason,
+                                                                                    info.gres_gpus):
+            return f"records of {node} that disagree"
+        found = found or info
+    return found
+
+
+# ----------------------------------------------------------------------------- reconciliation jitter
+
+RECONCILE_JITTER = 0.1  # a node's reconciliation falls due within ±10 % of [slurm] reconcile_s
+
+
+def reconcile_after_s(node: str, reconcile_s: float, jitter: float = RECONCILE_JITTER) -> float:
+    """How old this node's cached Slurm view may grow before the reconciliation reads it again.
+
+    ``reconcile_s`` shifted by a per-node fraction in [-jitter, +jitter) of it, from a hash of the
+    node name: stable for a node (across runs, faces and the daemon, and across Python processes:
+    no ``hash()`` salt), spread uniformly over the nodes, so that nodes whose reads once fell due
+    together drift apart instead of asking slurmctld at the same tick every period.
+    """
+    digest = hashlib.blake2b(node.encode("utf-8", "surrogateescape"), digest_size=8,
+                             person=b"nh-reconcile").digest()
+    share = int.from_bytes(digest, "big") / float(1 << 64)  # [0, 1)
+    return reconcile_s * (1.0 + jitter * (2.0 * share - 1.0))
 
 
 def is_ours(reason: Optional[str]) -> bool:

@@ -1,0 +1,163 @@
+"""Reading one node: ``sinfo -n NODE`` (slurmctld packs that node alone) with a parse that a reason
+cannot fool, ``scontrol show node -o NODE`` where sinfo has no record; the reconciliation's jitter.
+
+The programs are real executables in tmp_path (``sinfo`` beside ``scontrol``, as Slurm installs
+them) that answer what a hostile or odd slurmctld would; tests/test_slurm_reasons.py runs the
+real ones against a private slurmctld.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from nodehealth.observations import ProbeError
+from nodehealth.platform.deadline import Deadline
+from nodehealth.slurm import nodes as sn
+from nodehealth.slurm.client import MAX_NODE_ANSWER, Scontrol
+
+SCONTROL_LINE = ("NodeName=n1 Arch=x86_64 Gres=gpu:8 State=IDLE+DRAIN Partitions=debug "
+                 "Reason=nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending [root@2026-12-02T01:02:22]")
+
+
+def programs(tmp_path: Path, sinfo_body: str | None) -> tuple[Scontrol, Path]:
+    """``scontrol`` (answers SCONTROL_LINE) and, unless None, ``sinfo`` running ``sinfo_body`` with
+    ``$END`` set to the record end it was asked for; both log their argv (one JSON list a line)."""
+    log = tmp_path / "calls.log"
+    log_cmd = ("python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> " + str(log))
+    (tmp_path / "scontrol").write_text(f"#!/bin/sh\n{log_cmd}\necho '{SCONTROL_LINE}'\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    if sinfo_body is not None:
+        # -O's argument is the 6th: the fields then the end token after "Reason:".
+        (tmp_path / "sinfo").write_text(f"#!/bin/bash\n{log_cmd}\nEND=\"${{6#*Reason:}}\"\n{sinfo_body}\n")
+        (tmp_path / "sinfo").chmod(0o755)
+    return Scontrol(str(tmp_path / "scontrol"), 30.0, Deadline(60.0)), log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_one_node_is_read_with_sinfo_and_means_what_scontrol_says(tmp_path: Path) -> None:
+    client, log = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|root|2026-12-02T01:02:22|"
+                           "nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending%s\\n' \"$END\"")
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError), got
+    (via_sinfo,) = got
+    (via_scontrol,) = sn.parse_nodes(SCONTROL_LINE)
+    assert (via_sinfo.name, via_sinfo.state, via_sinfo.reason, via_sinfo.gres_gpus) == \
+        (via_scontrol.name, via_scontrol.state, via_scontrol.reason, via_scontrol.gres_gpus)
+    assert via_sinfo.to_json() == via_scontrol.to_json()  # the cached form is the same
+    (argv,) = calls(log)
+    assert argv[:5] == ["-h", "-N", "-n", "n1", "-O"] and client.calls == 1
+
+
+def test_a_reason_with_bars_and_a_forged_record_after_a_newline_is_one_reason(tmp_path: Path) -> None:
+    # An admin's (or a hostile tool's) reason: '|' inside, then a newline and a healthy-looking record.
+    client, _ = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|alice|2026-12-02T01:02:22|"
+                         "hold|do not|resume\\nn1|idle|gpu:8|root|now|x%s\\n' \"$END\"")
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError), got
+    (n,) = got
+    assert n.drained and n.state.text == "IDLE+DRAIN" and n.gres_gpus == 8
+    assert n.reason is not None and n.reason.text == "hold|do not|resume\nn1|idle|gpu:8|root|now|x"
+    assert n.reason.user == "alice" and not n.drained_by_us
+
+
+def test_a_record_that_does_not_end_with_the_token_is_no_answer(tmp_path: Path) -> None:
+    # A guessed end (not this call's random token) cannot close a record.
+    client, log = programs(tmp_path, "printf 'n1|idle|gpu:8|root|now|none@nh0000000000000000@\\n'")
+    got = client.show("n1")
+    assert isinstance(got, ProbeError) and got.kind == "invalid", got
+    assert len(calls(log)) == 1  # not read again some other way: an answer that is no answer is an error
+
+
+def test_records_of_the_node_in_two_partitions_are_one_node(tmp_path: Path) -> None:
+    rec = "n1|mixed+drain|gpu:h100:8(S:0-1)|root|t|nh:ecc GPU6 gpu_ecc: x"
+    client, _ = programs(tmp_path, f"printf '{rec}%s\\n{rec}%s\\n' \"$END\" \"$END\"")
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError) and len(got) == 1 and got[0].gres_gpus == 8 and got[0].drained_by_us
+
+
+def test_records_that_disagree_are_no_answer(tmp_path: Path) -> None:
+    client, _ = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|root|t|nh:ecc x%s\\nn1|idle|gpu:8|root|t|none%s\\n' "
+                         "\"$END\" \"$END\"")
+    got = client.show("n1")
+    assert isinstance(got, ProbeError) and "disagree" in got.message
+
+
+def test_a_node_sinfo_does_not_list_is_read_with_scontrol(tmp_path: Path) -> None:
+    # sinfo lists the nodes of partitions: a node in none is read the old way.
+    client, log = programs(tmp_path, "printf 'n2|idle|gpu:8|root|t|none%s\\n' \"$END\"")
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError) and got[0].reason is not None
+    assert [c[0] for c in calls(log)] == ["-h", "show"] and client.calls == 2
+
+
+def test_without_sinfo_beside_scontrol_scontrol_reads_the_node(tmp_path: Path) -> None:
+    client, log = programs(tmp_path, None)
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError) and got[0].drained_by_us
+    assert calls(log) == [["show", "node", "-o", "n1"]]
+
+
+def test_the_whole_cluster_is_still_scontrols(tmp_path: Path) -> None:
+    client, log = programs(tmp_path, "exit 3")
+    got = client.show(None)
+    assert not isinstance(got, ProbeError)
+    assert calls(log) == [["show", "node", "-o"]]
+
+
+def test_a_sinfo_answer_over_the_one_node_cap_is_no_answer(tmp_path: Path) -> None:
+    client, _ = programs(tmp_path, f"head -c {MAX_NODE_ANSWER + 4096} /dev/zero | tr '\\0' x; printf '%s\\n' \"$END\"")
+    got = client.show("n1")
+    assert isinstance(got, ProbeError) and got.kind == "invalid" and "more than" in got.message
+
+
+def test_a_failing_sinfo_is_an_error_not_a_second_call(tmp_path: Path) -> None:
+    client, log = programs(tmp_path, "echo 'slurm_load_node: Unable to contact slurm controller' >&2; exit 1")
+    got = client.show("n1")
+    assert isinstance(got, ProbeError) and "Unable to contact" in got.message
+    assert len(calls(log)) == 1
+
+
+@pytest.mark.parametrize("text,why", [
+    ("n1|idle|gpu:8%s\n", "field"),
+    ("", None),
+    ("garbage without an end\n", "end"),
+])
+def test_parse_sinfo_node_table(text: str, why: str | None) -> None:
+    end = "@nhabc@"
+    got = sn.parse_sinfo_node(text.replace("%s", end), "n1", end)
+    if why is None:
+        assert got is None
+    else:
+        assert isinstance(got, str) and why in got
+
+
+# ----------------------------------------------------------------------------- reconciliation jitter
+
+
+def test_reconciliation_due_times_of_1000_nodes_spread_over_the_window() -> None:
+    period = 3600.0
+    due = [sn.reconcile_after_s(f"gpu{i:04d}", period) for i in range(1000)]
+    assert all(0.9 * period <= d < 1.1 * period for d in due)
+    # Spread over the ±10 % window, not bunched: every 36 s bin of the 720 s window is used, none holds
+    # more than 5 % of the nodes (a uniform spread gives 5 % per bin on average).
+    bins = [0] * 20
+    for d in due:
+        bins[int((d - 0.9 * period) / (0.2 * period) * 20)] += 1
+    assert min(bins) > 0 and max(bins) <= 100, bins
+    assert statistics.pstdev(due) > 0.04 * period  # uniform over ±10 %: about 5.8 %
+    assert len(set(due)) > 990
+
+
+def test_a_nodes_jitter_is_stable_and_its_own() -> None:
+    assert sn.reconcile_after_s("gpu0017", 3600.0) == sn.reconcile_after_s("gpu0017", 3600.0)
+    assert sn.reconcile_after_s("gpu0017", 3600.0) != sn.reconcile_after_s("gpu0018", 3600.0)
+    # The same fraction of any period: a node keeps its place when reconcile_s changes.
+    a, b = sn.reconcile_after_s("gpu0017", 3600.0) / 3600.0, sn.reconcile_after_s("gpu0017", 60.0) / 60.0
+    assert abs(a - b) < 1e-12
