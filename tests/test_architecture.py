@@ -255,7 +255,7 @@ def non_stdlib_imports(pkg_dir: Path, sub: str) -> list[str]:
 
 # Every state-dir file name, and the pieces of the boot-id path: only statedir/ may spell them.
 STATE_FILE_NAMES = ("daemon-state.json", "slurm-state.json", "gpu-counters.json", "jobs.jsonl", "xid-events.json",
-                    "xid-events.lock", "config-good.json")
+                    "xid-events.lock", "config-good.json", "slurm-observe.json", "reboots.json")
 BOOT_ID_PIECES = ("random", "boot_id")
 _STATE_NAME_RE = re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w-])" for n in STATE_FILE_NAMES))
 
@@ -307,6 +307,41 @@ def state_names_outside_statedir(pkg_dir: Path) -> list[str]:
                 if _has_pieces(_strings(seq), BOOT_ID_PIECES):
                     out.append(f"{pkg.rel(module)}:{node.lineno} boot-id path pieces {BOOT_ID_PIECES}")
     return sorted(set(out), key=lambda s: (s.split(":")[0], int(s.split(":")[1].split()[0]), s))
+
+
+# The modules whose functions read or write a persistent file: they take the config's [paths], never a directory.
+PERSISTENT_OWNERS = ("slurmstate", "lastgood", "observe", "reboot")
+LAYOUT_RESOLVERS = ("path_for", "dir_for", "earlier_path")
+
+
+def _is_state_dir(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "state_dir") or \
+        (isinstance(node, ast.Name) and node.id == "state_dir")
+
+
+def persistent_files_in_the_run_dir(pkg_dir: Path, persistent: set[str]) -> list[str]:
+    """Rule 5b: ``file:line`` of each way a persistent file could land in the run directory: a reader or
+    writer of one (``slurmstate.load(...)``, ``lastgood.record(...)``) or a layout resolver handed
+    ``state_dir``, or ``layout.path(d, layout.NAME)`` for a ``NAME`` of ``persistent`` (constant names),
+    which must be ``layout.path_for(paths, NAME)``. statedir/layout.py itself is the resolver."""
+    pkg = Package(pkg_dir)
+    out = []
+    for module in pkg.files:
+        if module == f"{pkg.name}.statedir.layout":
+            continue
+        for node in ast.walk(pkg.tree(module)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            f, owner = node.func, node.func.value
+            owner_name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) \
+                else ""
+            args = list(node.args) + [k.value for k in node.keywords]
+            if (owner_name in PERSISTENT_OWNERS or f.attr in LAYOUT_RESOLVERS) and any(map(_is_state_dir, args)):
+                out.append(f"{pkg.rel(module)}:{node.lineno} {owner_name}.{f.attr} given state_dir")
+            if f.attr == "path" and owner_name == "layout" and len(node.args) > 1 and \
+                    isinstance(node.args[1], ast.Attribute) and node.args[1].attr in persistent:
+                out.append(f"{pkg.rel(module)}:{node.lineno} layout.path for {node.args[1].attr}")
+    return sorted(out)
 
 
 def os_imports(path: Path) -> set[str]:
@@ -373,6 +408,18 @@ def test_statedir_imports_only_the_standard_library():
 def test_state_file_names_and_the_boot_id_path_come_from_statedir():
     found = state_names_outside_statedir(PKG)
     assert not found, "state-dir names spelt outside statedir/ (use nodehealth.statedir.layout):\n" + "\n".join(found)
+
+
+def _persistent_constants() -> set[str]:
+    from nodehealth.statedir import layout
+
+    return {k for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and v in layout.PERSISTENT}
+
+
+def test_persistent_files_are_reached_through_the_layout():
+    found = persistent_files_in_the_run_dir(PKG, _persistent_constants())
+    assert not found, ("a persistent file reached through the run dir (pass the config's [paths]; "
+                       "layout.path_for):\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("path", [p for p in sorted(PKG.rglob("*.py"))
@@ -535,6 +582,30 @@ def test_rule_state_names_can_fail(tmp_path):
         "nodehealth/xid/store.py:1 'xid-events.lock'",
         "nodehealth/xid/store.py:2 'xid-events.json'",
     ]
+
+
+def test_rule_persistent_files_through_the_layout_can_fail(tmp_path):
+    pkg = _package(tmp_path, {
+        "slurm/act.py": "from nodehealth.statedir import slurmstate, layout\n"
+                        "def f(cfg, state_dir):\n"
+                        "    slurmstate.load(cfg.paths.state_dir)\n"
+                        "    slurmstate.update(state_dir, None, 1.0)\n"
+                        "    slurmstate.load(cfg.paths)\n"  # fine
+                        "    layout.path(cfg.paths.state_dir, layout.SLURM_STATE)\n"
+                        "    layout.path(cfg.paths.state_dir, layout.LEDGER)\n"  # a file of one boot: fine
+                        "    layout.path_for(cfg.paths.state_dir, layout.CONFIG_GOOD)\n",
+        "config/loader.py": "from nodehealth.config import lastgood\n"
+                            "def g(cfg):\n    lastgood.record(paths=cfg.paths.state_dir)\n",
+        "statedir/layout.py": "def path_for(paths, name):\n    return paths.state_dir\n",  # the resolver itself
+    })
+    assert persistent_files_in_the_run_dir(pkg, {"SLURM_STATE", "CONFIG_GOOD"}) == [
+        "nodehealth/config/loader.py:3 lastgood.record given state_dir",
+        "nodehealth/slurm/act.py:3 slurmstate.load given state_dir",
+        "nodehealth/slurm/act.py:4 slurmstate.update given state_dir",
+        "nodehealth/slurm/act.py:6 layout.path for SLURM_STATE",
+        "nodehealth/slurm/act.py:8 layout.path_for given state_dir",
+    ]
+    assert _persistent_constants() >= {"SLURM_STATE", "CONFIG_GOOD"}
 
 
 def test_state_names_are_those_statedir_declares():

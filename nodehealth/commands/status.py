@@ -69,7 +69,7 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
                          "not_ok": [{"name": c.get("name"), "status": c.get("status"), "summary": c.get("summary")}
                                     for c in st.report.get("checks", [])
                                     if isinstance(c, dict) and c.get("status") in ("WARN", "UNKNOWN", "FAIL")]}
-    s = slurmstate.load(state_dir)
+    s = slurmstate.load(cfg.paths)
     drain = s.drain
     doc["drain"] = None if drain is None else {
         "reason": drain.reason, "check": drain.check, "action": drain.action, "job_id": drain.job_id,

@@ -1,8 +1,8 @@
-"""The last configuration that validated on this node, kept in the state dir.
+"""The last configuration that validated on this node, kept in the persistent dir.
 
 When a face or the daemon loads a config file that validates, it records the file's text, path,
 identity (``nodehealth.config.lean.identity``), sha256 and the time in
-``<state_dir>/config-good.json`` (only when one of them changed). When the file stops
+``<persistent_dir>/config-good.json`` (``layout.path_for``; only when one of them changed). When the file stops
 validating, the faces and the daemon run with that text instead (``nodehealth.config.loader.
 load_safe``), so a bad edit never turns the checks off; the prolog's fast path answers from
 the daemon's verdict only while the file is still the one recorded here (``unchanged``),
@@ -25,8 +25,10 @@ KIND = "nodehealth-config-good"
 MAX_BYTES = 4 << 20  # the text (at most lean.MAX_BYTES) JSON-escaped, with room to spare
 
 
-def path_in(state_dir: str) -> str:
-    return layout.path(state_dir, layout.CONFIG_GOOD)
+def path_in(paths: Any) -> str:
+    """The record's path: in ``paths.persistent_dir`` (the config's [paths], or the fast path's
+    settings); a plain string is the one directory that holds it (``layout.dir_for``)."""
+    return layout.path_for(paths, layout.CONFIG_GOOD)
 
 
 def _sha256(text: str) -> str:
@@ -40,9 +42,9 @@ def _identity_ok(value: Any) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in value))
 
 
-def read(state_dir: str) -> Optional[dict[str, Any]]:
+def read(paths: Any) -> Optional[dict[str, Any]]:
     """The record as written, or None when it is missing, unreadable or not a whole record."""
-    raw = files.read_object(path_in(state_dir), MAX_BYTES)
+    raw = files.read_object(path_in(paths), MAX_BYTES)
     if raw is None or raw.get("v") != VERSION or raw.get("kind") != KIND:
         return None
     when = raw.get("validated_at")
@@ -53,9 +55,9 @@ def read(state_dir: str) -> Optional[dict[str, Any]]:
     return raw
 
 
-def unchanged(state_dir: str, path: str, ident: Optional[list[int]]) -> str:
+def unchanged(paths: Any, path: str, ident: Optional[list[int]]) -> str:
     """"" when ``path`` with identity ``ident`` is the file last validated on this node, else why not."""
-    rec = read(state_dir)
+    rec = read(paths)
     if rec is None:
         return f"config {path} has not been validated on this node yet"
     if rec["path"] != path or rec["identity"] != ident:
@@ -63,27 +65,27 @@ def unchanged(state_dir: str, path: str, ident: Optional[list[int]]) -> str:
     return ""
 
 
-def record(state_dir: str, path: str, text: str, ident: Optional[list[int]], now: float) -> bool:
+def record(paths: Any, path: str, text: str, ident: Optional[list[int]], now: float) -> bool:
     """Keep ``text`` as the last config that validated on this node; False when already kept (raises OSError)."""
     digest = _sha256(text)
-    old = read(state_dir)
+    old = read(paths)
     if old is not None and (old["path"], old["identity"], old["sha256"]) == (path, ident, digest):
         return False
-    # The state dir's own check first (created 0700, refused when not trusted): the record is the
+    # The persistent dir's own check first (created 0700, refused when not trusted): the record is the
     # first thing a fresh node's first face or daemon writes, and it holds the config's text.
-    files.write_state_json(state_dir, path_in(state_dir), {"v": VERSION, "kind": KIND, "path": path,
-                                                          "identity": ident, "sha256": digest,
-                                                          "validated_at": now, "text": text}, compact=True)
+    rec = {"v": VERSION, "kind": KIND, "path": path, "identity": ident, "sha256": digest, "validated_at": now,
+           "text": text}
+    files.write_state_json(layout.dir_for(paths, layout.CONFIG_GOOD), path_in(paths), rec, compact=True)
     return True
 
 
-def recall(state_dir: str, path: str) -> tuple[Optional[dict[str, Any]], str]:
+def recall(paths: Any, path: str) -> tuple[Optional[dict[str, Any]], str]:
     """The record for ``path`` whose text still matches its hash, or ``(None, why not)``."""
-    rec = read(state_dir)
+    rec = read(paths)
     if rec is None:
-        return None, f"no configuration has validated on this node ({path_in(state_dir)})"
+        return None, f"no configuration has validated on this node ({path_in(paths)})"
     if rec["path"] != path:
         return None, f"the last configuration that validated here is {rec['path']}, not {path}"
     if _sha256(rec["text"]) != rec["sha256"]:
-        return None, f"{path_in(state_dir)}: the text does not match its sha256"
+        return None, f"{path_in(paths)}: the text does not match its sha256"
     return rec, ""

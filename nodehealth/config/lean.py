@@ -40,6 +40,7 @@ MAX_BYTES = 1 << 20  # a config file larger than this is refused unread
 KEYS = (
     ("node_name", "node_name", "str", "", None, None, None),
     ("paths.state_dir", "state_dir", "path", "/run/nodehealth", None, None, None),
+    ("paths.persistent_dir", "persistent_dir", "path", "/var/lib/nodehealth", None, None, None),
     ("paths.procfs_root", "procfs_root", "path", "/proc", None, None, None),
     ("phases.prolog.budget_s", "prolog_budget_s", "number", 20.0, 1, 3600, None),
     ("slurm.timeout_s", "slurm_timeout_s", "number", 3.0, 0.1, 60, None),
@@ -64,6 +65,7 @@ class Settings:
 
     node_name: str
     state_dir: str
+    persistent_dir: str
     procfs_root: str
     prolog_budget_s: float
     slurm_timeout_s: float
@@ -180,6 +182,22 @@ def _touches(rule: Mapping[str, Any]) -> bool:
     return any(_lookup(rule, k[0])[0] for k in KEYS)
 
 
+def sets_dirs(raw: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Whether one table tree sets ``[paths] state_dir`` and ``[paths] persistent_dir``."""
+    return _lookup(raw, "paths.state_dir")[0], _lookup(raw, "paths.persistent_dir")[0]
+
+
+def persistent_follows(trees: Any) -> bool:
+    """The rule for configs written before the split: when the trees that apply to this node (the
+    file, then its matching overrides) set ``state_dir`` but none sets ``persistent_dir``, the
+    persistent dir is that ``state_dir`` (one directory, everything where it was)."""
+    state = persistent = False
+    for tree in trees:
+        s, p = sets_dirs(tree)
+        state, persistent = state or s, persistent or p
+    return state and not persistent
+
+
 def node_name(configured: str = "", environ: Optional[Mapping[str, str]] = None) -> str:
     """This node's name: SLURMD_NODENAME, else the configured name, else the short host name."""
     env = os.environ if environ is None else environ
@@ -238,6 +256,7 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
     if not isinstance(rules, list):
         return None, f"config {path}: override is not an array of tables"
     relevant = [r for r in rules if isinstance(r, dict) and _touches(r)]
+    applied = [raw]
     if relevant:
         import hostlist
 
@@ -251,4 +270,7 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
                 bad = _apply(s, rule)
                 if bad:
                     return None, f"config {path}: override {bad} has an unexpected value"
+                applied.append(rule)
+    if persistent_follows(applied):
+        s.persistent_dir = s.state_dir
     return s, ""

@@ -55,6 +55,7 @@ class ConfigError(Exception):
         super().__init__(message)
         self.kind = kind if kind in KINDS else "value"
         self.state_dir: Optional[str] = None  # the state dir the bad file names, when it could be read
+        self.persistent_dir: Optional[str] = None  # its persistent dir (where its last good one is kept), the same
 
 
 # Keys the loader handles itself rather than through a dataclass field.
@@ -218,24 +219,26 @@ def load_valid(path: Optional[str] = None, environ: Optional[Mapping[str, str]] 
     one (``remember``).
     """
     hint: Optional[str] = None
+    kept: Optional[str] = None
     try:
         src = read_source(path, environ)
-        hint = _state_dir_in(src.text)  # also when the file does not parse: where its last good one is kept
+        # also when the file does not parse: where its last good one is kept
+        hint, kept = _path_in(src.text, "state_dir"), _path_in(src.text, "persistent_dir")
         raw = parse_toml(src.text, src.label)
-        hint = _state_dir_of(raw)
+        hint, kept = _path_of(raw, "state_dir"), _path_of(raw, "persistent_dir")
         cfg = resolve(raw, src.label, None, environ)
         check_programs(cfg, src.label)
         if check is not None:
             check(cfg)
     except ConfigError as exc:
-        exc.state_dir = hint
+        exc.state_dir, exc.persistent_dir = hint, kept
         raise
     note = ""
     if remember:
         try:
-            lastgood.record(cfg.paths.state_dir, src.file, src.text, src.identity, time.time() if now is None else now)
+            lastgood.record(cfg.paths, src.file, src.text, src.identity, time.time() if now is None else now)
         except OSError as exc:
-            note = f"cannot record the validated configuration in {cfg.paths.state_dir}: {exc.strerror or exc}"
+            note = f"cannot record the validated configuration in {cfg.paths.persistent_dir}: {exc.strerror or exc}"
     return cfg, note
 
 
@@ -254,37 +257,43 @@ def load_safe(path: Optional[str] = None, environ: Optional[Mapping[str, str]] =
     try:
         cfg, note = load_valid(path, environ, check, remember, now)
     except ConfigError as exc:
-        return _fallback(file, exc, exc.state_dir, environ, check, defaults)
+        return _fallback(file, exc, (exc.state_dir, exc.persistent_dir), environ, check, defaults)
     return Loaded(cfg, file, note=note)
 
 
 _TABLE_LINE = re.compile(r"^\s*\[\s*(\[?)\s*([A-Za-z0-9_.\s]*?)\s*\]")
-_STATE_DIR_LINE = re.compile(r'^\s*(paths\s*\.\s*)?state_dir\s*=\s*"([^"\\]+)"\s*(#.*)?$')
+_DIR_LINES = {key: re.compile(rf'^\s*(paths\s*\.\s*)?{key}\s*=\s*"([^"\\]+)"\s*(#.*)?$')
+              for key in ("state_dir", "persistent_dir")}
 
 
-def _state_dir_in(text: str) -> Optional[str]:
-    """``[paths] state_dir`` read line by line from a file that may not parse as a whole (a trusted one)."""
+def _path_in(text: str, key: str) -> Optional[str]:
+    """``[paths] <key>`` read line by line from a file that may not parse as a whole (a trusted one)."""
     table: Optional[str] = ""
     for line in text.splitlines():
         m = _TABLE_LINE.match(line)
         if m:
             table = None if m.group(1) else m.group(2).replace(" ", "")
             continue
-        m = _STATE_DIR_LINE.match(line)
+        m = _DIR_LINES[key].match(line)
         if m and ((table == "" and m.group(1)) or (table == "paths" and not m.group(1))):
             return m.group(2) if m.group(2).startswith("/") else None
     return None
 
 
-def _state_dir_of(raw: Mapping[str, Any]) -> Optional[str]:
+def _path_of(raw: Mapping[str, Any], key: str) -> Optional[str]:
     paths = raw.get("paths")
-    value = paths.get("state_dir") if isinstance(paths, dict) else None
+    value = paths.get(key) if isinstance(paths, dict) else None
     return value if isinstance(value, str) and os.path.isabs(value) else None
 
 
-def _fallback(file: str, error: ConfigError, hint: Optional[str], environ: Optional[Mapping[str, str]],
-              check: Optional[Callable[[Config], None]], defaults: bool) -> Loaded:
-    dirs = [d for d in (hint, lean.default("paths.state_dir")) if d]
+def _fallback(file: str, error: ConfigError, hints: tuple[Optional[str], Optional[str]],
+              environ: Optional[Mapping[str, str]], check: Optional[Callable[[Config], None]],
+              defaults: bool) -> Loaded:
+    hint, kept = hints
+    # Where the file keeps its last good one (its persistent dir; its state dir when it names only
+    # that: lean.persistent_follows), then the default, then the run dirs from before the split.
+    dirs = [d for d in (kept or hint, lean.default("paths.persistent_dir"), hint, lean.default("paths.state_dir"))
+            if d]
     whys = []
     for sd in dict.fromkeys(dirs):
         why = trust.problem(lastgood.path_in(sd))
@@ -307,7 +316,8 @@ def _fallback(file: str, error: ConfigError, hint: Optional[str], environ: Optio
     if not defaults:
         raise error
     # The built-in defaults, but in the state dir the file names: drain records and the ledger stay where they are.
-    cfg = resolve({"paths": {"state_dir": hint}} if hint else {}, "<defaults>", None, environ)
+    named = {k: v for k, v in (("state_dir", hint), ("persistent_dir", kept)) if v}
+    cfg = resolve({"paths": named} if named else {}, "<defaults>", None, environ)
     try:
         check_programs(cfg, "<defaults>")
         if check is not None:
@@ -341,6 +351,8 @@ def build(raw: Mapping[str, Any], file: str, prefix: str = "") -> Config:
     cfg = _build_dataclass(Config, {k: v for k, v in values.items() if k != "checks"}, file, prefix)
     checks = values.get("checks") or default_checks()
     cfg = dataclasses.replace(cfg, checks=checks)
+    if lean.persistent_follows([raw]):  # a config from before the split: one directory, as it was
+        cfg = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, persistent_dir=cfg.paths.state_dir))
     _check_paths(cfg, file, prefix)
     _check_listen(cfg.daemon.listen, file, f"{prefix}daemon.listen")
     return cfg

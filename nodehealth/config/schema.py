@@ -55,7 +55,13 @@ class NvmlSettings:
 class Paths:
     sysfs_root: str = setting("/sys", "root of sysfs (PCI devices, InfiniBand ports)")
     procfs_root: str = _lean("paths.procfs_root", "root of procfs (mounts, this boot's id)")
-    state_dir: str = _lean("paths.state_dir", "where nodehealth keeps its state")
+    state_dir: str = _lean(
+        "paths.state_dir", "where nodehealth keeps what belongs to one boot (the daemon's verdict, the XID "
+        "store, GPU counters, the job ledger); a tmpfs is right")
+    persistent_dir: str = _lean(
+        "paths.persistent_dir", "persistent state that must outlive a reboot: drain records, drain history, "
+        "reboot counts, the last good config; when a config sets state_dir and not this, it is that "
+        "state_dir (one directory, as before)")
 
 
 @dataclass(frozen=True)

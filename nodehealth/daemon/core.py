@@ -56,14 +56,17 @@ def validate_start(cfg: Config) -> None:
         validate(cfg)
     except ProbeSetupError as exc:
         raise StartError(str(exc)) from None
-    sd = cfg.paths.state_dir
     from nodehealth.statedir import files
 
-    unsafe = files.ensure_state_dir(sd)  # created 0700; refused when another user's, writable by others, a link
-    if unsafe:
-        raise StartError(f"state dir {sd}: {unsafe}")
-    if not os.access(sd, os.W_OK):
-        raise StartError(f"state dir {sd} is not writable")
+    dirs = [("state dir", cfg.paths.state_dir)]
+    if cfg.paths.persistent_dir != cfg.paths.state_dir:  # one directory for both: a config that moved only state_dir
+        dirs.append(("persistent dir", cfg.paths.persistent_dir))
+    for what, sd in dirs:
+        unsafe = files.ensure_state_dir(sd)  # created 0700; refused when another user's, writable by others, a link
+        if unsafe:
+            raise StartError(f"{what} {sd}: {unsafe}")
+        if not os.access(sd, os.W_OK):
+            raise StartError(f"{what} {sd} is not writable")
     td = cfg.daemon.textfile_dir
     if td and not os.path.isdir(td):
         raise StartError(f"textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = \"\")")

@@ -66,7 +66,7 @@ class ActSlurm:
         if worst_failure(report, cfg.policy.unknown) is None:
             return None
         with self.lock:
-            return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report), cfg.paths.state_dir)
+            return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report), cfg.paths)
 
     def after_round(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         """The health-check flow on the round's Report: no Slurm call on a healthy node but the
@@ -74,10 +74,10 @@ class ActSlurm:
         from nodehealth.slurm import act
 
         with self.lock:
-            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths.state_dir)
+            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths)
 
 
-def slurm_view(acted: Any, state_dir: str) -> SlurmView:
+def slurm_view(acted: Any, paths: Any) -> SlurmView:
     """What the metrics show of an ``act.Acted``: the node's drain state, the action taken, and
     whether the breaker holds a drain of this node back (by anyone: a prolog or epilog that was
     held records it in the Slurm state file, and only a drain, a resume or a clean run clears it)."""
@@ -85,7 +85,7 @@ def slurm_view(acted: Any, state_dir: str) -> SlurmView:
     from nodehealth.slurm.act import Outcome
     from nodehealth.statedir import slurmstate
 
-    state = slurmstate.load(state_dir)
+    state = slurmstate.load(paths)
     held = state.breaker_held is not None
     o, n = acted.outcome, acted.node
     action = "" if o in (Outcome.NONE, Outcome.ALREADY) else o.value

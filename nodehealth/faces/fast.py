@@ -88,7 +88,7 @@ def _prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Fau
     s, why = read_settings(environ)
     if s is None:
         return why
-    why = lastgood.unchanged(s.state_dir, s.config_path, s.config_id)
+    why = lastgood.unchanged(s, s.config_path, s.config_id)
     if why:  # a new or edited file: the cold path validates it (and reports it when it does not validate)
         return why
     boot = layout.read_boot_id(s.procfs_root)

@@ -78,7 +78,7 @@ def _decide(face: str, report: Report, source: str, environ: Mapping[str, str], 
     if cfg is None:
         cfg = load_safe(environ=environ, remember=False).cfg
     inputs = _inputs(report, environ)
-    state = slurmstate.load(cfg.paths.state_dir)
+    state = slurmstate.load(cfg.paths)
     if state.drain is not None:
         inputs.append(f"drain record of ours: {state.drain.reason!r} ({state.drain.check}, since "
                       f"{_when(state.drain.time)}); clean runs {state.clean_runs} of {cfg.resume.clean_runs}")

@@ -65,8 +65,7 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
               cached_only: bool = False, cache: bool = True) -> Union[NodeInfo, ProbeError]:
     """The cached view, or slurmctld's answer now; ``cache=False`` (``nodehealth check`` by hand):
     the answer is used for this run and not written to the state dir."""
-    state_dir = cfg.paths.state_dir
-    cached = NodeInfo.from_json(slurmstate.load(state_dir).slurm_node)
+    cached = NodeInfo.from_json(slurmstate.load(cfg.paths).slurm_node)
     if cached is not None and cached.name != node:
         cached = None
     now = time.time()
@@ -81,7 +80,7 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
     if isinstance(got, NodeInfo):
         view = cached_view(got) if cache else None
         if view is not None:
-            slurmstate.update(state_dir, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
+            slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
     elif cached is not None:
         return cached  # slurmctld did not answer: the last view stands (it says how old it is)
     return got

@@ -80,7 +80,7 @@ class Actor:
         return min(1.0, max(0.1, self.deadline.left()))
 
     def save(self, change: Callable[[State], State]) -> Optional[State]:
-        return slurmstate.update(self.cfg.paths.state_dir, change, self.lock_timeout(), self.log)
+        return slurmstate.update(self.cfg.paths, change, self.lock_timeout(), self.log)
 
 
 def read_me(actor: Actor) -> Union[NodeInfo, ProbeError]:
@@ -135,7 +135,7 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
 
     if not cfg.drain.enabled:
         return not_drained(Outcome.DISABLED, "[drain] enabled = false: not draining", me)
-    state = slurmstate.load(cfg.paths.state_dir)
+    state = slurmstate.load(cfg.paths)
     trusted = state.drain is not None and (actor.record_trusted_after is None
                                            or state.drain.time >= actor.record_trusted_after)
     if state.drain is not None and (policy.owns(me, state) if me is not None else trusted):
@@ -202,7 +202,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     cfg = actor.cfg
     now = time.time()
     state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) \
-        or slurmstate.load(cfg.paths.state_dir)
+        or slurmstate.load(cfg.paths)
     node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
     if node is not None and node.name != actor.node:
         node = None

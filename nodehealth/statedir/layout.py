@@ -1,22 +1,36 @@
-"""Every file nodehealth keeps in its state directory, and this boot's id: one owner for both.
+"""Every file nodehealth keeps, in which of its two directories, and this boot's id: one owner.
 
 Standard library only (``os``), so the prolog's fast path may import it. Any other module that
-needs a state-dir path or the boot id asks here; a test checks that no other module spells a
-state-dir file name or the boot-id path itself.
+needs a state file's path or the boot id asks here; a test checks that no other module spells a
+state file name or the boot-id path itself, nor hands a persistent file the run directory.
 
-=========================  =====================================================  ==================
-file                       what                                                   writers
-=========================  =====================================================  ==================
-``daemon-state.json``      the daemon's latest verdict (``statedir.verdict``)      daemon
-``slurm-state.json``       the Slurm faces' memory: drain record, clean runs      faces, daemon
-``gpu-counters.json``      the latest per-GPU ECC / row-remap counters            faces, daemon
-``jobs.jsonl``             the job ledger (``statedir.ledger``)                   prolog, epilog
-``jobs/<id>.json``         one job's counters at its start (its baseline)         prolog
-``xid-events.json``        XID events of this boot and the kmsg position          XID follower, probe
-``config-good.json``       the last config that validated here (text, sha256)     faces, daemon
-=========================  =====================================================  ==================
+**Two directories.** ``[paths] state_dir`` (default ``/run/nodehealth``, a tmpfs: the unit's
+``RuntimeDirectory=``) holds what belongs to one boot; ``[paths] persistent_dir`` (default
+``/var/lib/nodehealth``, the unit's ``StateDirectory=``) holds what must outlive a reboot: a
+drain record written before the reboot a fault asks for is what proves, after it, that the
+node's reason is ours to resume. ``PERSISTENT`` names the files of the second; every other name
+is of the first. A config that sets ``state_dir`` but not ``persistent_dir`` keeps everything in
+that one ``state_dir``, as before the split (``nodehealth.config.lean.read_settings`` and the
+loader apply the rule; here ``persistent_dir`` is taken as configured).
 
-Each JSON file ``F`` is written atomically (``statedir.files``) and serialised by ``F.lock``.
+=========================  =====================================================  ====  ==================
+file                       what                                                   dir   writers
+=========================  =====================================================  ====  ==================
+``daemon-state.json``      the daemon's latest verdict (``statedir.verdict``)      run   daemon
+``gpu-counters.json``      the latest per-GPU ECC / row-remap counters            run   faces, daemon
+``jobs.jsonl``             the job ledger (``statedir.ledger``)                   run   prolog, epilog
+``jobs/<id>.json``         one job's counters at its start (its baseline)         run   prolog
+``xid-events.json``        XID events of this boot and the kmsg position          run   XID follower, probe
+``slurm-state.json``       the Slurm faces' memory: drain record, clean runs,     kept  faces, daemon
+                           drain history, the cached Slurm view
+``config-good.json``       the last config that validated here (text, sha256)     kept  faces, daemon
+``slurm-observe.json``     observe mode: the would-be drain, would-be counts      kept  faces, daemon
+``reboots.json``           the reboots asked per check (``[slurm] reboot``)       kept  faces, daemon
+=========================  =====================================================  ====  ==================
+
+Each JSON file ``F`` is written atomically (``statedir.files``) and serialised by ``F.lock``
+beside it. A new file that must outlive a boot is one name here and one entry of
+``PERSISTENT``; its reader and writer take its path from ``path_for(paths, NAME)``.
 """
 
 from __future__ import annotations
@@ -35,6 +49,11 @@ JOBS_DIR = "jobs"
 XID_EVENTS = "xid-events.json"
 XID_LOCK = "xid-events.lock"
 CONFIG_GOOD = "config-good.json"
+SLURM_OBSERVE = "slurm-observe.json"  # observe mode: the would-be drain of this node, would-be counts
+REBOOTS = "reboots.json"  # [slurm] reboot = "asap": the reboots asked per check (slurm.reboot)
+
+# The files that must outlive a reboot: in [paths] persistent_dir. Every other file is of one boot.
+PERSISTENT = frozenset((SLURM_STATE, CONFIG_GOOD, SLURM_OBSERVE, REBOOTS))
 
 # The kernel's id of the running boot, under the configured procfs root ([paths] procfs_root).
 BOOT_ID_REL = ("sys", "kernel", "random", "boot_id")
@@ -44,6 +63,30 @@ PROCFS_ROOT = "/proc"
 def path(state_dir: str, name: str) -> str:
     """``<state_dir>/<name>`` for one of the names above."""
     return os.path.join(state_dir, name)
+
+
+def dir_for(paths: Any, name: str) -> str:
+    """The directory that holds ``name``: ``paths.persistent_dir`` for a name of ``PERSISTENT``,
+    else ``paths.state_dir``. ``paths`` is the config's ``[paths]`` (``config.schema.Paths``) or
+    the fast path's ``config.lean.Settings``; a plain string is one directory for every file (the
+    layout before the split, and what a test that wants one directory passes)."""
+    if isinstance(paths, str):
+        return paths
+    return str(paths.persistent_dir if name in PERSISTENT else paths.state_dir)
+
+
+def path_for(paths: Any, name: str) -> str:
+    """``<dir_for(paths, name)>/<name>``: the one way to the path of a state file."""
+    return os.path.join(dir_for(paths, name), name)
+
+
+def earlier_path(paths: Any, name: str) -> Optional[str]:
+    """Where a persistent file lived before the split (in the run directory), when that is another
+    place than now; None for a file of one boot or when one directory holds everything."""
+    if isinstance(paths, str) or name not in PERSISTENT:
+        return None
+    old = os.path.join(str(paths.state_dir), name)
+    return None if os.path.abspath(old) == os.path.abspath(path_for(paths, name)) else old
 
 
 # Slurm's job ids are 32-bit (slurm.h: uint32_t job_id); NO_VAL (0xfffffffe) and INFINITE

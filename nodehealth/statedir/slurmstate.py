@@ -98,27 +98,28 @@ def _count(value: Any) -> int:
     return value
 
 
-def path(state_dir: str) -> str:
-    return layout.path(state_dir, FILE_NAME)
+# ``paths`` below: the config's [paths] (the file lives in its persistent dir: ``layout.path_for``),
+# or one directory for everything (a test's). The upgrade from one directory is ``files.upgrade``.
+def path(paths: Any) -> str:
+    return layout.path_for(paths, FILE_NAME)
 
 
-def load(state_dir: str) -> State:
+def load(paths: Any) -> State:
     """The state; the empty state when the file is absent or unusable, or the state dir is not safe."""
-    if files.check_dir(state_dir):
-        return State()
-    return State.from_json(files.read_json(path(state_dir)))
+    return State.from_json(files.read_json_or_earlier(path(paths), layout.earlier_path(paths, FILE_NAME)))
 
 
-def update(state_dir: str, change: Any, lock_timeout_s: float, log: Any = None) -> Optional[State]:
+def update(paths: Any, change: Any, lock_timeout_s: float, log: Any = None) -> Optional[State]:
     """Re-read the state under its lock, apply ``change`` (State -> State), write it atomically.
 
     Returns the new state, or None when it could not be written (OSError, logged; an unsafe
     state dir is one). A file that is not strict JSON (NaN, deep nesting) is logged, treated
     as absent and rewritten.
     """
-    p = path(state_dir)
+    p = path(paths)
     try:
-        files.require_state_dir(state_dir)
+        files.require_state_dir(layout.dir_for(paths, FILE_NAME))
+        files.upgrade(layout.earlier_path(paths, FILE_NAME), p, lock_timeout_s, log)
         with files.locked(p, timeout_s=lock_timeout_s) as got:
             if not got and log is not None:
                 log(f"state lock {p}.lock busy; writing anyway")
