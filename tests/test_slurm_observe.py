@@ -239,3 +239,36 @@ def test_observe_mode_would_reboot(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert healthcheck.main() == 0
     assert {c[0] for c in f.calls()} == {"show"}
     assert observed(f)["would"] == {"drain": 1, "reboot": 1}
+
+
+# ----------------------------------------------------------------------------- what the daemon exports
+
+
+def test_the_daemon_exports_the_faces_would_be_actions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodehealth.daemon.hooks import with_loop
+    from nodehealth.metrics import SlurmView
+
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
+    cfg = configure(f, mode='"observe"')
+    no_job(monkeypatch)
+    assert healthcheck.main() == 0
+    view = with_loop(SlurmView(), C.load(str(cfg)), "n1")
+    assert view.observe_mode is True and view.would == (("drain", 1),)
+    assert (view.reboots_requested, view.reboot_escalated) == (None, None)  # reboot = off, nothing asked
+
+
+def test_the_daemon_exports_the_reboot_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodehealth.daemon.hooks import with_loop
+    from nodehealth.metrics import SlurmView
+
+    f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
+    cfg = configure(f, reboot='"asap"', reboot_max=1)
+    no_job(monkeypatch)
+    assert healthcheck.main() == 1
+    loaded = C.load(str(cfg))
+    view = with_loop(SlurmView(), loaded, "n1")
+    assert view.observe_mode is False and (view.reboots_requested, view.reboot_escalated) == (1, False)
+    f.set_nodes({"n1": ["IDLE", None]})
+    f.boot.write_text("boot-2\n")
+    assert healthcheck.main() == 1
+    assert with_loop(SlurmView(), loaded, "n1").reboot_escalated is True

@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
+from nodehealth.slurm import observe
 from nodehealth.slurm.client import Scontrol, me
 from nodehealth.slurm.nodes import NodeInfo, reconcile_after_s
 from nodehealth.statedir import slurmstate
@@ -78,6 +79,7 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):
+        got = observe.view(cfg, got)  # observe mode: the would-be drain over the real record
         view = cached_view(got) if cache else None
         if view is not None:
             slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)

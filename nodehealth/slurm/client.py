@@ -55,6 +55,9 @@ class SlurmClient(Protocol):
     def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
         """Set ``state`` (drain, resume) with ``reason`` on ``node``."""
 
+    def reboot(self, node: str, reason: str) -> UpdateOutcome:
+        """Ask Slurm to reboot ``node`` once it is idle and resume it after (``slurm.reboot``)."""
+
 
 def environment(slurm_conf: str = "", base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """What scontrol gets on top of ``proc.BASE_ENV``: ``SLURM_CONF`` (``base``'s, else ``slurm_conf``)."""
@@ -128,6 +131,18 @@ class Scontrol:
         if reason is not None:
             argv.append(f"reason={reason}")
         res = self._call(argv)
+        if isinstance(res, ProbeError):
+            return UpdateOutcome(False, res.message, timed_out=res.kind == "timeout")
+        if res.returncode != 0:
+            return UpdateOutcome(False, f"scontrol exit {res.returncode}: {_first_line(res)}")
+        return UpdateOutcome(True, "ok")
+
+
+    def reboot(self, node: str, reason: str) -> UpdateOutcome:
+        """``scontrol reboot ASAP nextstate=RESUME reason=... NODE``: Slurm drains the node (ASAP), runs
+        ``RebootProgram`` once it is idle, and resumes it when it registers after the boot, clearing
+        the reason (22.05; meanwhile it appends " : reboot issued" to it)."""
+        res = self._call([self.scontrol, "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node])
         if isinstance(res, ProbeError):
             return UpdateOutcome(False, res.message, timed_out=res.kind == "timeout")
         if res.returncode != 0:

@@ -92,6 +92,21 @@ def escalated(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in list(raw.items())[:MAX_CHECKS] if isinstance(k, str) and isinstance(v, Mapping)}
 
 
+def status(cfg: Any, node: str) -> tuple[Optional[int], Optional[bool]]:
+    """(reboots asked within the window, our drain held after them) for the metrics; (None, None)
+    with ``[slurm] reboot = "off"`` and nothing recorded."""
+    doc = load(cfg.paths)
+    if cfg.slurm.reboot == "off" and not doc:
+        return None, None
+    now = time.time()
+    checks = doc.get("checks")
+    names = [k for k in checks if isinstance(k, str)] if isinstance(checks, Mapping) else []
+    asked = sum(len(recent(times_of(doc, k), now, cfg.slurm.reboot_window_s)) for k in names)
+    rec = slurmstate.load(cfg.paths).drain
+    held = rec is not None and any(e.get("reason") == rec.reason for e in escalated(doc).values())
+    return asked, held
+
+
 def load(paths: Any) -> dict[str, Any]:
     return observe.read_doc(paths, FILE_NAME)
 
