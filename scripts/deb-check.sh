@@ -31,8 +31,9 @@ apt-get install -y -qq "$deb1" >/dev/null
 dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth
 /usr/bin/nodehealth --version
 dpkg-query -W -f='${Conffiles}\n' nodehealth | grep -q " $conf " || fail "$conf is not a conffile"
-stat -c '%n %U:%G %a' /run/nodehealth "$conf"
+stat -c '%n %U:%G %a' /run/nodehealth /var/lib/nodehealth "$conf"
 [ "$(stat -c %a /run/nodehealth)" = 700 ] || fail "/run/nodehealth mode"
+[ "$(stat -c '%a %U:%G' /var/lib/nodehealth)" = "700 root:root" ] || fail "/var/lib/nodehealth mode or owner"
 state=$(systemctl is-enabled nodehealth.service 2>&1 || true)
 echo "nodehealth.service: $state"
 [ "$state" = disabled ] || fail "the unit should be installed but not enabled (got $state)"
@@ -86,12 +87,12 @@ step "purge"
 apt-get purge -y -qq nodehealth >/dev/null
 left=0
 dpkg -L nodehealth >/dev/null 2>&1 && { echo "dpkg still lists nodehealth"; left=1; }
-for p in /etc/nodehealth /run/nodehealth "$site/nodehealth" "$site/nodehealth-vendor.pth" /usr/bin/nodehealth \
+for p in /etc/nodehealth /run/nodehealth /var/lib/nodehealth "$site/nodehealth" "$site/nodehealth-vendor.pth" /usr/bin/nodehealth \
          /usr/bin/nodehealth-prolog /lib/systemd/system/nodehealth.service /usr/lib/tmpfiles.d/nodehealth.conf \
          /usr/share/nodehealth /usr/share/doc/nodehealth; do
     [ -e "$p" ] && { echo "left behind: $p"; left=1; }
 done
 ls -d "$site"/nodehealth-* 2>/dev/null && left=1
 [ "$left" = 0 ] || fail "the purge left files behind"
-echo "purged: dpkg -L nodehealth empty; /etc/nodehealth, /run/nodehealth and $site/nodehealth gone"
+echo "purged: dpkg -L nodehealth empty; /etc/nodehealth, /run/nodehealth, /var/lib/nodehealth and $site/nodehealth gone"
 echo; echo "deb-check: OK"

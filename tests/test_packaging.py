@@ -97,17 +97,40 @@ def tmpfiles_lines(text: str) -> list[list[str]]:
     return [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+STATE_DIRS = ("/run/nodehealth", "/var/lib/nodehealth")  # [paths] state_dir and persistent_dir by default
+
+
 def test_the_state_dir_is_root_s_alone_in_every_package() -> None:
-    """tmpfiles.d (the .deb and the RPM install the same file) and the RPM's own %dir say 0700 root:root;
-    the unit's RuntimeDirectoryMode is tests/test_systemd.py's (REQUIRED)."""
+    """tmpfiles.d (the .deb and the RPM install the same file) and the RPM's own %dir say 0700 root:root,
+    for the run dir and the persistent dir alike; the unit's RuntimeDirectoryMode and StateDirectoryMode
+    are tests/test_systemd.py's (REQUIRED)."""
+    from nodehealth.config.schema import Paths
+
+    assert (Paths().state_dir, Paths().persistent_dir) == STATE_DIRS  # what the packages make is the default
     entries = tmpfiles_lines((ROOT / "packaging" / "debian" / "nodehealth.tmpfiles").read_text())
-    assert [e[:5] for e in entries] == [["d", "/run/nodehealth", "0700", "root", "root"]]
+    assert [e[:5] for e in entries] == [["d", d, "0700", "root", "root"] for d in STATE_DIRS]
+    assert [e[5] for e in entries] == ["-", "-"]  # never aged: a drain record lives until it is resolved
     spec = (ROOT / "packaging" / "rpm" / "nodehealth.spec").read_text()
-    assert "%dir %attr(0700,root,root) /run/nodehealth" in spec
-    assert re.search(r"install -d -m 0700 %\{buildroot\}/run/nodehealth", spec)
-    assert not re.search(r"/run/nodehealth.*07[0-7][1-7]|07[0-7][1-7].*/run/nodehealth", spec)
+    for d in STATE_DIRS:
+        assert f"%dir %attr(0700,root,root) {d}" in spec
+        assert re.search(rf"install -d -m 0700 %\{{buildroot\}}{d}\n", spec)
+        assert not re.search(rf"{d}.*07[0-7][1-7]|07[0-7][1-7].*{d}", spec)
     check = (ROOT / "scripts" / "deb-check.sh").read_text()
     assert '"$(stat -c %a /run/nodehealth)" = 700' in check
+    assert '"$(stat -c \'%a %U:%G\' /var/lib/nodehealth)" = "700 root:root"' in check
+    assert re.search(r"for p in [^;]*/var/lib/nodehealth", check)  # and the purge removes it
+
+
+def test_the_persistent_dir_is_removed_on_purge_only() -> None:
+    """The .deb's postrm removes both state dirs on purge (and only then: a remove keeps the drain
+    records); the RPM keeps /var/lib on erase, as RPM keeps state, and removes the tmpfs one."""
+    postrm = (ROOT / "packaging" / "debian" / "nodehealth.postrm").read_text()
+    (block,) = re.findall(r'if \[ "\$1" = "purge" \]; then\n(.*?)\nfi', postrm, re.S)
+    assert block.split() == ["rm", "-rf", *STATE_DIRS]
+    assert postrm.count("/var/lib/nodehealth") == 2  # the comment and the purge
+    spec = (ROOT / "packaging" / "rpm" / "nodehealth.spec").read_text()
+    postun = spec.split("%postun", 1)[1].split("%files", 1)[0]
+    assert "rm -rf /run/nodehealth" in postun and "/var/lib/nodehealth" not in postun
 
 
 @needs_deb
@@ -125,7 +148,7 @@ def test_deb_control_files(deb: Path, tmp_path: Path) -> None:
     assert postinst.count("deb-systemd-helper enable") == 1
     assert "py3clean -p nodehealth" in (ctl / "prerm").read_text()
     postrm = (ctl / "postrm").read_text()
-    assert "rm -rf /run/nodehealth" in postrm and "deb-systemd-helper purge" in postrm
+    assert "rm -rf /run/nodehealth /var/lib/nodehealth" in postrm and "deb-systemd-helper purge" in postrm
 
 
 @pytest.mark.real
@@ -231,3 +254,14 @@ def test_vendor_pins_satisfy_pyproject() -> None:
         assert f"bundled(python3dist({dist})) = {pins[key].split('==')[1]}" in spec
     assert f"Version:        {VERSION}" in spec
     assert (ROOT / "packaging" / "debian" / "changelog").read_text().startswith(f"nodehealth ({VERSION})")
+
+
+def test_the_ansible_role_makes_both_state_dirs_root_s_alone() -> None:
+    """The role makes the configured state_dir and persistent_dir (defaults: the packages'), 0700 root, and a
+    config that names only state_dir gets that one directory for both, as the loader reads it."""
+    tasks = (ROOT / "deploy" / "ansible" / "roles" / "nodehealth" / "tasks" / "main.yml").read_text()
+    (task,) = [t for t in tasks.split("\n- name: ") if t.startswith("State directories")]
+    assert 'mode: "0700"' in task and "owner: root" in task and "group: root" in task
+    assert "nodehealth_paths.get('state_dir', '/run/nodehealth')" in task
+    assert "nodehealth_paths.get('persistent_dir', nodehealth_paths.get('state_dir', '/var/lib/nodehealth'))" in task
+    assert tasks.index("State directories") < tasks.index("- name: Configuration")

@@ -82,6 +82,9 @@ REQUIRED = (
     # (docs/security.md); the daemon refuses one writable by others, and nothing else may read it.
     ("RuntimeDirectoryMode", lambda u: last(u, "RuntimeDirectory") == "nodehealth"
      and last(u, "RuntimeDirectoryMode") == "0700"),
+    # What must outlive a reboot ([paths] persistent_dir, /var/lib/nodehealth): the same discipline.
+    ("StateDirectoryMode", lambda u: last(u, "StateDirectory") == "nodehealth"
+     and last(u, "StateDirectoryMode") == "0700"),
     ("ProtectHome", lambda u: last(u, "ProtectHome") == "yes"),
     ("PrivateTmp", lambda u: last(u, "PrivateTmp") == "yes"),
     ("NoNewPrivileges", lambda u: last(u, "NoNewPrivileges") == "yes"),
@@ -196,6 +199,7 @@ def test_the_real_unit_starts_and_reports_ready(tmp_path):
         text = UNIT.read_text().replace("ExecStart=/usr/bin/nodehealth daemon --config /etc/nodehealth/nodehealth.toml",
                                         f"ExecStart={exe} daemon --config {config}")
         text = text.replace("ReadWritePaths=/run/nodehealth", f"ReadWritePaths=/run/nodehealth {work}")
+        text = text.replace("StateDirectory=nodehealth", "StateDirectory=nodehealth-test")  # not the host's
         target.write_text(text.replace("ProtectHome=yes", "ProtectHome=read-only"))
         subprocess.run(["systemctl", "daemon-reload"], check=True)
         res = subprocess.run(["systemctl", "start", name], capture_output=True, text=True, timeout=90)
@@ -208,3 +212,4 @@ def test_the_real_unit_starts_and_reports_ready(tmp_path):
         target.unlink(missing_ok=True)
         subprocess.run(["systemctl", "daemon-reload"], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree("/var/lib/nodehealth-test", ignore_errors=True)
