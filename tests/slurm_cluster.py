@@ -74,6 +74,10 @@ class SlurmCluster:
         self.env.pop("NODEHEALTH_CONFIG", None)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.state_dir = self.root / "nodehealth-state"
+        # nodehealth={"persistent_dir": True}: the split layout of a default install (a run dir and a
+        # persistent dir); otherwise one state dir, as every config that sets only state_dir has it.
+        self.split = bool((nodehealth or {}).get("persistent_dir"))
+        self.persistent_dir = self.root / "nodehealth-lib" if self.split else self.state_dir
         self.procfs = self.root / "proc"  # [paths] procfs_root: only this boot's id lives there
         self.boot_id = self.procfs / "sys" / "kernel" / "random" / "boot_id"
         self.nh_config = self.root / "nodehealth.toml"
@@ -105,6 +109,7 @@ class SlurmCluster:
             "[phases.healthcheck]", "budget_s = 10",
             "[nvml]", f'simulate = "{self.scenario_file}"',
             "[paths]", f'state_dir = "{self.state_dir}"', f'procfs_root = "{self.procfs}"',
+            *([f'persistent_dir = "{self.persistent_dir}"'] if self.split else []),
             "[slurm]", 'scontrol = "/usr/bin/scontrol"', f"timeout_s = {timeout}", f'conf = "{self.conf}"',
             "[resume]", f"clean_runs = {clean}",
             "[drain]", f"max_share = {self.nodehealth.get('max_share', 0.25)}", "breaker_min_drained = 3",
@@ -277,7 +282,7 @@ class SlurmCluster:
 
     def nh_state(self) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = json.loads((self.state_dir / "slurm-state.json").read_text())
+            data: dict[str, Any] = json.loads((self.persistent_dir / "slurm-state.json").read_text())
             return data
         except (OSError, ValueError):
             return {}
