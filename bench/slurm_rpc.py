@@ -29,7 +29,9 @@ Windows (per mode):
 * resume: the scenario switched back to healthy until nodehealth has resumed the node.
 
 Then (``--scale``, default 10,000) a cluster of one registered node and that many nodes
-declared: what one ``scontrol show node`` costs slurmctld there (sdiag's time per RPC type).
+declared: what one call costs slurmctld there (sdiag's time per RPC type): ``scontrol show node
+-o n1`` (nodehealth's one-node read before: the whole node table), ``sinfo -n n1 -O ...``
+(its read now: that node alone), the whole cluster (the breaker's view) and a drain.
 
 The report (stdout and ``--report``) gives the calls and RPCs per node per hour in steady state,
 per fault and per resume, the extrapolation to the default ``reconcile_s`` (3600 s) and to
@@ -55,12 +57,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from nodehealth.slurm.nodes import sinfo_format
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: nodehealth-prolog & co.
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 SCONTROL = "/usr/bin/scontrol"
+SINFO = "/usr/bin/sinfo"
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
-CLIENTS = (SCONTROL, "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/sdiag", "/usr/bin/scancel", "/usr/bin/unshare")
+CLIENTS = (SCONTROL, SINFO, "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/sdiag", "/usr/bin/scancel",
+           "/usr/bin/unshare")
 FACES = ("nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
 # The message types a node-health tool costs slurmctld: what `scontrol show node` and `scontrol update` send.
 NODE_TYPES = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE")
@@ -180,6 +186,13 @@ class Cluster:
             "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
             f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
             f"exec {SCONTROL} \"$@\"\n"))
+        # nodehealth reads one node with the sinfo beside its scontrol: logged the same way, argv after "sinfo".
+        self._script(r / "bin" / "sinfo", (
+            "#!/bin/sh\n"
+            f"line=\"$(/bin/date +%s.%N)\t${{NH_NODE:-?}}\t${{NH_FACE:-?}}\t$$\tsinfo\"\n"
+            "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
+            f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
+            f"exec {SINFO} \"$@\"\n"))
         faces = {}
         for face in FACES:
             short = face.split("-", 1)[1]
@@ -297,6 +310,11 @@ class Cluster:
         out = self.run("/usr/bin/sdiag").stdout
         return {m.group(1): int(m.group(field) or 0) for m in SDIAG_LINE.finditer(out)}
 
+    def sdiag_time_us(self) -> int:
+        """slurmctld's total time in every RPC type but sdiag's own (microseconds), from one sdiag."""
+        out = self.run("/usr/bin/sdiag").stdout
+        return sum(int(m.group(3) or 0) for m in SDIAG_LINE.finditer(out) if m.group(1) != "REQUEST_STATS_INFO")
+
     def sbatch(self, node: str) -> str:
         res = self.run("/usr/bin/sbatch", "--parsable", "-N1", "-w", node, "-o", f"{self.root}/out/slurm-%j.out",
                        "--wrap", "hostname")
@@ -348,8 +366,10 @@ class Cluster:
 
 
 def kind(call: dict[str, Any]) -> str:
-    """``show <node>``, ``show all``, ``update drain``, ``update resume`` or the argv."""
+    """``show <node>``, ``show all``, ``sinfo node``, ``update drain``, ``update resume`` or the argv."""
     argv = call["argv"]
+    if argv[:1] == ["sinfo"]:
+        return "sinfo node"
     if argv[:2] == ["show", "node"]:
         return "show all" if len([a for a in argv[2:] if a != "-o"]) == 0 else "show node"
     if argv[:1] == ["update"]:
@@ -403,8 +423,8 @@ class Window:
         return out
 
     def rpcs_expected(self) -> int:
-        """RPCs the wrapper-log calls should cost: 2 per show (node + partition info), 1 per update."""
-        return sum(2 if kind(c).startswith("show") else 1 for c in self.calls)
+        """RPCs the wrapper-log calls should cost: 2 per read (node + partition info), 1 per update."""
+        return sum(2 if kind(c).startswith(("show", "sinfo")) else 1 for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "seconds": round(self.seconds, 1), "rpcs": self.rpcs, "sdiag": self.sdiag,
@@ -497,16 +517,20 @@ def measure_scale(root: Path, ghosts: int, calls: int) -> dict[str, Any]:
     try:
         cases = {"show node -o n1": [SCONTROL, "show", "node", "-o", "n1"],
                  "show node -o (all)": [SCONTROL, "show", "node", "-o"],
-                 "update drain": [SCONTROL, "update", "nodename=g1", "state=drain", "reason=nodehealth: bench"],
-                 # For comparison (nodehealth does not use it): sinfo asks for one node (REQUEST_NODE_INFO_SINGLE).
-                 "sinfo -n n1": ["/usr/bin/sinfo", "-h", "-N", "-n", "n1", "-o", "%N|%T|%E|%G"]}
+                 "update drain": [SCONTROL, "update", "nodename=g1", "state=drain", "reason=nh:bench bench"],
+                 # nodehealth's read of one node: sinfo asks for that node alone (REQUEST_NODE_INFO_SINGLE).
+                 "sinfo -n n1 -O (nodehealth's read)": [SINFO, "-h", "-N", "-n", "n1", "-O",
+                                                        sinfo_format("@nh0123456789abcdef@")],
+                 "sinfo -n n1 -o": [SINFO, "-h", "-N", "-n", "n1", "-o", "%N|%T|%E|%G"]}
         for name, argv in cases.items():
             n0, t0 = c.sdiag(), c.sdiag(3)
-            walls, size = [], 0
+            walls, own, size = [], [], 0
             for _ in range(1 if name.startswith("update") else calls):
+                before = c.sdiag_time_us()  # per call too: the median of slurmctld's time for one call
                 start = time.perf_counter()
                 res = c.run(*argv)
                 walls.append(time.perf_counter() - start)
+                own.append((c.sdiag_time_us() - before) / 1000)
                 size = len(res.stdout)
             n1, t1 = c.sdiag(), c.sdiag(3)
             per_type = {}
@@ -515,7 +539,9 @@ def measure_scale(root: Path, ghosts: int, calls: int) -> dict[str, Any]:
                 if k:
                     per_type[t] = {"count": k, "ms_each": round((t1.get(t, 0) - t0.get(t, 0)) / k / 1000, 2)}
             walls.sort()
+            own.sort()
             out[name] = {"wall_ms_median": round(walls[len(walls) // 2] * 1000, 1), "stdout_bytes": size,
+                         "slurmctld_ms_median": round(own[len(own) // 2], 2),
                          "rpcs": per_type,
                          "slurmctld_ms_per_call": round(sum(v["count"] * v["ms_each"] for v in per_type.values())
                                                         / len(walls), 2)}
@@ -529,7 +555,7 @@ def summarize_steady(c: Cluster, w: Window, args: argparse.Namespace) -> dict[st
     calls = sum(per_node.values())
     hours = w.seconds / 3600
     n = len(c.names)
-    reconcile = sum(1 for call in w.calls if kind(call) == "show node")
+    reconcile = sum(1 for call in w.calls if kind(call) in ("show node", "sinfo node"))
     other = calls - reconcile
     # Reconciliation reads per node per reconcile_s period. A period lasts reconcile_s plus up to one round
     # or health-check interval (the next look after the cached view expired), so dividing by reconcile_s
@@ -580,7 +606,7 @@ def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: ar
                                                 else " (prolog, epilog, health check; no daemon)"), ""]
         lines += [f"steady state, {s['seconds']:.0f} s, {s['jobs']} jobs, every node healthy:",
                   f"  scontrol calls: {s['calls']} ({s['reconcile_reads']} reconciliation reads "
-                  f"`show node -o NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
+                  f"of one node, `sinfo -n NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
                   f"  node RPCs: {s['node_rpcs']} (sdiag: {s['node_rpcs_sdiag']}); the calls account for "
                   f"{s['node_rpcs_expected']} (2 per show, 1 per update)",
                   f"  per node per hour at reconcile_s={args.reconcile_s:g}: {s['calls_per_node_hour']} calls, "
@@ -606,11 +632,13 @@ def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: ar
             lines.append("")
     if sc:
         lines += [f"## one call's cost with {sc['nodes']:,} nodes declared (1 registered), median of {sc['calls']}", ""]
-        for name in ("show node -o n1", "show node -o (all)", "update drain", "sinfo -n n1"):
+        for name in ("show node -o n1", "show node -o (all)", "update drain", "sinfo -n n1 -O (nodehealth's read)",
+                     "sinfo -n n1 -o"):
             v = sc[name]
             cmd = name if name.startswith("sinfo") else f"scontrol {name}"
             lines.append(f"  {cmd}: wall {v['wall_ms_median']} ms, output {v['stdout_bytes']:,} bytes, "
-                         f"slurmctld {v['slurmctld_ms_per_call']} ms per call {v['rpcs']}")
+                         f"slurmctld median {v['slurmctld_ms_median']} ms, mean {v['slurmctld_ms_per_call']} ms "
+                         f"per call {v['rpcs']}")
         lines.append("")
     return "\n".join(lines)
 

@@ -200,8 +200,8 @@ def test_every_registered_check_has_its_own_code() -> None:
 
     names = {spec.name for spec in CHECKS}
     assert set(sn.REASON_CODES) == names
-    codes = [code for code, _ in sn.REASON_CODES.values()]
-    assert len(set(codes)) == len(codes)
+    codes = [code for code, _ in sn.REASON_CODES.values()] + list(sn.STATE_CODES)
+    assert len(set(codes)) == len(codes) and not any(c.startswith("xid") and c != "xid" for c in codes)
     for name in names:  # the longest head: code, XID number, a two-digit GPU
         head = policy.reason_head(CheckResult(name, Status.FAIL, "x", gpu=15, details={"xid": 154}))
         assert len(head) <= 20 and sn.is_ours(head + " x"), head

@@ -46,6 +46,11 @@ REASON_CODES: Mapping[str, tuple[str, str]] = {
     "host_infiniband": ("ib", "an InfiniBand port not active, down or below its rate"),
     "nccl_selftest": ("nccl", "the NCCL self-test below its bandwidth floor or on the wrong transport"),
 }
+# Codes that stand for a state of the drain instead of the check (the check's name still follows them).
+STATE_CODES: Mapping[str, str] = {
+    "flap": "the check drained the node too often ([resume] flap_drains within flap_window_s): held for a "
+            "person, never resumed by nodehealth",
+}
 XID_CODE_CHECKS = frozenset({"gpu_xid", "job_forensics"})  # checks whose result may name an XID number
 _CODE = re.compile(r"[a-z][a-z0-9]{0,15}")
 _OURS = re.compile(r"\s*(?:nh:[a-z][a-z0-9]{0,15}(?: |$)|nodehealth:)")
@@ -72,6 +77,8 @@ def reason_codes_table() -> list[str]:
     for check, (code, meaning) in REASON_CODES.items():
         shown = f"`nh:{code}`" + (" / `nh:xidN`" if check in XID_CODE_CHECKS else "")
         rows.append(f"| {shown} | `{check}` | {meaning} |")
+    for code, meaning in STATE_CODES.items():
+        rows.append(f"| `nh:{code}` | any | {meaning} |")
     return rows
 
 
