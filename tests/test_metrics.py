@@ -61,7 +61,9 @@ def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
     m.update_round(merge(out.report, _nccl_result()), out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
-    m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained"))
+    m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained",
+                             flapping=False, orphan_drain=False, observe_mode=True, would=(("drain", 2), ("resume", 1)),
+                             reboots_requested=1, reboot_escalated=False))
     m.set_xid_follower("alive")
     m.reloaded(True)
     m.set_config("/etc/nodehealth/nodehealth.toml", "none", "file")

@@ -38,6 +38,7 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
 
     from nodehealth.config.lean import config_path, node_name
     from nodehealth.config.loader import ConfigError, load_safe
+    from nodehealth.slurm import policy
     from nodehealth.statedir import layout, slurmstate
     from nodehealth.statedir import verdict as daemon_state
 
@@ -75,8 +76,12 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
         "reason": drain.reason, "check": drain.check, "action": drain.action, "job_id": drain.job_id,
         "phase": drain.phase, "since": round(drain.time, 3), "age_s": round(max(0.0, t - drain.time), 1),
         "reboot_needed": drain.action in cfg.resume.reboot_actions and drain.boot_id == boot,
+        "flapping": drain.flapping, "drains_in_window": drain.drains,
     }
-    doc["resume"] = {"clean_runs": s.clean_runs, "needed": cfg.resume.clean_runs, "enabled": cfg.resume.enabled}
+    needed = cfg.resume.clean_runs if drain is None else \
+        policy.clean_runs_needed_for(drain, cfg.resume.clean_runs, cfg.resume.clean_runs_max)
+    doc["resume"] = {"clean_runs": s.clean_runs, "needed": needed, "enabled": cfg.resume.enabled}
+    doc["orphan"] = _orphan(s, doc["node"])
     doc["breaker_held"] = s.breaker_held
     doc["last_run"] = {"status": s.last_status, "age_s": round(t - s.last_run, 1) if s.last_run else None}
     node = s.slurm_node or None
@@ -86,6 +91,22 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
     doc["xid"] = _xid(state_dir, boot)
     doc["exit_code"] = _exit(doc)
     return doc
+
+
+def _orphan(s: Any, node: str) -> Optional[dict[str, Any]]:
+    """A nodehealth reason on this node with no record of ours (what the health check or the daemon
+    found, else what the cached Slurm view shows), with the command that resumes it by hand."""
+    from nodehealth.slurm.nodes import NodeInfo
+
+    if s.drain is not None:
+        return None
+    reason = s.orphan
+    if reason is None:
+        view = NodeInfo.from_json(s.slurm_node)
+        if view is None or not view.drained_by_us or view.reason is None:
+            return None
+        reason = view.reason.full
+    return {"reason": reason, "resume": f"scontrol update nodename={node} state=resume"}
 
 
 def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
@@ -104,7 +125,7 @@ def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
 
 
 def _exit(doc: dict[str, Any]) -> int:
-    if doc["drain"] is not None or (doc["daemon"].get("verdict") == "FAIL"):
+    if doc["drain"] is not None or doc.get("orphan") or (doc["daemon"].get("verdict") == "FAIL"):
         return EXIT_DRAINED
     if not doc["config"]["validated"] or not doc["daemon"].get("alive") or doc["daemon"].get("verdict") == "UNKNOWN":
         return EXIT_OTHER
@@ -136,13 +157,20 @@ def text(doc: dict[str, Any]) -> str:
         for check in d["not_ok"]:
             lines.append(f"  {check['status']} {check['name']}: {check['summary']}")
     dr = doc["drain"]
-    if dr is None:
+    orphan = doc.get("orphan")
+    if orphan:
+        lines.append(f"drain: ORPHAN: drained with a nodehealth reason and no record of ours ({orphan['reason']!r}): "
+                     f"never resumed by nodehealth; once fixed, resume it by hand: {orphan['resume']}")
+    elif dr is None:
         lines.append("drain: none of ours")
     else:
         lines.append(f"drain: ours since {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
                      f"{dr['action']}, {dr['phase']}" + (f", job {dr['job_id']}" if dr["job_id"] else "") + ")")
         r = doc["resume"]
-        if dr["reboot_needed"]:
+        if dr.get("flapping"):
+            lines.append(f"resume: held for a person (flapping: {dr['drains_in_window']} drains of {dr['check']}); "
+                         f"nodehealth never resumes it: scontrol update nodename={doc['node']} state=resume")
+        elif dr["reboot_needed"]:
             lines.append("resume: after a reboot (a reboot-class fault), then clean health checks")
         elif r["enabled"]:
             lines.append(f"resume: {r['clean_runs']} of {r['needed']} clean health checks so far")

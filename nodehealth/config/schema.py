@@ -75,6 +75,21 @@ class SlurmSettings:
         3600.0, "how often the health check or the daemon reads this node from slurmctld when nothing "
         "changed (Gres GPU count for expected_count = auto, a person's resume or edited reason); a "
         "healthy node makes no other call", unit="s", min=60, max=86400)
+    mode: str = setting(
+        "enforce", "enforce = drain and resume as decided; observe = decide as usual, log and export "
+        "\"would drain\" / \"would resume\" (nodehealth_slurm_would_total), make no scontrol update, and "
+        "the faces exit 0 (a roll-out: docs/operations.md); a value that is neither is a config error, "
+        "never observe", choices=("enforce", "observe"))
+    reboot: str = setting(
+        "off", "asap = after draining for a reboot-class fault ([resume] reboot_actions), ask Slurm to reboot "
+        "the node (scontrol reboot ASAP nextstate=RESUME; needs RebootProgram in slurm.conf); off = the "
+        "drain waits for a person or a boot", choices=("off", "asap"))
+    reboot_max: int = setting(
+        2, "reboots asked for one check within reboot_window_s before the next fault of that check is "
+        "held for a person instead (reason nh:inspect ..., no reboot, no automatic resume)", min=1, max=100)
+    reboot_window_s: float = setting(
+        86400.0, "how long a reboot asked for a check counts towards reboot_max", unit="s", min=60,
+        max=30 * 86400)
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,22 @@ class ResumeSettings:
     reboot_actions: tuple[str, ...] = setting(
         ("reboot",), "fault actions that clear only after a reboot (the boot id must change before resume)",
         choices=("restart_app", "reset_gpu", "reboot", "inspect"))
+    # Flap damping (docs/operations.md, "Flapping"). A part that "works after a reset, fails under
+    # load" drains, passes its clean runs idle, takes a job and fails again: each cycle costs a job.
+    # Three drains for one check in six hours is not chance: one drain is a transient, two may be a
+    # repeat of it (a stray twice), a third within a shift is a pattern only a person can break.
+    # Six hours holds three cycles even at a 5-minute HealthCheckInterval with the backoff below
+    # (3, then 6 clean runs: 45 min of clean runs alone), and a day-long job's repeat falls out of it.
+    flap_drains: int = setting(
+        3, "drains for the same check within flap_window_s that hold the node for a person: the drain that "
+        "reaches this count says \"flapping: N drains in W\" and is never resumed by nodehealth "
+        "(a person resumes it by hand); 0 = no damping", min=0, max=32)
+    flap_window_s: float = setting(
+        21600.0, "the window in which drains are counted for flap_drains, and for the clean-run backoff",
+        unit="s", min=1, max=30 * 86400)
+    clean_runs_max: int = setting(
+        48, "backoff cap: the Nth drain for one check within flap_window_s needs clean_runs x 2^(N-1) clean "
+        "runs before it is resumed, at most this many", min=1, max=100000)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ class Daemon:
         self.report: Optional[Report] = None
         self.observations: Optional[Observations] = None
         self.xid_events = 0
+        self.said: dict[str, str] = {}  # check -> the finding line last logged (quiet rounds)
         self.lock = threading.Lock()
         from nodehealth.daemon.selftest import Schedule
 
@@ -311,10 +312,20 @@ class Daemon:
             self.notify(f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
                         f"{report.duration_s:.2f} s")
             report = self.run_selftest(cfg, report, outcome.observations)
-            for r in report.results:
-                if r.status >= Status.WARN:
-                    self.log(f"{r.status.name} {r.name}: {r.summary}", "warning" if r.status < Status.FAIL else "err",
+            # A finding is said when it appears, changes or clears, not every round (a drained
+            # faulty node logged the same FAIL line 2,880 times a day at 30 s rounds).
+            from nodehealth.slurm.policy import changed_lines, result_lines
+
+            lines = result_lines(report)
+            by_name = {r.name: r for r in report.results}
+            for line in changed_lines(self.said, lines):
+                r = by_name.get(line.split(" ", 2)[1].rstrip(":"))
+                if r is not None and r.status >= Status.WARN:
+                    self.log(line, "warning" if r.status < Status.FAIL else "err",
                              check=r.name, status=r.status.name, gpu=r.gpu)
+                else:
+                    self.log(line, "notice")
+            self.said = lines
             return report
         except Exception as exc:  # noqa: BLE001 - a bug in one round must not end the watch
             self.metrics.round_failed()

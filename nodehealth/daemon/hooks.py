@@ -48,11 +48,12 @@ class ActSlurm:
 
     def _actor(self, cfg: Config, node: str, boot_id: Optional[str]) -> Any:
         from nodehealth.platform.deadline import Deadline
-        from nodehealth.slurm import act
+        from nodehealth.slurm import act, observe
         from nodehealth.slurm.client import Scontrol
 
         deadline = Deadline(max(1.0, 3 * cfg.slurm.timeout_s))
-        client = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf)
+        real = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf)
+        client = observe.client(cfg, node, real, self._act_log)  # [slurm] mode = "observe": no update
         return act.Actor(cfg=cfg, node=node, phase="daemon", client=client, deadline=deadline, log=self._act_log,
                          boot_id=boot_id)
 
@@ -66,7 +67,7 @@ class ActSlurm:
         if worst_failure(report, cfg.policy.unknown) is None:
             return None
         with self.lock:
-            return slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report), cfg.paths)
+            return with_loop(slurm_view(act.on_fault(self._actor(cfg, node, boot_id), report), cfg.paths), cfg, node)
 
     def after_round(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         """The health-check flow on the round's Report: no Slurm call on a healthy node but the
@@ -74,7 +75,8 @@ class ActSlurm:
         from nodehealth.slurm import act
 
         with self.lock:
-            return slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths)
+            return with_loop(slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths), cfg,
+                             node)
 
 
 def slurm_view(acted: Any, paths: Any) -> SlurmView:
@@ -89,12 +91,33 @@ def slurm_view(acted: Any, paths: Any) -> SlurmView:
     held = state.breaker_held is not None
     o, n = acted.outcome, acted.node
     action = "" if o in (Outcome.NONE, Outcome.ALREADY) else o.value
+    # Flap hold and orphan from the state file, whoever found them (a face or the daemon).
+    flapping = state.drain is not None and state.drain.flapping
+    orphan = state.drain is None and state.orphan is not None
     if n is None:
         ours = True if o.drained_by_us else None
-        return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=held, last_action=action)
+        return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=held, last_action=action,
+                         flapping=flapping, orphan_drain=orphan)
     return SlurmView(drained=n.drained or o == Outcome.DRAINED,
                      drained_by_nodehealth=policy.owns(n, state) or o == Outcome.DRAINED,
-                     breaker_open=held, reason=n.reason.full if n.reason else None, last_action=action)
+                     breaker_open=held, reason=n.reason.full if n.reason else None, last_action=action,
+                     flapping=flapping, orphan_drain=orphan)
+
+
+def with_loop(view: SlurmView, cfg: Config, node: str) -> SlurmView:
+    """``view`` with observe mode and the reboot loop: the mode, the would-be counts (the faces' too),
+    the reboots asked within the window and whether our drain is held after them."""
+    import dataclasses
+
+    from nodehealth.slurm import observe, reboot
+
+    would = observe.would_counts(observe.read_doc(cfg.paths, observe.FILE_NAME))
+    loop = reboot.status(cfg, node)
+    if observe.observing(cfg) and observe.effective(cfg.paths, node) is not None:
+        # The act sequence saw its would-be drain; Slurm has the node in service (no reason of its own there).
+        view = dataclasses.replace(view, drained=False, drained_by_nodehealth=False)
+    return dataclasses.replace(view, observe_mode=observe.observing(cfg), would=tuple(sorted(would.items())),
+                               reboots_requested=loop[0], reboot_escalated=loop[1])
 
 
 def default_slurm_hook(log: Logger) -> Optional[SlurmHook]:

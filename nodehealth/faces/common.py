@@ -25,7 +25,7 @@ from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.platform.deadline import Deadline
-from nodehealth.slurm import act, jobenv
+from nodehealth.slurm import act, jobenv, observe
 from nodehealth.slurm.client import Scontrol
 from nodehealth.slurm.policy import scope_processes, worst_failure
 from nodehealth.statedir import counters, layout, ledger
@@ -48,8 +48,9 @@ class Run:
     job_id: Optional[str] = None
 
     def actor(self) -> act.Actor:
-        client = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
-                          self.environ)
+        real = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
+                        self.environ)
+        client = observe.client(self.cfg, self.node, real, self.log)  # [slurm] mode = "observe": no update
         # The prolog's job was just allocated on a node Slurm held schedulable: a drain recorded more
         # than a minute ago (before the allocation; the daemon may drain while it is under way) was
         # lifted since and is read back rather than trusted.
@@ -149,11 +150,43 @@ def log_report(run: Run, report: Report) -> None:
                 notable=True)
 
 
+def log_changes(run: Run, report: Report) -> None:
+    """The health check's findings, said when one appears, changes or clears, not every run.
+
+    A drained faulty node is checked every ``HealthCheckInterval`` (5 s on some sites): the same
+    FAIL line each time says nothing new. What was last said lives in the Slurm state file
+    (``logged``), so it holds across the short-lived runs.
+    """
+    from nodehealth.slurm.policy import changed_lines, result_lines
+    from nodehealth.statedir import slurmstate
+
+    now = result_lines(report)
+    before = (slurmstate.load(run.cfg.paths).logged or {}).get(run.phase, {})
+    lines = changed_lines(before, now)
+    if not lines:
+        return
+    by_name = {r.name: r for r in report.results}
+    for line in lines:
+        r = by_name.get(line.split(" ", 2)[1].rstrip(":")) if line.count(" ") >= 2 else None
+        if r is not None and r.status >= Status.WARN:
+            run.log(line, check=r.name, gpu=r.gpu, status=r.status.name)
+        else:
+            run.log(line)
+    run.log(f"{report.status.name}: {len(report.results)} checks in {report.duration_s:.2f} s")
+    if report.status == Status.UNKNOWN and run.cfg.policy.unknown == "pass":
+        run.log("nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy",
+                notable=True)
+    memory = {k: v[:slurmstate.MAX_LOGGED_CHARS] for k, v in now.items()}
+    slurmstate.update(run.cfg.paths, lambda s: replace(s, logged=dict(s.logged or {}, **{run.phase: memory})),
+                      min(1.0, max(0.1, run.deadline.left())), run.log)
+
+
 def exit_code(run: Run, report: Report) -> int:
     """0 healthy; else the one drain sequence, then 1 (0 when the breaker held the drain back)."""
     if worst_failure(report, run.cfg.policy.unknown) is None:
         return 0
-    return 0 if act.on_fault(run.actor(), report).outcome == act.Outcome.HELD else 1
+    code = 0 if act.on_fault(run.actor(), report).outcome == act.Outcome.HELD else 1
+    return observe.exit_code(run.cfg, code, run.log)
 
 
 def guarded(face: str, body: Callable[[], int]) -> int:
@@ -217,6 +250,17 @@ def healthcheck_face() -> int:
     run = started
     report, obs = run_outcome(run)
     save_counters(run, obs, "healthcheck")
-    log_report(run, report)
-    act.after_check(run.actor(), report, obs.slurm_node)
-    return 0 if worst_failure(report, run.cfg.policy.unknown) is None else 1
+    log_changes(run, report)
+    acted = act.after_check(run.actor(), report, obs.slurm_node)
+    fault = worst_failure(report, run.cfg.policy.unknown)
+    if fault is None:
+        return 0
+    # slurmd only logs a health check's exit status ("error: health_check failed: rc:1"), it acts on
+    # none: once our own drain holds the node for this very fault, exit 1 on every run is noise.
+    if acted.outcome == act.Outcome.ALREADY:
+        from nodehealth.statedir import slurmstate
+
+        rec = slurmstate.load(run.cfg.paths).drain
+        if rec is not None and rec.check == fault.name:
+            return 0
+    return observe.exit_code(run.cfg, 1, run.log)

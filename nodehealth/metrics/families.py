@@ -178,6 +178,20 @@ FAMILIES: tuple[Family, ...] = (
        "(exactly the nh:<code> ... reason nodehealth recorded)"),
     _f(_S, "nodehealth_slurm_breaker_open", GAUGE, (), "1 while the drain-storm breaker holds back a drain this "
        "node needs"),
+    _f(_S, "nodehealth_slurm_flapping", GAUGE, (), "1 while a drain of ours is held for a person: its check "
+       "drained [resume] flap_drains times within flap_window_s (reason nh:flap ...; never resumed by nodehealth)"),
+    _f(_S, "nodehealth_slurm_orphan_drain", GAUGE, (), "1 while Slurm shows this node drained with a nodehealth "
+       "reason and no record of ours (a lost state dir): never resumed by nodehealth, resume it by hand"),
+    _f(_S, "nodehealth_slurm_observe_mode", GAUGE, (), "1 while [slurm] mode = \"observe\": decisions are made, "
+       "logged and counted (nodehealth_slurm_would_total), no scontrol update is sent, the faces exit 0"),
+    _f(_S, "nodehealth_slurm_would_total", COUNTER, ("action",), "Slurm actions observe mode would have taken "
+       "(faces and daemon, since the would-be record was created)", values={"action": ("drain", "resume", "reboot")},
+       note="kept in the persistent dir with the would-be drain; compare with what administrators drained "
+            "(docs/operations.md, Rolling out)"),
+    _f(_S, "nodehealth_slurm_reboots_requested", GAUGE, (), "Reboots nodehealth asked Slurm for "
+       "([slurm] reboot = \"asap\") within [slurm] reboot_window_s, all checks"),
+    _f(_S, "nodehealth_slurm_reboot_escalated", GAUGE, (), "1 while a drain of ours is held for a person after "
+       "[slurm] reboot_max reboots within reboot_window_s did not clear its fault (reason nh:inspect ...)"),
     _f(_S, "nodehealth_slurm_actions_total", COUNTER, ("action",), "Slurm decisions the daemon acted on (drained, "
        "resumed, held, unreachable, ...)",
        note="`action` is the Slurm hook's outcome: `drained`, `resumed`, `held`, `other`, `disabled`, "

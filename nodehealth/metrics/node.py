@@ -36,6 +36,12 @@ class SlurmView:
     breaker_open: Optional[bool] = None
     reason: Optional[str] = None
     last_action: str = ""  # drained, resumed, held, ... (see nodehealth.daemon.hooks)
+    flapping: Optional[bool] = None  # our drain is held for a person (flap damping)
+    orphan_drain: Optional[bool] = None  # drained with a nodehealth reason and no record of ours
+    observe_mode: Optional[bool] = None  # [slurm] mode = "observe"
+    would: tuple[tuple[str, int], ...] = ()  # observe mode: (action, count) from slurm-observe.json
+    reboots_requested: Optional[int] = None  # [slurm] reboot = "asap": reboots asked within the window
+    reboot_escalated: Optional[bool] = None  # our drain is held for a person after reboot_max reboots
 
 
 class NodeMetrics:
@@ -214,9 +220,20 @@ class NodeMetrics:
         if s is not None:
             for name, value in (("nodehealth_slurm_node_drained", s.drained),
                                 ("nodehealth_slurm_node_drained_by_nodehealth", s.drained_by_nodehealth),
-                                ("nodehealth_slurm_breaker_open", s.breaker_open)):
+                                ("nodehealth_slurm_breaker_open", s.breaker_open),
+                                ("nodehealth_slurm_flapping", s.flapping),
+                                ("nodehealth_slurm_orphan_drain", s.orphan_drain),
+                                ("nodehealth_slurm_observe_mode", s.observe_mode),
+                                ("nodehealth_slurm_reboot_escalated", s.reboot_escalated)):
                 if value is not None:
                     yield one(name, b(value))
+            if s.reboots_requested is not None:
+                yield one("nodehealth_slurm_reboots_requested", s.reboots_requested)
+            if s.observe_mode or s.would:
+                would = new("nodehealth_slurm_would_total")
+                for action, n in s.would:
+                    would.add([action], n)
+                yield would
         acts = new("nodehealth_slurm_actions_total")
         for action, n in sorted(self.slurm_actions.items()):
             acts.add([action], n)

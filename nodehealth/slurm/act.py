@@ -9,6 +9,16 @@ Every face and the daemon call these two functions, so they cannot disagree on p
   a node we drained once the hysteresis allows it (used by the health check and each daemon
   round).
 
+Under churn (docs/operations.md, "Flapping", "Orphan drains", "Quiet logs"):
+
+* the drain that makes ``[resume] flap_drains`` drains of one check within ``flap_window_s`` is
+  held for a person (reason ``nh:flap ...``, never resumed), and each drain within the window
+  needs twice the clean runs of the one before (``policy.clean_runs_needed``);
+* a resume is made only on a read of the node made just before it (never on the cached view);
+* a drain for processes lasts while NVML lists a process on its GPUs (``policy.judged_clean``);
+* a node drained with a nodehealth reason and no record of ours is an orphan: said once, left;
+* what the sequence says of a node that stays as it is is said once per drain, not every run.
+
 Both return an ``Acted``: an ``Outcome`` (an enum, not a string to re-interpret) and the node
 as Slurm showed it, from which callers derive exit codes and metrics. The decisions are the
 pure functions of ``nodehealth.slurm.policy``; the Slurm calls go through a ``SlurmClient``
@@ -25,7 +35,7 @@ from typing import Any, Callable, Optional, Union
 from nodehealth.model import Report
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
-from nodehealth.slurm import policy
+from nodehealth.slurm import policy, reboot
 from nodehealth.slurm.client import SlurmClient
 from nodehealth.slurm.client import me as read_node
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state, reconcile_after_s
@@ -82,6 +92,17 @@ class Actor:
     def save(self, change: Callable[[State], State]) -> Optional[State]:
         return slurmstate.update(self.cfg.paths, change, self.lock_timeout(), self.log)
 
+    def say(self, text: str, notable: bool = False) -> None:
+        """Log ``text`` unless it is what this face last said of the node's drain (once per drain and
+        change: a drained faulty node checked every 5 s says it once, not 17,000 times a day)."""
+        key = f"{self.phase}~act"
+        state = slurmstate.load(self.cfg.paths)
+        mark = f"{state.drain.time if state.drain else 0}|{text}"[:slurmstate.MAX_LOGGED_CHARS]
+        if (state.logged or {}).get(key, {}).get("said") == mark:
+            return
+        self.log(text, notable=notable)
+        self.save(lambda s: replace(s, logged=dict(s.logged or {}, **{key: {"said": mark}})))
+
 
 def read_me(actor: Actor) -> Union[NodeInfo, ProbeError]:
     """This node from slurmctld now (one call), cached in the state file for the others."""
@@ -101,48 +122,90 @@ def _disown(actor: Actor, node: NodeInfo, state: State) -> None:
                   "it belongs to whoever changed it: never overwritten, never resumed", notable=True)
     elif not node.drained:
         actor.log(f"node {node.state.text}: our drain was lifted by someone else; forgetting it")
-    actor.save(lambda s: replace(s, drain=None, disowned=text if node.drained else None))
+    check = state.drain.check if state.drain is not None and state.drain.flapping and not node.drained else None
+
+    def forget(s: State) -> State:
+        # A person resumed a drain held for flapping: they judged the part; its count starts again.
+        history = policy.forget_check(s.history, check) if check is not None else s.history
+        return replace(s, drain=None, disowned=text if node.drained else None, history=history)
+    actor.save(forget)
+
+
+def _orphan(actor: Actor, node: Optional[NodeInfo], state: State) -> bool:
+    """A nodehealth reason on this node with no record of ours: said once (log, state for status and
+    the metric), never resumed, never overwritten. True while the node is one."""
+    if state.drain is not None or node is None:
+        return False
+    if node.drained_by_us and node.reason is not None:
+        text = node.reason.full[:slurmstate.MAX_TEXT_CHARS]
+        if state.orphan != text:
+            actor.log(f"{actor.node} is drained with a nodehealth reason and no record of ours ({text!r}; "
+                      "the state dir was lost or wiped?): nodehealth never resumes it; once the node is "
+                      f"fixed, resume it by hand: scontrol update nodename={actor.node} state=resume", notable=True)
+            actor.save(lambda s: replace(s, orphan=text))
+        return True
+    if state.orphan is not None:
+        actor.log(f"{actor.node}: the orphan nodehealth drain is gone (node {node.state.text})")
+        actor.save(lambda s: replace(s, orphan=None))
+    return False
 
 
 def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Acted:
     """Drain for the worst fault of ``report``; ``me``: this node's record when just read.
 
     Slurm calls: none while a drain of ours already holds the node for a fault at least as
-    severe (its first reason stays); else one cluster view (this node and the breaker's count)
-    and the drain.
+    severe (its first reason stays), nor while ``me`` shows it drained for another reason; else
+    one cluster view (this node and the breaker's count) and the drain. The drain that makes
+    ``[resume] flap_drains`` drains of its check within ``flap_window_s`` is held for a person.
     """
     cfg = actor.cfg
     fault = policy.worst_failure(report, cfg.policy.unknown)
     assert fault is not None
-    reason = policy.format_reason(fault, cfg.drain.reason_max_len,
-                                  policy.fault_count(report, cfg.policy.unknown) - 1)
+    more = policy.fault_count(report, cfg.policy.unknown) - 1
+    reason = policy.format_reason(fault, cfg.drain.reason_max_len, more)
     now = time.time()
     status = report.status.name
 
-    def record(state: State) -> State:
-        rec = DrainRecord(reason=reason, check=fault.name, action=fault.action.value, boot_id=actor.boot_id,
-                          time=now, phase=actor.phase, job_id=actor.job_id)
-        # The cached view predates the drain: the next look at this node reads it (and so confirms the drain).
-        stale = dict(state.slurm_node, time=None) if state.slurm_node else None
-        return replace(state, clean_runs=0, drain=rec, disowned=None, last_status=status, last_run=now,
-                       boot_id=actor.boot_id, slurm_node=stale)
-
     def not_drained(outcome: Outcome, why: str, node: Optional[NodeInfo]) -> Acted:
         """A fault this run did not drain for: the clean-run count starts again."""
-        actor.log(f"fault ({reason}); {why}", notable=True)
+        actor.say(f"fault ({reason}); {why}", notable=True)
         actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
         return Acted(outcome, node)
 
     if not cfg.drain.enabled:
         return not_drained(Outcome.DISABLED, "[drain] enabled = false: not draining", me)
     state = slurmstate.load(cfg.paths)
+    window = cfg.resume.flap_window_s
+    drains = policy.drains_within(state.history, fault.name, now, window) + 1
+    held = policy.flapping(drains, cfg.resume.flap_drains)
+    if not held and state.drain is not None and state.drain.flapping:
+        held, drains = True, max(drains, state.drain.drains)  # a new reason never lifts a hold for a person
+    if held:
+        reason = policy.flap_reason(fault, drains, window, cfg.drain.reason_max_len, more)
+
+    def record(state: State) -> State:
+        rec = DrainRecord(reason=reason, check=fault.name, action=fault.action.value, boot_id=actor.boot_id,
+                          time=now, phase=actor.phase, job_id=actor.job_id, drains=drains, flapping=held,
+                          gpus=policy.fault_gpus(fault))
+        # The cached view predates the drain: the next look at this node reads it (and so confirms the drain).
+        stale = dict(state.slurm_node, time=None) if state.slurm_node else None
+        return replace(state, clean_runs=0, drain=rec, disowned=None, orphan=None, last_status=status, last_run=now,
+                       boot_id=actor.boot_id, slurm_node=stale,
+                       history=policy.remember_drain(state.history, fault.name, now, window))
+
+    def drained(what: str) -> None:
+        if held:
+            actor.log(f"{what}: held for a person: {fault.name} drained {drains} times within {policy.span(window)} "
+                      f"([resume] flap_drains = {cfg.resume.flap_drains}); nodehealth will not resume it: "
+                      f"scontrol update nodename={actor.node} state=resume once it is fixed", notable=True)
+
     trusted = state.drain is not None and (actor.record_trusted_after is None
                                            or state.drain.time >= actor.record_trusted_after)
     if state.drain is not None and (policy.owns(me, state) if me is not None else trusted):
         # Ours already (by our record; Slurm keeps an existing reason, so no call is needed to stay drained).
         decision = policy.decide_drain(_as_ours(me, state), state, fault, reason)
         if decision.action != "drain":
-            actor.log(f"fault ({reason}); {decision.why}")
+            actor.say(f"fault ({reason}); {decision.why}")
             actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
             return Acted(Outcome.ALREADY, me)
         # A more severe fault replaces the reason: the node is drained already, the breaker is not asked.
@@ -150,8 +213,17 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         if not out.ok:
             return not_drained(Outcome.UNREACHABLE, f"{decision.why}; re-reasoning failed: {out.message}", me)
         actor.log(f"drain reason of {actor.node} replaced: {reason} ({decision.why})", notable=True)
+        drained("re-reasoned")
         actor.save(record)
         return Acted(Outcome.DRAINED, me)
+    if state.drain is None and me is not None and me.drained:
+        # Drained already for a reason with no record of ours (a person's, another tool's, or an orphan
+        # of ours): it stays as it is, so this just-read view saves the cluster read.
+        orphan = _orphan(actor, me, state)
+        decision = policy.decide_drain(me, state, fault, reason)
+        if decision.action != "drain":
+            return not_drained(Outcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
+                               if orphan else decision.why, me)
     everyone = actor.client.show(None)
     if isinstance(everyone, ProbeError):
         return not_drained(Outcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
@@ -162,25 +234,29 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         actor.save(lambda s: replace(s, slurm_node=cache))
     if state.drain is not None and me is not None and not policy.owns(me, state):
         _disown(actor, me, state)
-        state = replace(state, drain=None)
+        state = slurmstate.load(cfg.paths)
+    orphan = _orphan(actor, me, state)
     decision = policy.decide_drain(me, state, fault, reason)
     if decision.action != "drain":
         if policy.owns(me, state):
             actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
             return Acted(Outcome.ALREADY, me)
-        return not_drained(Outcome.OTHER, decision.why, me)
+        return not_drained(Outcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
+                           if orphan else decision.why, me)
     br = policy.breaker(everyone, cfg.drain.max_share, cfg.drain.breaker_min_drained, exclude=actor.node)
     if br.tripped:
-        actor.log(f"fault ({reason}); NOT draining: {br.describe()}", notable=True)
-        held = {"time": now, "ours": br.ours, "total": br.total, "share": round(br.share, 4),
+        actor.say(f"fault ({reason}); NOT draining: {br.describe()}", notable=True)
+        hold = {"time": now, "ours": br.ours, "total": br.total, "share": round(br.share, 4),
                 "limit": br.limit, "reason": reason, "phase": actor.phase}
-        actor.save(lambda s: replace(s, clean_runs=0, breaker_held=held, last_status=status, last_run=now))
+        actor.save(lambda s: replace(s, clean_runs=0, breaker_held=hold, last_status=status, last_run=now))
         return Acted(Outcome.HELD, me)
     out = actor.client.update(actor.node, "drain", reason)
     if not out.ok:
         return not_drained(Outcome.UNREACHABLE, f"drain failed: {out.message}", me)
     actor.log(f"drained {actor.node}: {reason}", notable=True)
+    drained("drained")
     actor.save(lambda s: replace(record(s), breaker_held=None))
+    reboot.after_drain(actor, fault.name, fault.action.value, reason)  # [slurm] reboot = "asap"
     return Acted(Outcome.DRAINED, me)
 
 
@@ -196,8 +272,8 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
 
     ``me``: this node as the ``slurm_node`` probe gave it (cached or read), if it was needed.
     Slurm calls: none on a healthy node without a drain of ours, except one reconciliation per
-    ``[slurm] reconcile_s``; with a drain of ours, one read when the resume is due, the resume,
-    and one read to confirm it.
+    ``[slurm] reconcile_s``; with a drain of ours, one read when the resume is due (always made
+    then, whatever the cache holds), the resume, and one read to confirm it.
     """
     cfg = actor.cfg
     now = time.time()
@@ -214,28 +290,33 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
             return Acted(Outcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
         node = got
     if state.drain is None:
+        _orphan(actor, node, state)
         return Acted(Outcome.NONE, node)
     if node is not None and _fresh(node, now, 60.0) and not policy.owns(node, state):
         _disown(actor, node, state)
         return Acted(Outcome.NONE, node)
     if not cfg.resume.enabled:
         return Acted(Outcome.NONE, node)
-    due = policy.resume_due(state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions)
+    due = policy.resume_due(state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
+                            cfg.resume.clean_runs_max)
     if due.action != "resume":
-        actor.log(f"not resuming: {due.why}")
+        actor.say(f"not resuming: {due.why}")
         return Acted(Outcome.NONE, node)
-    if node is None or not _fresh(node, now, 60.0):
-        got = read_me(actor)
-        if isinstance(got, ProbeError):
-            actor.log(f"resume due, but slurmctld did not answer ({got.message}); next run")
-            return Acted(Outcome.NONE)
-        node = got
-    decision = policy.decide_resume(node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions)
+    # Only on a read made now: a view cached a second ago may predate a person's edit of the reason
+    # ("... -- investigating DO NOT RESUME"), which is theirs from then on. The cache saves reads for
+    # drains, never for a resume.
+    got = read_me(actor)
+    if isinstance(got, ProbeError):
+        actor.say(f"resume due, but slurmctld did not answer ({got.message}); next run")
+        return Acted(Outcome.NONE)
+    node = got
+    decision = policy.decide_resume(node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
+                                    cfg.resume.clean_runs_max)
     if decision.action != "resume":
         if node.drained and not policy.owns(node, state) or not node.drained:
             _disown(actor, node, state)
         else:
-            actor.log(f"not resuming: {decision.why}")
+            actor.say(f"not resuming: {decision.why}")
         return Acted(Outcome.NONE, node)
     out = actor.client.update(actor.node, "resume")
     # Whatever scontrol answered, the node's state says whether it worked (right after a slurmctld

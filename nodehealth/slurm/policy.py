@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from nodehealth.model import Action, CheckResult, Report, Status
 from nodehealth.slurm.jobenv import sanitize
 from nodehealth.slurm.nodes import PREFIX, NodeInfo, reason_code
-from nodehealth.statedir.slurmstate import State
+from nodehealth.statedir.slurmstate import MAX_HISTORY, MAX_LOGGED_CHARS, DrainEvent, DrainRecord, State
 
 REASON_MAX = 200
 
@@ -182,11 +182,129 @@ def judged_ok(report: Report, check: str) -> Optional[bool]:
     return all(verdicts) if verdicts else None
 
 
+# Drains for processes on a GPU (the epilog's "left by job N", a stray): they last while NVML lists a
+# compute process on that GPU, whatever the ledger or the cgroups say about jobs.
+PROCESS_CHECKS = ("gpu_processes",)
+
+
+def processes_gone(report: Report, gpus: Sequence[int]) -> Optional[bool]:
+    """Did this run's NVML list no compute process on ``gpus`` (every GPU when empty)? None: not read.
+
+    ``gpu_processes`` names the GPUs it read (``gpus_judged``) and, outside the idle phases, the
+    processes it saw there whoever they belong to (``processes``; a fault's ``gpus``): a process of
+    a job the ledger calls running, or in a job's cgroup, is still a process on that GPU.
+    """
+    r = next((x for x in report.results if x.name == "gpu_processes"), None)
+    if r is None or r.status in (Status.SKIPPED, Status.UNKNOWN):
+        return None
+    judged = r.details.get("gpus_judged")
+    read = {int(g) for g in judged if isinstance(g, int)} if isinstance(judged, (list, tuple)) else set()
+    want = set(gpus) if gpus else read
+    if not want or not want <= read:
+        return None
+    busy: set[int] = set()
+    for key in ("processes", "gpus"):
+        seen = r.details.get(key)
+        if isinstance(seen, Mapping):
+            busy |= {int(k) for k in seen if isinstance(k, str) and k.isdigit()}
+    if r.status > Status.WARN and not busy:
+        return False
+    return not (busy & want)
+
+
+def judged_clean(report: Report, drain: Optional[DrainRecord]) -> Optional[bool]:
+    """Is this run clean for ``drain`` (``judged_ok`` of its check; for a process drain, NVML's list)?"""
+    if drain is None:
+        return True
+    if drain.check in PROCESS_CHECKS:
+        return processes_gone(report, drain.gpus)
+    return judged_ok(report, drain.check)
+
+
+def fault_gpus(fault: CheckResult) -> tuple[int, ...]:
+    """The GPUs a fault names: its per-GPU findings (``details["gpus"]``), else its one GPU."""
+    per_gpu = fault.details.get("gpus")
+    if isinstance(per_gpu, Mapping) and per_gpu:
+        return tuple(sorted({int(k) for k in per_gpu if isinstance(k, str) and k.isdigit()}))
+    return (fault.gpu,) if isinstance(fault.gpu, int) else ()
+
+
+# ----------------------------------------------------------------------------- flap damping
+
+
+def drains_within(history: Sequence[DrainEvent], check: str, now: float, window_s: float) -> int:
+    """Drains recorded for ``check`` in the last ``window_s`` seconds."""
+    return sum(1 for e in history if e.check == check and 0 <= now - e.time < window_s)
+
+
+def remember_drain(history: Sequence[DrainEvent], check: str, now: float, window_s: float) -> tuple[DrainEvent, ...]:
+    """``history`` with this drain added; drains older than the window (or in the future) dropped, bounded."""
+    kept = [e for e in history if 0 <= now - e.time < window_s]
+    return tuple(kept + [DrainEvent(check, now)])[-MAX_HISTORY:]
+
+
+def forget_check(history: Sequence[DrainEvent], check: str) -> tuple[DrainEvent, ...]:
+    """A person resumed a drain held for flapping: its count starts again."""
+    return tuple(e for e in history if e.check != check)
+
+
+def flapping(drains: int, flap_drains: int) -> bool:
+    """The ``drains``-th drain within the window holds the node for a person (``flap_drains`` 0: never)."""
+    return flap_drains > 0 and drains >= flap_drains
+
+
+def clean_runs_needed(base: int, drains: int, cap: int) -> int:
+    """The backoff: the Nth drain within the window needs ``base`` x 2^(N-1) clean runs, at most ``cap``
+    (never fewer than ``base``)."""
+    return min(max(base, cap), base << max(0, min(drains, MAX_HISTORY) - 1))
+
+
+def span(seconds: float) -> str:
+    """``6 h``, ``90 min``, ``45 s``: a window as people say it."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:g} s"
+
+
+FLAP_CODE = "flap"
+
+
+def flap_summary(fault: CheckResult, drains: int, window_s: float) -> str:
+    return f"flapping: {drains} drains in {span(window_s)}, resume by hand; {fault.summary}"
+
+
+def flap_reason(fault: CheckResult, drains: int, window_s: float, limit: int = REASON_MAX, more: int = 0) -> str:
+    """The reason of a drain held for a person: ``nh:flap[ GPU<i>] <check>: flapping: N drains in W /
+    resume by hand / <the fault's findings>`` (``format_reason``'s shape, the code ``flap``)."""
+    text = format_reason(replace(fault, summary=flap_summary(fault, drains, window_s)), limit - len(FLAP_CODE), more)
+    own = reason_head(fault).split(" ", 1)[0]  # nh:<code>
+    return PREFIX + FLAP_CODE + text[len(own):] if text.startswith(own) else text
+
+
+# ----------------------------------------------------------------------------- quiet logs
+
+
+def result_lines(report: Report) -> dict[str, str]:
+    """check -> ``STATUS check: summary`` for every result worse than OK (what a face logs of a run)."""
+    return {r.name: f"{r.status.name} {r.name}: {r.summary}" for r in report.results if r.status >= Status.WARN}
+
+
+def changed_lines(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """The lines to log for a run: a finding that appeared or changed, and one that cleared."""
+    out = [line for name, line in now.items() if (before.get(name) or "")[:MAX_LOGGED_CHARS] != line[:MAX_LOGGED_CHARS]]
+    out += [f"OK {name}: cleared (was: {line})" for name, line in before.items() if name not in now]
+    return out
+
+
 def after_run(state: State, report: Report, unknown_policy: str, now: float, boot_id: Optional[str]) -> State:
     """Advance the clean-run counter: +1 on a clean run, 0 on a fault, unchanged without evidence.
 
     While a drain of ours is recorded, a run is clean for it only when it judged the drain's
-    check OK (``judged_ok``); a run that did not judge it leaves the count as it was. Runs of an
+    check OK (``judged_ok``), and for a drain for processes only when NVML listed none on its
+    GPUs (``processes_gone``: a process that lives resets the count, whoever owns it); a run
+    that did not judge it leaves the count as it was. Runs of an
     earlier boot never count: the count starts again when the boot id changes. A run without a
     fault clears a breaker hold (there is nothing left to drain).
     """
@@ -195,7 +313,7 @@ def after_run(state: State, report: Report, unknown_policy: str, now: float, boo
         count = 0
     clean = is_clean(report, unknown_policy)
     if clean is True and state.drain is not None:
-        clean = judged_ok(report, state.drain.check)
+        clean = judged_clean(report, state.drain)
     held = state.breaker_held
     if clean is True:
         count += 1
@@ -259,7 +377,7 @@ def reboot_class(action: str, reboot_actions: Sequence[str]) -> bool:
 
 
 def decide_resume(node: Optional[NodeInfo], state: State, clean_runs_needed: int, boot_id: Optional[str],
-                  reboot_actions: Sequence[str]) -> Decision:
+                  reboot_actions: Sequence[str], clean_runs_max: Optional[int] = None) -> Decision:
     """Whether a clean node that nodehealth drained may go back into service.
 
     Only a drain that is ours (``owns``: Slurm's reason is exactly the one recorded); not while a
@@ -276,20 +394,33 @@ def decide_resume(node: Optional[NodeInfo], state: State, clean_runs_needed: int
         return Decision("none", "drained for a reason that is not exactly ours; never resumed by nodehealth")
     if node.state.hands_off:
         return Decision("none", f"node state {node.state.text}: reboot/maintenance pending, left alone")
-    return resume_due(state, clean_runs_needed, boot_id, reboot_actions)
+    return resume_due(state, clean_runs_needed, boot_id, reboot_actions, clean_runs_max)
 
 
 def resume_due(state: State, clean_runs_needed: int, boot_id: Optional[str],
-               reboot_actions: Sequence[str]) -> Decision:
-    """What the drain record and the clean-run count alone say about resuming (no Slurm view)."""
-    if state.drain is None:
-        return Decision("none", "no drain of ours recorded")
-    if state.clean_runs < clean_runs_needed:
-        return Decision("none", f"clean run {state.clean_runs} of {clean_runs_needed} needed to resume")
+               reboot_actions: Sequence[str], clean_runs_max: Optional[int] = None) -> Decision:
+    """What the drain record and the clean-run count alone say about resuming (no Slurm view).
+
+    A drain held for flapping is never due. ``clean_runs_max``: the backoff's cap (the record's
+    Nth drain within the window needs ``clean_runs_needed`` x 2^(N-1) runs); None: no backoff.
+    """
     rec = state.drain
+    if rec is None:
+        return Decision("none", "no drain of ours recorded")
+    if rec.flapping:
+        return Decision("none", f"held for a person: {rec.check} flapping ({rec.drains} drains); resume by hand")
+    needed = clean_runs_needed if clean_runs_max is None else \
+        clean_runs_needed_for(rec, clean_runs_needed, clean_runs_max)
+    if state.clean_runs < needed:
+        return Decision("none", f"clean run {state.clean_runs} of {needed} needed to resume"
+                        + (f" (drain {rec.drains} of {rec.check} in the window)" if rec.drains > 1 else ""))
     if rec is not None and reboot_class(rec.action, reboot_actions):
         if rec.boot_id is None or boot_id is None:
             return Decision("none", f"{rec.check} needs a reboot (action {rec.action}); boot id unknown")
         if rec.boot_id == boot_id:
             return Decision("none", f"{rec.check} needs a reboot (action {rec.action}); not rebooted since the drain")
     return Decision("resume", f"{state.clean_runs} consecutive clean run(s)")
+
+
+def clean_runs_needed_for(rec: DrainRecord, base: int, cap: int) -> int:
+    return clean_runs_needed(base, rec.drains, cap)

@@ -1,8 +1,14 @@
 """The Slurm faces' memory between runs: ``<state_dir>/slurm-state.json`` (standard library only).
 
 What nodehealth drained this node for (``DrainRecord``), the clean-run count since, the boot
-id, the breaker's last hold, and the cached Slurm view of this node (``NodeInfo.to_json``),
-which the prolog and epilog use instead of asking slurmctld.
+id, the breaker's last hold, the cached Slurm view of this node (``NodeInfo.to_json``), which
+the prolog and epilog use instead of asking slurmctld, the recent drains (``DrainEvent``: the
+flap damping counts them), the orphan reason already said, and what each face last logged of
+its findings (so a drained faulty node logs a change, not every round).
+
+Every field is bounded when read back: lists keep their newest ``MAX_*`` entries, numbers must
+be finite, texts are cut, and an entry of an unknown shape is dropped (never a reason to lose
+the rest of the state).
 """
 
 from __future__ import annotations
@@ -14,6 +20,35 @@ from nodehealth.statedir import files, layout
 
 STATE_VERSION = 1
 FILE_NAME = layout.SLURM_STATE
+MAX_HISTORY = 32  # drains remembered; [resume] flap_drains is at most this
+MAX_CHECK_CHARS = 64  # a check's name (the registry's are under 30)
+MAX_GPUS = 64  # GPU indexes a drain record names
+MAX_LOGGED = 64  # findings remembered as logged (one per check; the registry has fewer)
+MAX_LOGGED_CHARS = 512  # each remembered line, cut
+MAX_TEXT_CHARS = 2048  # the orphan reason remembered (Slurm's reason, as the cache bounds it)
+
+
+@dataclass(frozen=True)
+class DrainEvent:
+    """One drain nodehealth made of this node: the check it was for and when (Unix time)."""
+
+    check: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "time": self.time}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Optional[DrainEvent]:
+        if not isinstance(raw, Mapping):
+            return None
+        check, when = raw.get("check"), raw.get("time")
+        if not isinstance(check, str) or not 0 < len(check) <= MAX_CHECK_CHARS or not check.isprintable():
+            return None
+        t = _finite(when)
+        if t <= 0.0:
+            return None
+        return cls(check, t)
 
 
 @dataclass(frozen=True)
@@ -27,10 +62,14 @@ class DrainRecord:
     time: float
     phase: str
     job_id: Optional[str] = None
+    drains: int = 1  # drains for this check within [resume] flap_window_s, this one included
+    flapping: bool = False  # held for a person: never resumed by nodehealth
+    gpus: tuple[int, ...] = ()  # the GPUs the fault named (a process drain ends when NVML lists none there)
 
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "check": self.check, "action": self.action, "boot_id": self.boot_id,
-                "time": self.time, "phase": self.phase, "job_id": self.job_id}
+                "time": self.time, "phase": self.phase, "job_id": self.job_id, "drains": self.drains,
+                "flapping": self.flapping, "gpus": list(self.gpus)}
 
     @classmethod
     def from_json(cls, raw: Any) -> Optional[DrainRecord]:
@@ -40,7 +79,9 @@ class DrainRecord:
             return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
                        action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
                        time=_finite(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
-                       job_id=layout.valid_job_id(raw.get("job_id")))
+                       job_id=layout.valid_job_id(raw.get("job_id")),
+                       drains=min(max(1, _count(raw.get("drains", 1))), MAX_HISTORY),
+                       flapping=raw.get("flapping") is True, gpus=_gpus(raw.get("gpus")))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -57,12 +98,17 @@ class State:
     breaker_held: Optional[dict[str, Any]] = None
     slurm_node: Optional[dict[str, Any]] = None  # cached Gres/state/reason of this node
     disowned: Optional[str] = None  # a reason seen on this node that was ours and is not any more (logged once)
+    history: tuple[DrainEvent, ...] = ()  # our recent drains, oldest first (flap damping)
+    orphan: Optional[str] = None  # a nodehealth reason on this node with no record of ours (logged once)
+    logged: Optional[dict[str, dict[str, str]]] = None  # face/phase -> {check: the line last logged}
 
     def to_json(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "clean_runs": self.clean_runs, "last_status": self.last_status,
                 "last_run": self.last_run, "boot_id": self.boot_id,
                 "drain": self.drain.to_json() if self.drain else None,
-                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node, "disowned": self.disowned}
+                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node, "disowned": self.disowned,
+                "history": [e.to_json() for e in self.history[-MAX_HISTORY:]], "orphan": self.orphan,
+                "logged": self.logged}
 
     @classmethod
     def from_json(cls, raw: Any) -> State:
@@ -77,7 +123,40 @@ class State:
                    boot_id=_opt_str(raw.get("boot_id")), drain=DrainRecord.from_json(raw.get("drain")),
                    breaker_held=dict(held) if isinstance(held, Mapping) else None,
                    slurm_node=dict(node) if isinstance(node, Mapping) else None,
-                   disowned=_opt_str(raw.get("disowned")))
+                   disowned=_opt_str(raw.get("disowned")), history=_history(raw.get("history")),
+                   orphan=_text(raw.get("orphan")), logged=_logged(raw.get("logged")))
+
+
+def _history(raw: Any) -> tuple[DrainEvent, ...]:
+    """The newest ``MAX_HISTORY`` well-formed drains, oldest first; anything else dropped."""
+    if not isinstance(raw, list):
+        return ()
+    events = [e for e in (DrainEvent.from_json(x) for x in raw[-4 * MAX_HISTORY:]) if e is not None]
+    return tuple(sorted(events, key=lambda e: e.time)[-MAX_HISTORY:])
+
+
+def _gpus(raw: Any) -> tuple[int, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(sorted({g for g in raw[:MAX_GPUS] if isinstance(g, int) and not isinstance(g, bool)
+                         and 0 <= g < 1 << 16}))
+
+
+def _text(raw: Any) -> Optional[str]:
+    return raw[:MAX_TEXT_CHARS] if isinstance(raw, str) and raw else None
+
+
+def _logged(raw: Any) -> Optional[dict[str, dict[str, str]]]:
+    """face -> {check: line}: string keys and values only, each bounded; a few faces."""
+    if not isinstance(raw, Mapping):
+        return None
+    out: dict[str, dict[str, str]] = {}
+    for face, lines in list(raw.items())[:8]:
+        if not isinstance(face, str) or not 0 < len(face) <= MAX_CHECK_CHARS or not isinstance(lines, Mapping):
+            continue
+        out[face] = {k: v[:MAX_LOGGED_CHARS] for k, v in list(lines.items())[:MAX_LOGGED]
+                     if isinstance(k, str) and 0 < len(k) <= MAX_CHECK_CHARS and isinstance(v, str)}
+    return out or None
 
 
 def _opt_str(value: Any) -> Optional[str]:
