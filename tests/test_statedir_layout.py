@@ -254,3 +254,38 @@ def test_a_hostile_or_corrupt_old_file_is_refused_without_losing_protection(tmp_
     assert [m for m in said if "before the upgrade" in m] == [line]  # said once
     shutil.rmtree(d.run)
     assert slurmstate.load(d).drain == drained
+
+
+def test_check_by_hand_neither_makes_the_persistent_dir_nor_moves_an_old_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nodehealth check` writes nothing (docs/operations.md): on the split layout it reads the drain
+    record where an upgrade left it and creates no persistent dir."""
+    from test_check_writes_nothing import cli, node, snapshot
+
+    _, cfg, env = node(tmp_path, monkeypatch, "remap-pending.toml")
+    d = Dirs(tmp_path)
+    cfg.write_text(cfg.read_text().replace(f'state_dir = "{tmp_path}/state"',
+                                           f'state_dir = "{d.run}"\npersistent_dir = "{d.lib}"'))
+    old_record(d)
+    before = snapshot(d.run)
+    for argv in (["check"], ["check", "--as", "healthcheck"]):
+        res = cli(*argv, "--config", str(cfg), env=env)
+        assert res.returncode == 1, (argv, res.stdout + res.stderr)
+        assert not os.path.lexists(d.lib) and snapshot(d.run) == before, argv
+
+
+def test_the_daemon_refuses_a_persistent_dir_another_user_owns(tmp_path: Path) -> None:
+    from nodehealth.daemon.core import StartError, validate_start
+
+    d = Dirs(tmp_path)
+    d.lib.mkdir(parents=True)
+    os.chown(d.lib, NOBODY, NOBODY)
+    path = tmp_path / "nh.toml"
+    scenario = Path(__file__).parent / "fixtures" / "slurm" / "healthy.toml"
+    path.write_text(f'[nvml]\nsimulate = "{scenario}"\n[paths]\nstate_dir = "{d.run}"\npersistent_dir = "{d.lib}"\n')
+    cfg, _ = load_valid(str(path), {}, remember=False)
+    with pytest.raises(StartError, match=f"persistent dir {d.lib}: .*owned by uid {NOBODY}"):
+        validate_start(cfg)
+    os.chown(d.lib, 0, 0)
+    validate_start(cfg)
+    assert oct(os.stat(d.run).st_mode & 0o7777) == "0o700"
