@@ -252,8 +252,9 @@ def test_the_daemon_exports_the_faces_would_be_actions(tmp_path: Path, monkeypat
     cfg = configure(f, mode='"observe"')
     no_job(monkeypatch)
     assert healthcheck.main() == 0
-    view = with_loop(SlurmView(), C.load(str(cfg)), "n1")
+    view = with_loop(SlurmView(drained=True, drained_by_nodehealth=True), C.load(str(cfg)), "n1")
     assert view.observe_mode is True and view.would == (("drain", 1),)
+    assert (view.drained, view.drained_by_nodehealth) == (False, False)  # Slurm's node is in service
     assert (view.reboots_requested, view.reboot_escalated) == (None, None)  # reboot = off, nothing asked
 
 
