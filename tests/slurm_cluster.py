@@ -121,6 +121,11 @@ class SlurmCluster:
             lines[at:at] = [f"{k} = {v}" for k, v in slurm_keys.items()]
             if "scontrol" in slurm_keys:
                 lines.remove('scontrol = "/usr/bin/scontrol"')
+        # More [resume] keys (flap_drains, flap_window_s...), each a TOML value already.
+        resume_keys = self.nodehealth.get("resume", {})
+        if resume_keys:
+            at = lines.index("[resume]") + 1
+            lines[at:at] = [f"{k} = {v}" for k, v in resume_keys.items()]
         # Host checks added by other work (mounts, shared dirs, IB) are not what these tests are about.
         for check in self.nodehealth.get("disable", ()):
             lines += [f"[checks.{check}]", "enabled = false"]
