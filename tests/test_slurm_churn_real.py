@@ -135,3 +135,14 @@ def test_a_wiped_state_dir_gives_the_orphan_line_and_metric(slurm_cluster, tmp_p
     m = NodeMetrics(c.host, process=False)
     m.set_slurm(slurm_view(Acted(Outcome.NONE), load(str(c.nh_config)).paths))
     assert "nodehealth_slurm_orphan_drain 1.0" in m.payload().decode()
+
+
+def test_slurmd_logs_one_health_check_failure_per_drain(slurm_cluster) -> None:  # noqa: F811
+    """Exit 1 on the run that drains, 0 while our drain holds the node for the same check: slurmd's
+    "error: health_check failed: rc:1" once, not on every run (Slurm acts on none of them)."""
+    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={"clean_runs": 1})
+    c.wait_node(drained, 60, "drained by the health check")
+    runs_after(c, 6)
+    assert drained(c.node())
+    failed = [x for x in c.log("slurmd.log").splitlines() if "health_check failed" in x]
+    assert len(failed) == 1, failed
