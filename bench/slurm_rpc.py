@@ -11,9 +11,10 @@ GPUs; in ``daemon`` mode one ``nodehealth daemon`` per node runs beside its slur
 compressed: a short ``HealthCheckInterval``, short daemon rounds and ``[slurm] reconcile_s`` at
 its minimum (60 s), so that reconciliations show up in a run of minutes.
 
-Every ``scontrol`` call nodehealth makes goes through ``[slurm] scontrol`` = a wrapper that
-appends the time, the node, the caller (prolog, epilog, healthcheck, daemon) and the argv to a
-log, then execs ``/usr/bin/scontrol``. slurmctld logs every RPC it receives
+Every ``scontrol`` and ``sinfo`` call nodehealth makes goes through ``[slurm] scontrol`` = a
+per-node wrapper (and the ``sinfo`` wrapper beside it) that appends the time, the node, the caller
+(prolog, epilog, healthcheck, daemon: from its parent's command line) and the argv to a log, then
+execs ``/usr/bin/scontrol`` or ``/usr/bin/sinfo``. slurmctld logs every RPC it receives
 (``DebugFlags=Protocol``): the RPCs of a window are counted from that log by time, and
 ``sdiag``'s per-message-type counts, read before and after each window, are shown beside them.
 The benchmark makes no node or partition query of its own inside a window: it submits jobs
@@ -155,7 +156,7 @@ class Cluster:
             "[phases.healthcheck]", "budget_s = 20",
             "[nvml]", f'simulate = "{scenario}"',
             "[paths]", f'state_dir = "{nd / "state"}"',
-            "[slurm]", f'scontrol = "{self.root / "bin" / "scontrol"}"', "timeout_s = 3", f'conf = "{self.conf}"',
+            "[slurm]", f'scontrol = "{nd / "bin" / "scontrol"}"', "timeout_s = 3", f'conf = "{self.conf}"',
             f"reconcile_s = {self.reconcile_s:g}",
             "[resume]", f"clean_runs = {self.clean_runs}",
             "[daemon]", f"interval_s = {self.daemon_interval:g}", 'listen = ""', "xid_follow = true",
@@ -179,20 +180,21 @@ class Cluster:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
         self.calls_log.write_text("")
-        # One line per call, written with one write(2): time, node, caller, pid, argv (tab-separated).
-        self._script(r / "bin" / "scontrol", (
-            "#!/bin/sh\n"
-            f"line=\"$(/bin/date +%s.%N)\t${{NH_NODE:-?}}\t${{NH_FACE:-?}}\t$$\"\n"
-            "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
-            f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
-            f"exec {SCONTROL} \"$@\"\n"))
-        # nodehealth reads one node with the sinfo beside its scontrol: logged the same way, argv after "sinfo".
-        self._script(r / "bin" / "sinfo", (
-            "#!/bin/sh\n"
-            f"line=\"$(/bin/date +%s.%N)\t${{NH_NODE:-?}}\t${{NH_FACE:-?}}\t$$\tsinfo\"\n"
-            "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
-            f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
-            f"exec {SINFO} \"$@\"\n"))
+        # One line per call, written with one write(2): time, node, caller, pid, argv (tab-separated). The
+        # runner gives scontrol and sinfo no variable of the face's, so each node has its own wrappers and the
+        # caller is read from the parent's command line (the face or the daemon that ran the command).
+        for name in self.names:
+            for prog, real, tag in (("scontrol", SCONTROL, ""), ("sinfo", SINFO, "\tsinfo")):
+                self._script(self.node_dir(name) / "bin" / prog, (
+                    "#!/bin/sh\n"
+                    "case \"$(tr '\\0' ' ' < /proc/$PPID/cmdline)\" in\n"
+                    "  *prolog*) face=prolog;; *epilog*) face=epilog;; *healthcheck*) face=healthcheck;;\n"
+                    "  *daemon*) face=daemon;; *) face=?;;\n"
+                    "esac\n"
+                    f"line=\"$(/bin/date +%s.%N)\t{name}\t$face\t$${tag}\"\n"
+                    "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
+                    f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
+                    f"exec {real} \"$@\"\n"))
         faces = {}
         for face in FACES:
             short = face.split("-", 1)[1]
@@ -587,7 +589,7 @@ def summarize_event(w: Window, victim: str) -> dict[str, Any]:
     others = [c for c in w.calls if c["node"] != victim]
     return {"seconds": round(w.seconds, 1), "calls": len(mine),
             "kinds": dict(Counter(f"{c['face']}: {kind(c)}" for c in mine)),
-            "rpcs_expected": sum(2 if kind(c).startswith("show") else 1 for c in mine),
+            "rpcs_expected": sum(2 if kind(c).startswith(("show", "sinfo")) else 1 for c in mine),
             "other_nodes_calls": dict(Counter(f"{c['node']} {c['face']}: {kind(c)}" for c in others)),
             "node_rpcs": w.node_rpcs(), "node_rpcs_expected": w.rpcs_expected(),
             "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES)}
@@ -608,7 +610,7 @@ def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: ar
                   f"  scontrol calls: {s['calls']} ({s['reconcile_reads']} reconciliation reads "
                   f"of one node, `sinfo -n NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
                   f"  node RPCs: {s['node_rpcs']} (sdiag: {s['node_rpcs_sdiag']}); the calls account for "
-                  f"{s['node_rpcs_expected']} (2 per show, 1 per update)",
+                  f"{s['node_rpcs_expected']} (2 per read, 1 per update)",
                   f"  per node per hour at reconcile_s={args.reconcile_s:g}: {s['calls_per_node_hour']} calls, "
                   f"{s['node_rpcs_per_node_hour']} node RPCs ({s['bench_rpc_per_s_10k']} RPC/s at "
                   f"{TARGET_NODES:,} nodes)",
