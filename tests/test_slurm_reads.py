@@ -161,3 +161,36 @@ def test_a_nodes_jitter_is_stable_and_its_own() -> None:
     # The same fraction of any period: a node keeps its place when reconcile_s changes.
     a, b = sn.reconcile_after_s("gpu0017", 3600.0) / 3600.0, sn.reconcile_after_s("gpu0017", 60.0) / 60.0
     assert abs(a - b) < 1e-12
+
+
+def _node_due(early: bool) -> str:
+    """A node name whose reconciliation falls due before (``early``) or after 0.97 × reconcile_s."""
+    return next(n for n in (f"gpu{i:04d}" for i in range(10_000))
+                if (sn.reconcile_after_s(n, 3600.0) < 0.97 * 3600.0) is early
+                and abs(sn.reconcile_after_s(n, 3600.0) - 0.97 * 3600.0) > 60)
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["due-early", "due-late"])
+def test_the_slurm_node_probe_reconciles_at_the_nodes_own_due_time(tmp_path: Path, early: bool) -> None:
+    """A cached view 0.97 × reconcile_s old: read again for a node due early, kept for one due late."""
+    import time
+    from dataclasses import replace
+
+    from nodehealth.config.loader import load
+    from nodehealth.probes.slurm import node_view
+    from nodehealth.statedir import slurmstate
+
+    name = _node_due(early)
+    log = tmp_path / "calls.log"
+    script = tmp_path / "scontrol"
+    script.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\necho 'NodeName={name} Gres=gpu:8 State=IDLE'\n")
+    script.chmod(0o755)
+    cfg_path = tmp_path / "nh.toml"
+    cfg_path.write_text(f'node_name = "{name}"\n[paths]\nstate_dir = "{tmp_path}/state"\n'
+                        f'[slurm]\nscontrol = "{script}"\ntimeout_s = 60\nreconcile_s = 3600\n')
+    cfg = load(str(cfg_path))
+    cached = {"name": name, "gres_gpus": 7, "state": "IDLE", "reason": None, "time": time.time() - 0.97 * 3600}
+    assert slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=cached), lock_timeout_s=5.0) is not None
+    got = node_view(cfg, name, "healthcheck", 60.0)
+    assert not isinstance(got, ProbeError)
+    assert (got.gres_gpus, log.exists()) == ((8, True) if early else (7, False))
