@@ -19,7 +19,7 @@ NODE_INFO_RPCS = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_UPDA
 
 
 def ours(node: dict[str, str]) -> bool:
-    return node["reason"].startswith("nodehealth:")
+    return node["reason"].startswith("nh:")
 
 
 def test_healthy_node_runs_the_job_without_calling_slurmctld(slurm_cluster) -> None:  # noqa: F811
