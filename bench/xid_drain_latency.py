@@ -86,7 +86,7 @@ def measure(tmp: Path, runs: int) -> list[float]:
                 fh.write(record)
             while True:
                 line = cluster.run("/usr/bin/scontrol", "show", "node", "-o", cluster.host).stdout
-                if "DRAIN" in line and " Reason=nodehealth:" in line:
+                if "DRAIN" in line and " Reason=nh:" in line:
                     break
                 if time.perf_counter() - t0 > 10:
                     raise SystemExit(f"no drain within 10 s: {line}")
