@@ -16,7 +16,7 @@ from nodehealth.checks.base import CheckSettings, Context
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import COUNTER_KEYS, JobObservation, Observations, ProbeError, gpu_counters
 
-NAME = "job_forensics"  # the result's name, and so the drain reason's ``nodehealth: job_forensics: ...``
+NAME = "job_forensics"  # the result's name, and so the drain reason's ``nh:<code> GPU<i> job_forensics: ...``
 FORENSICS = NAME
 
 

@@ -2,7 +2,7 @@
 
 Exit 0: start the job (healthy, warnings, SKIPPED, UNKNOWN under ``policy.unknown = pass``,
 or a fault the drain-storm breaker holds back). Exit 1: a node fault; the node has been
-drained with ``nodehealth: <check>: <summary>`` (or, when slurmctld did not answer in time,
+drained with ``nh:<code>[ GPU<i>] <check>: <summary>`` (or, when slurmctld did not answer in time,
 Slurm drains it with "Prolog error") and a batch job is requeued. A passing prolog makes no
 Slurm call.
 
