@@ -273,3 +273,22 @@ def test_the_daemon_exports_the_reboot_loop(tmp_path: Path, monkeypatch: pytest.
     f.boot.write_text("boot-2\n")
     assert healthcheck.main() == 1
     assert with_loop(SlurmView(), loaded, "n1").reboot_escalated is True
+
+
+def test_after_the_reboot_the_cached_view_is_not_taken_for_our_drain(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm resumes the node itself after the boot (nextstate=RESUME). A view cached while it waited for
+    the boot shows our drain; trusted for [slurm] reconcile_s, the node would take jobs with the fault."""
+    f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
+    configure(f, reboot='"asap"', reboot_max=2)
+    no_job(monkeypatch)
+    assert healthcheck.main() == 1  # drained, reboot asked
+    for _ in range(2):  # runs while the reboot is pending: the view (drained, ours) is cached
+        assert healthcheck.main() in (0, 1)
+    assert len(f.updates()) == 1
+    f.set_nodes({"n1": ["IDLE", None]})  # booted; slurmd registered; Slurm resumed the node
+    f.boot.write_text("boot-2\n")
+    for _ in range(2):
+        healthcheck.main()
+    assert len(f.updates()) == 2 and f.nodes()["n1"][0] == "IDLE+DRAIN"
+    assert len([c for c in f.calls() if c[0] == "reboot"]) == 2

@@ -202,6 +202,9 @@ class ObserveClient:
 def client(cfg: Any, node: str, real: SlurmClient, log: Log) -> SlurmClient:
     """The client the faces and the daemon act through: ``real`` in enforce mode (after ``leave``),
     wrapped in an ``ObserveClient`` in observe mode."""
+    from nodehealth.slurm import reboot
+
+    reboot.after_boot(cfg, layout.read_boot_id(cfg.paths.procfs_root), log)
     if observing(cfg):
         wrapped = ObserveClient(real, node, cfg.paths, log)
         if virtual_drain(read_doc(cfg.paths, FILE_NAME), node) is not None and effective(cfg.paths, node) is None:

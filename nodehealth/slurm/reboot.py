@@ -142,11 +142,34 @@ def after_drain(actor: Any, check: str, action: str, reason: str) -> Optional[st
         esc = escalated(doc)
         esc.pop(check, None)
         doc["escalated"] = esc
+        doc["pending"] = {"boot_id": actor.boot_id, "time": now, "check": check}
         return doc
 
     _write(actor, count)
     actor.log(f"asked Slurm to reboot {actor.node} (ASAP, nextstate=RESUME): {d.why}", notable=True)
     return "reboot"
+
+
+def after_boot(cfg: Any, boot_id: Optional[str], log: Any) -> bool:
+    """Where the faces and the daemon build their client: the first run on a new boot after a reboot we
+    asked for forgets the cached Slurm view of this node. It shows the node drained by us (or Slurm's
+    "reboot issued"), but Slurm resumes the node itself when it registers (nextstate=RESUME): trusted
+    for up to ``[slurm] reconcile_s``, it would pass for our drain while the node takes jobs with the
+    fault still there. True when it did."""
+    doc = load(cfg.paths)
+    pending = doc.get("pending")
+    if not isinstance(pending, Mapping) or boot_id is None or pending.get("boot_id") == boot_id:
+        return False
+    try:
+        observe.update_doc(cfg.paths, FILE_NAME, lambda d: dict(d, pending=None))
+    except OSError as exc:
+        log(f"cannot write the reboot count: {exc}", notable=True)
+        return False
+    slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=dict(s.slurm_node, time=None))
+                      if s.slurm_node else s, 0.5, log)
+    log("booted since the reboot nodehealth asked for: reading this node from Slurm again (it resumes the "
+        "node itself once slurmd registers)")
+    return True
 
 
 def _escalate(actor: Any, check: str, reason: str, d: Decision, now: float) -> Optional[str]:
