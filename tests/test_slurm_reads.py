@@ -194,3 +194,29 @@ def test_the_slurm_node_probe_reconciles_at_the_nodes_own_due_time(tmp_path: Pat
     got = node_view(cfg, name, "healthcheck", 60.0)
     assert not isinstance(got, ProbeError)
     assert (got.gres_gpus, log.exists()) == ((8, True) if early else (7, False))
+
+
+def test_a_sinfo_others_can_write_is_never_run_scontrol_reads(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    client, log = programs(tmp_path, f"touch {marker}")
+    (tmp_path / "sinfo").chmod(0o757)  # anyone may rewrite it: root does not run it
+    client = Scontrol(str(tmp_path / "scontrol"), 30.0, Deadline(60.0))
+    assert client.sinfo == ""
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError) and got[0].drained_by_us
+    assert not marker.exists() and calls(log) == [["show", "node", "-o", "n1"]]
+
+
+def test_sinfo_gets_slurm_conf_and_none_of_the_callers_sinfo_variables(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # SINFO_FORMAT / SINFO_PARTITION / SLURM_TIME_FORMAT would change what sinfo prints or lists.
+    for k, v in {"SINFO_FORMAT": "%N", "SINFO_PARTITION": "other", "SLURM_TIME_FORMAT": "%s",
+                 "SLURM_CONF": "/etc/slurm/x.conf", "LD_PRELOAD": "/tmp/evil.so"}.items():
+        monkeypatch.setenv(k, v)
+    seen = tmp_path / "env"
+    client, _ = programs(tmp_path, f"env > {seen}; printf 'n1|idle|gpu:8|root|t|none%s\\n' \"$END\"")
+    got = client.show("n1")
+    assert not isinstance(got, ProbeError), got
+    env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert env.get("SLURM_CONF") == "/etc/slurm/x.conf"
+    assert not {"SINFO_FORMAT", "SINFO_PARTITION", "SLURM_TIME_FORMAT", "LD_PRELOAD"} & set(env)

@@ -29,7 +29,7 @@ from typing import Mapping, Optional, Protocol, Union
 
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
-from nodehealth.platform.proc import CommandError, CommandResult, run
+from nodehealth.platform.proc import CommandError, CommandResult, refuse, run
 from nodehealth.slurm.nodes import NodeInfo, parse_nodes, parse_sinfo_node, sinfo_format
 
 # ``scontrol show node -o`` of a 10,000-node cluster is a few MiB; one node's is under 2 KiB.
@@ -151,9 +151,13 @@ class Scontrol:
 
 
 def sinfo_beside(scontrol: str) -> str:
-    """The ``sinfo`` in ``scontrol``'s directory (Slurm installs its commands together), or "" if none."""
+    """The ``sinfo`` in ``scontrol``'s directory (Slurm installs its commands together), or "" if none.
+
+    Only one the runner would start (root's, nobody else can write it or its directories: the
+    rule ``[slurm] scontrol`` is held to); else nodes are read with ``scontrol`` as before.
+    """
     path = os.path.join(os.path.dirname(scontrol), "sinfo")
-    return path if os.path.isabs(path) and os.path.isfile(path) else ""
+    return path if os.path.isabs(path) and os.path.isfile(path) and not refuse([path]) else ""
 
 
 def me(client: SlurmClient, node: str) -> Union[NodeInfo, ProbeError]:
