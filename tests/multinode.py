@@ -18,9 +18,10 @@ from slurm_cluster import _free_port, spawn, stop_process, wait_for
 
 
 class MultiNode:
-    def __init__(self, nodes: Sequence[str], private: Sequence[str] = ()) -> None:
+    def __init__(self, nodes: Sequence[str], private: Sequence[str] = (), extra: Sequence[str] = ()) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nh-multi."))
         self.nodes, self.private = list(nodes), set(private)
+        self.extra = list(extra)  # more slurm.conf lines (HealthCheckProgram=...), before the nodes
         self.conf = self.root / "etc" / "slurm.conf"
         self.shared = self.root / "shared"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -48,6 +49,7 @@ class MultiNode:
                  "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
                  "SchedulerParameters=batch_sched_delay=0", "MpiDefault=none", "MailProg=/bin/true",
                  "ReturnToService=2"]
+        lines += self.extra
         for n in self.nodes:
             lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=2 RealMemory=1000 State=UNKNOWN")
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
