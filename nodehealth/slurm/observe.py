@@ -34,7 +34,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 from nodehealth.observations import ProbeError
 from nodehealth.slurm.client import SlurmClient, UpdateOutcome
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
-from nodehealth.statedir import files, layout, slurmstate
+from nodehealth.slurm.records import read_doc, update_doc
+from nodehealth.statedir import layout, slurmstate
 
 OBSERVE = "observe"
 FILE_NAME = layout.SLURM_OBSERVE
@@ -50,27 +51,6 @@ def observing(cfg: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- the file
-
-
-def read_doc(paths: Any, name: str) -> dict[str, Any]:
-    """A small JSON object of ours in the persistent dir (``{}`` when absent, unsafe or unusable)."""
-    if files.check_dir(layout.dir_for(paths, name)):
-        return {}
-    got = files.read_json(layout.path_for(paths, name))
-    return dict(got) if isinstance(got, Mapping) else {}
-
-
-def update_doc(paths: Any, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
-               lock_timeout_s: float = 0.5) -> dict[str, Any]:
-    """Re-read the object under its lock, apply ``change``, write it atomically (0600); OSError
-    when it cannot be written (an unsafe directory is one)."""
-    p = layout.path_for(paths, name)
-    files.require_state_dir(layout.dir_for(paths, name))
-    with files.locked(p, timeout_s=lock_timeout_s):
-        raw, _ = files.read_json_checked(p)
-        new = change(dict(raw) if isinstance(raw, Mapping) else {})
-        files.write_atomic(p, files.dumps(new) + "\n", files.STATE_FILE_MODE)
-        return new
 
 
 def _reason(raw: Any) -> Optional[str]:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
-from nodehealth.slurm import observe
+from nodehealth.slurm.records import read_doc, update_doc
 from nodehealth.statedir import layout, slurmstate
 
 FILE_NAME = layout.REBOOTS
@@ -108,7 +108,7 @@ def status(cfg: Any, node: str) -> tuple[Optional[int], Optional[bool]]:
 
 
 def load(paths: Any) -> dict[str, Any]:
-    return observe.read_doc(paths, FILE_NAME)
+    return read_doc(paths, FILE_NAME)
 
 
 def after_drain(actor: Any, check: str, action: str, reason: str) -> Optional[str]:
@@ -161,7 +161,7 @@ def after_boot(cfg: Any, boot_id: Optional[str], log: Any) -> bool:
     if not isinstance(pending, Mapping) or boot_id is None or pending.get("boot_id") == boot_id:
         return False
     try:
-        observe.update_doc(cfg.paths, FILE_NAME, lambda d: dict(d, pending=None))
+        update_doc(cfg.paths, FILE_NAME, lambda d: dict(d, pending=None))
     except OSError as exc:
         log(f"cannot write the reboot count: {exc}", notable=True)
         return False
@@ -200,6 +200,6 @@ def _escalate(actor: Any, check: str, reason: str, d: Decision, now: float) -> O
 
 def _write(actor: Any, change: Any) -> None:
     try:
-        observe.update_doc(actor.cfg.paths, FILE_NAME, change, actor.lock_timeout())
+        update_doc(actor.cfg.paths, FILE_NAME, change, actor.lock_timeout())
     except OSError as exc:
         actor.log(f"cannot write the reboot count: {exc}", notable=True)
