@@ -50,6 +50,8 @@ REASON_CODES: Mapping[str, tuple[str, str]] = {
 STATE_CODES: Mapping[str, str] = {
     "flap": "the check drained the node too often ([resume] flap_drains within flap_window_s): held for a "
             "person, never resumed by nodehealth",
+    "inspect": "[slurm] reboot_max reboots within reboot_window_s did not clear the check's fault ([slurm] reboot = "
+               "\"asap\"): held for a person, no more reboots, never resumed by nodehealth",
 }
 XID_CODE_CHECKS = frozenset({"gpu_xid", "job_forensics"})  # checks whose result may name an XID number
 _CODE = re.compile(r"[a-z][a-z0-9]{0,15}")
