@@ -193,7 +193,8 @@ def test_fault_in_the_fresh_verdict_drains_through_the_same_policy(node: Node,
     assert out["rc"] == 1, err
     assert out["s"] < 3.0, out["s"]
     state, reason = node.nodes()["n1"]
-    assert "DRAIN" in state and reason == "nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending (GPU reset needed)"
+    assert "DRAIN" in state
+    assert reason == "nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending (GPU reset needed)"
     assert not [m for m in ("pynvml", "psutil", "prometheus_client", "nodehealth.runner") if m in out["modules"]]
     slurm_state = json.loads((node.state / "slurm-state.json").read_text())
     assert slurm_state["drain"]["phase"] == "prolog" and slurm_state["drain"]["job_id"] == "7"
