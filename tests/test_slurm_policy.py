@@ -337,6 +337,14 @@ def test_ownership_is_the_recorded_reason_exactly() -> None:
     assert not policy.owns(node("IDLE", None), recorded())
 
 
+def test_slurms_reboot_issued_suffix_keeps_the_drain_ours_only_while_the_reboot_is_issued() -> None:
+    issued = REASON + policy.REBOOT_ISSUED_SUFFIX + " [root@t]"
+    assert policy.owns(node("DOWN+DRAIN+REBOOT_ISSUED", issued), recorded())
+    assert not policy.owns(node("IDLE+DRAIN", issued), recorded())  # no reboot under way: someone's edit
+    assert not policy.owns(node("DOWN+DRAIN+REBOOT_ISSUED", REASON + " : reboot timed out [root@t]"), recorded())
+    assert not policy.owns(node("DOWN+DRAIN+REBOOT_ISSUED", issued), NO_RECORD)
+
+
 def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> slurmstate.State:
     rec = slurmstate.DrainRecord(reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0,
                                  phase="prolog")

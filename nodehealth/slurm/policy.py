@@ -328,10 +328,19 @@ def after_run(state: State, report: Report, unknown_policy: str, now: float, boo
 def owns(node: Optional[NodeInfo], state: State) -> bool:
     """This node's drain is ours: drained, and Slurm's reason is exactly the one we recorded.
 
-    A reason a person or another tool wrote or edited (even one that starts like ours) is not.
+    A reason a person or another tool wrote or edited (even one that starts like ours) is not. The
+    one edit that keeps it ours is Slurm's own: while a reboot we asked for (``scontrol reboot ASAP
+    nextstate=RESUME``) is issued, slurmctld appends ``REBOOT_ISSUED_SUFFIX`` to the reason.
     """
-    return (node is not None and node.drained and state.drain is not None and node.reason is not None
-            and node.reason.text == state.drain.reason)
+    if node is None or not node.drained or state.drain is None or node.reason is None:
+        return False
+    text, ours = node.reason.text, state.drain.reason
+    return text == ours or ("REBOOT_ISSUED" in node.state.flags and text == ours + REBOOT_ISSUED_SUFFIX)
+
+
+# slurmctld's reboot_nodes (src/slurmctld/node_mgr.c, 22.05): when the reboot has a next state and
+# the node a reason, ``xstrcat(node_ptr->reason, " : reboot issued")``.
+REBOOT_ISSUED_SUFFIX = " : reboot issued"
 
 
 # ----------------------------------------------------------------------------- decisions
