@@ -67,3 +67,44 @@ def test_status_with_a_config_that_does_not_validate(tmp_path: Path, monkeypatch
     code = cli_main(["status", "--config", str(cfg), "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 3 and doc["config"]["validated"] is False and "expected_count" in doc["config"]["error"]
+
+
+def test_status_in_observe_mode_shows_the_would_be_drain_never_a_drain(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In observe mode the act sequence records its drain as if made; Slurm has the node in service,
+    so status must not say "drained by nodehealth": it says what would have been done."""
+    from test_slurm_observe import configure, no_job
+
+    f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
+    configure(f, mode='"observe"')
+    no_job(monkeypatch)
+    assert healthcheck.main() == 0
+    assert f.state()["drain"] is not None  # the sequence's record, as if it had drained
+    code, doc = _status(capsys)
+    assert doc["drain"] is None and doc["would_drain"]["reason"].startswith("nh:rowremap GPU1")
+    assert doc["slurm_mode"] == {"mode": "observe", "would": {"drain": 1}}
+    assert code == 1  # the node is failing, whatever observe mode does about it
+    cli_main(["status"])
+    text = capsys.readouterr().out
+    assert "drain: none of ours" in text and "would drain (observe mode" in text and "drain 1" in text
+
+
+def test_status_counts_the_reboots_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from test_slurm_observe import configure, no_job
+
+    f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
+    configure(f, reboot='"asap"', reboot_max=1)
+    no_job(monkeypatch)
+    _, doc = _status(capsys)
+    assert doc["reboots"]["asked_in_window"] == 0 and doc["reboots"]["held_for_a_person"] is False
+    assert healthcheck.main() == 1  # drained, reboot asked
+    _, doc = _status(capsys)
+    assert doc["reboots"]["asked_in_window"] == 1 and doc["slurm_mode"]["mode"] == "enforce"
+    f.set_nodes({"n1": ["IDLE", None]})  # Slurm rebooted and resumed it; the fault is still there
+    f.boot.write_text("boot-2\n")
+    assert healthcheck.main() == 1  # held for a person
+    _, doc = _status(capsys)
+    assert doc["reboots"]["held_for_a_person"] is True
+    cli_main(["status"])
+    assert "reboots: 1 asked within 24 h (at most 1); held for a person after them" in capsys.readouterr().out

@@ -81,6 +81,8 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
     needed = cfg.resume.clean_runs if drain is None else \
         policy.clean_runs_needed_for(drain, cfg.resume.clean_runs, cfg.resume.clean_runs_max)
     doc["resume"] = {"clean_runs": s.clean_runs, "needed": needed, "enabled": cfg.resume.enabled}
+    doc["slurm_mode"], doc["would_drain"] = _observe(cfg, doc)
+    doc["reboots"] = _reboots(cfg, doc["node"])
     doc["orphan"] = _orphan(s, doc["node"])
     doc["breaker_held"] = s.breaker_held
     doc["last_run"] = {"status": s.last_status, "age_s": round(t - s.last_run, 1) if s.last_run else None}
@@ -109,6 +111,32 @@ def _orphan(s: Any, node: str) -> Optional[dict[str, Any]]:
     return {"reason": reason, "resume": f"scontrol update nodename={node} state=resume"}
 
 
+def _observe(cfg: Any, doc: dict[str, Any]) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
+    """``[slurm] mode`` and the would-be actions counted; in observe mode the act sequence keeps its
+    drain record as if it had drained, but Slurm has the node in service: that record is the
+    *would-be* drain (moved out of ``drain``, so nothing reads it as a drain of the node)."""
+    from nodehealth.slurm import observe
+    from nodehealth.slurm.records import read_doc
+
+    mode = {"mode": cfg.slurm.mode, "would": observe.would_counts(read_doc(cfg.paths, observe.FILE_NAME))}
+    would = None
+    if observe.observing(cfg) and doc["drain"] is not None \
+            and observe.effective(cfg.paths, doc["node"]) == doc["drain"]["reason"]:
+        would, doc["drain"] = doc["drain"], None
+    return mode, would
+
+
+def _reboots(cfg: Any, node: str) -> Optional[dict[str, Any]]:
+    """Reboots asked within ``[slurm] reboot_window_s`` and whether our drain is held after them."""
+    from nodehealth.slurm import reboot
+
+    asked, held = reboot.status(cfg, node)
+    if asked is None:
+        return None
+    return {"asked_in_window": asked, "max": cfg.slurm.reboot_max, "window_s": cfg.slurm.reboot_window_s,
+            "held_for_a_person": bool(held)}
+
+
 def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
     from nodehealth.xid.store import StoreError, load_state
 
@@ -125,7 +153,8 @@ def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
 
 
 def _exit(doc: dict[str, Any]) -> int:
-    if doc["drain"] is not None or doc.get("orphan") or (doc["daemon"].get("verdict") == "FAIL"):
+    if doc["drain"] is not None or doc.get("orphan") or doc.get("would_drain") or \
+            doc["daemon"].get("verdict") == "FAIL":
         return EXIT_DRAINED
     if not doc["config"]["validated"] or not doc["daemon"].get("alive") or doc["daemon"].get("verdict") == "UNKNOWN":
         return EXIT_OTHER
@@ -176,6 +205,17 @@ def text(doc: dict[str, Any]) -> str:
             lines.append(f"resume: {r['clean_runs']} of {r['needed']} clean health checks so far")
         else:
             lines.append("resume: off ([resume] enabled = false): resume by hand")
+    mode, would = doc["slurm_mode"], doc.get("would_drain")
+    if mode["mode"] != "enforce":
+        counts = ", ".join(f"{a} {n}" for a, n in sorted(mode["would"].items())) or "none yet"
+        lines.append(f"slurm mode: {mode['mode']}: no scontrol update is sent; would-be actions so far: {counts}")
+    if would is not None:
+        lines.append(f"would drain (observe mode; Slurm has the node in service) since {_age(would['age_s'])}: "
+                     f"{would['reason']!r}")
+    rb = doc.get("reboots")
+    if rb is not None:
+        lines.append(f"reboots: {rb['asked_in_window']} asked within {rb['window_s'] / 3600:g} h (at most "
+                     f"{rb['max']})" + ("; held for a person after them" if rb["held_for_a_person"] else ""))
     if doc["breaker_held"]:
         lines.append(f"breaker: holding a drain back ({doc['breaker_held']})")
     lr = doc["last_run"]
