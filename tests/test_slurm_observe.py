@@ -207,6 +207,32 @@ def test_reboot_loop_asks_for_reboots_then_escalates(tmp_path: Path, monkeypatch
     assert len(doc["checks"]["gpu_count"]) == 2 and "gpu_count" in doc["escalated"]
 
 
+def test_while_slurm_reboots_the_node_it_is_read_every_run_so_its_return_is_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """During the reboot we asked for, Slurm shows our reason with its own " : reboot issued": still
+    ours (no disowning, no orphan). Slurm then returns the node to service by itself (nextstate=RESUME,
+    ReturnToService after a timed-out boot): the run after that must see it, not trust the record
+    for an hour, and drain again."""
+    f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
+    configure(f, reboot='"asap"', reboot_max=2)
+    no_job(monkeypatch)
+    assert healthcheck.main() == 1  # drained, reboot 1 asked
+    ours = f.state()["drain"]["reason"]
+    f.set_nodes({"n1": ["DOWN+DRAIN+REBOOT_ISSUED", ours + " : reboot issued"]})
+    f.boot.write_text("boot-2\n")
+    capsys.readouterr()
+    for _ in range(3):
+        healthcheck.main()
+    err = capsys.readouterr().err
+    assert f.state()["drain"] is not None and f.state().get("orphan") is None, err
+    assert "belongs to whoever changed it" not in err and "no record of ours" not in err, err
+    assert len([c for c in f.calls() if c[0] == "reboot"]) == 1
+    f.set_nodes({"n1": ["IDLE", None]})  # the boot timed out; ReturnToService=2 took it back
+    healthcheck.main()
+    assert len([c for c in f.calls() if c[0] == "reboot"]) == 2  # seen at once, drained, reboot 2
+    assert f.nodes()["n1"][0].endswith("DRAIN")
+
+
 def test_an_escalated_drain_is_not_resumed_after_a_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
     configure(f, reboot='"asap"', reboot_max=1)

@@ -38,7 +38,7 @@ from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy, reboot
 from nodehealth.slurm.client import SlurmClient
 from nodehealth.slurm.client import me as read_node
-from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state, reconcile_after_s
+from nodehealth.slurm.nodes import REBOOT_FLAGS, NodeInfo, parse_reason, parse_state, reconcile_after_s
 from nodehealth.statedir import slurmstate
 from nodehealth.statedir.slurmstate import DrainRecord, State
 
@@ -282,6 +282,14 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
     if node is not None and node.name != actor.node:
         node = None
+    if node is not None and node.state.flags & REBOOT_FLAGS and (node.seen_at or 0.0) < report.started_at:
+        # A reboot is under way: Slurm takes the node back into service by itself (nextstate=RESUME,
+        # ReturnToService), so while the view says so it is read again on every run (one node: sinfo
+        # -n) unless this run read it already; a record trusted instead would pass for our drain while
+        # the node takes jobs.
+        got = read_me(actor)
+        node = got if isinstance(got, NodeInfo) else None
+        now = time.time()  # the read is this run's latest word (its view is not "from the future")
     if policy.worst_failure(report, cfg.policy.unknown) is not None:
         return on_fault(actor, report, me=node if _fresh(node, now, 60.0) else None)
     if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):

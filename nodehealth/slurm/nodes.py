@@ -126,6 +126,9 @@ _SINFO_WORDS = {
 _BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING",
                 "FAIL", "DRAIN", "DRAINED", "DRAINING", "RESERVED", "MAINT", "PLANNED", "INVAL"}
 # Flags that mean a person or Slurm itself is working on the node: never resume it.
+# Slurm is rebooting the node (scontrol reboot): it returns the node to service by itself when slurmd
+# registers (nextstate=RESUME) or after a timed-out boot (ReturnToService), whatever our record says.
+REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 HANDS_OFF_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "POWERED_DOWN",
                              "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "INVALID_REG"})
 _REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
