@@ -341,6 +341,15 @@ def stop_process(p: subprocess.Popen[bytes]) -> None:
         p.wait()
 
 
+def logged_scontrol(d: Path) -> tuple[Path, Path]:
+    """A root-owned scontrol wrapper in ``d`` that appends its argv to a log, then runs the real one:
+    ``(wrapper, log)``. What a test counts nodehealth's scontrol calls with."""
+    log, wrapper = d / "scontrol-calls.log", d / "scontrol"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec /usr/bin/scontrol "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
 def wait_for(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> None:
     end = time.monotonic() + timeout
     while True:

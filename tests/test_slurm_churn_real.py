@@ -11,16 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SCENARIOS, SlurmCluster, drained, requires_slurm, slurm_cluster, wait_for  # noqa: F401
+from slurm_cluster import SCENARIOS, SlurmCluster, drained, logged_scontrol, requires_slurm, slurm_cluster, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.real, requires_slurm()]
-
-
-def logged_scontrol(d: Path) -> tuple[Path, Path]:
-    log, wrapper = d / "scontrol-calls.log", d / "scontrol"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec /usr/bin/scontrol "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper, log
 
 
 def calls(log: Path) -> list[str]:

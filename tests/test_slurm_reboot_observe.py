@@ -15,17 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import SlurmCluster, drained, requires_slurm, slurm_cluster, wait_for  # noqa: F401
+from slurm_cluster import SlurmCluster, drained, logged_scontrol, requires_slurm, slurm_cluster, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.real, requires_slurm()]
-
-
-def logged_scontrol(d: Path) -> tuple[Path, Path]:
-    """A root-owned scontrol wrapper in ``d`` that appends its argv to a log, then runs the real one."""
-    log, wrapper = d / "scontrol-calls.log", d / "scontrol"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec /usr/bin/scontrol "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper, log
 
 
 def doc(c: SlurmCluster, name: str) -> dict[str, Any]:
