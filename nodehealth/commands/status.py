@@ -116,7 +116,7 @@ def _observe(cfg: Any, doc: dict[str, Any]) -> tuple[dict[str, Any], Optional[di
     drain record as if it had drained, but Slurm has the node in service: that record is the
     *would-be* drain (moved out of ``drain``, so nothing reads it as a drain of the node)."""
     from nodehealth.slurm import observe
-    from nodehealth.slurm.records import read_doc
+    from nodehealth.statedir.records import read_doc
 
     mode = {"mode": cfg.slurm.mode, "would": observe.would_counts(read_doc(cfg.paths, observe.FILE_NAME))}
     would = None

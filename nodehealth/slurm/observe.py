@@ -34,8 +34,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 from nodehealth.observations import ProbeError
 from nodehealth.slurm.client import SlurmClient, UpdateOutcome
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
-from nodehealth.slurm.records import read_doc, update_doc
 from nodehealth.statedir import layout, slurmstate
+from nodehealth.statedir.records import read_doc, update_doc
 
 OBSERVE = "observe"
 FILE_NAME = layout.SLURM_OBSERVE

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
-from nodehealth.slurm.records import read_doc, update_doc
 from nodehealth.statedir import layout, slurmstate
+from nodehealth.statedir.records import read_doc, update_doc
 
 FILE_NAME = layout.REBOOTS
 MAX_TIMES = 32  # reboots remembered per check ([slurm] reboot_max is at most 100, but a window rarely holds 32)

@@ -1,4 +1,4 @@
-"""Small JSON records of the Slurm loop in the persistent dir (observe mode's would-be drain, the reboot
+"""Small JSON records of the Slurm sequence in the persistent dir (observe mode's would-be drain, the reboot
 count): read as an object or nothing, written atomically under a lock, 0600, through ``statedir.files``."""
 
 from __future__ import annotations
