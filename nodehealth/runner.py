@@ -48,7 +48,7 @@ class _Slot:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Judged:
     """A run's Report and the observations it judged (the daemon publishes both as metrics)."""
 
     report: Report
@@ -67,7 +67,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
             environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
             look_only: bool = False, own_budget_s: Optional[float] = None,
-            gpus: Optional[tuple[int, ...]] = None, read_only: bool = False) -> Outcome:
+            gpus: Optional[tuple[int, ...]] = None, read_only: bool = False) -> Judged:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
@@ -112,7 +112,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
         results.append(_judge(spec, obs, config, ctx, slots, clock))
     report = Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
                     version=__version__, started_at=started_wall)
-    return Outcome(report, obs)
+    return Judged(report, obs)
 
 
 def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContext, started: float,

@@ -182,7 +182,7 @@ def test_an_admin_edit_inside_the_cache_window_is_never_resumed(tmp_path: Path,
     client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
     actor = act.Actor(cfg=cfg, node="n1", phase="healthcheck", client=client, deadline=Deadline(30),
                       log=lambda *a, **k: None, boot_id="boot-1")
-    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.Outcome.DRAINED
+    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
     ours = client.nodes["n1"][1]
     assert ours is not None
     act.read_me(actor)  # the view is cached now: fresh for a minute
@@ -190,7 +190,7 @@ def test_an_admin_edit_inside_the_cache_window_is_never_resumed(tmp_path: Path,
     assert cached is not None and cached.fresh(time.time(), 60.0)
     client.nodes["n1"] = ("IDLE+DRAIN", ours + " -- investigating DO NOT RESUME")
     got = act.after_check(actor, _report(Status.OK))
-    assert got.outcome == act.Outcome.NONE
+    assert got.outcome == act.ActOutcome.NONE
     assert client.nodes["n1"] == ("IDLE+DRAIN", ours + " -- investigating DO NOT RESUME")
     assert ("update", "n1", "resume") not in client.log
     assert client.log[-1] == ("show", "n1")  # the read made right before the resume would have been
@@ -279,7 +279,7 @@ def test_a_wiped_state_dir_gives_one_orphan_line_and_status_says_how_to_resume(
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if "ORPHAN" in x]
     assert "scontrol update nodename=n1 state=resume" in line and code == 1
-    view = slurm_view(act.Acted(act.Outcome.NONE), load().paths)
+    view = slurm_view(act.Acted(act.ActOutcome.NONE), load().paths)
     assert view.orphan_drain is True and view.flapping is False
     # A person resumes it: the next reconciliation forgets the orphan.
     f.set_nodes({"n1": ["IDLE", None]})

@@ -123,10 +123,10 @@ def test_a_wiped_state_dir_gives_the_orphan_line_and_metric(slurm_cluster, tmp_p
     from nodehealth.config.loader import load
     from nodehealth.daemon.hooks import slurm_view
     from nodehealth.metrics import NodeMetrics
-    from nodehealth.slurm.act import Acted, Outcome
+    from nodehealth.slurm.act import Acted, ActOutcome
 
     m = NodeMetrics(c.host, process=False)
-    m.set_slurm(slurm_view(Acted(Outcome.NONE), load(str(c.nh_config)).paths))
+    m.set_slurm(slurm_view(Acted(ActOutcome.NONE), load(str(c.nh_config)).paths))
     assert "nodehealth_slurm_orphan_drain 1.0" in m.payload().decode()
 
 

@@ -239,7 +239,7 @@ def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
     from nodehealth import runner
     from nodehealth.config.loader import load
     from nodehealth.daemon.hooks import ActSlurm
-    from nodehealth.slurm.act import Outcome
+    from nodehealth.slurm.act import ActOutcome
 
     f = Fake(tmp_path, monkeypatch, scenario=scenario)
     f.scontrol.write_text("#!/bin/sh\necho 'slurm_load_node: Unable to contact slurm controller' >&2\nexit 1\n")
@@ -248,7 +248,7 @@ def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
     lines: list[str] = []
     view = ActSlurm(lambda msg, *a, **k: lines.append(msg)).after_round(cfg, report, "n1", "boot-1")
     assert view is not None
-    assert (view.last_action == Outcome.UNREACHABLE.value) is unreachable_counted, (view, lines)
+    assert (view.last_action == ActOutcome.UNREACHABLE.value) is unreachable_counted, (view, lines)
     assert f.state()["clean_runs"] == (1 if not unreachable_counted else 0)
     # The health check takes the same path and says the same.
     rc = healthcheck.main()

@@ -84,13 +84,13 @@ def slurm_view(acted: Any, paths: Any) -> SlurmView:
     whether the breaker holds a drain of this node back (by anyone: a prolog or epilog that was
     held records it in the Slurm state file, and only a drain, a resume or a clean run clears it)."""
     from nodehealth.slurm import policy
-    from nodehealth.slurm.act import Outcome
+    from nodehealth.slurm.act import ActOutcome
     from nodehealth.statedir import slurmstate
 
     state = slurmstate.load(paths)
     held = state.breaker_held is not None
     o, n = acted.outcome, acted.node
-    action = "" if o in (Outcome.NONE, Outcome.ALREADY) else o.value
+    action = "" if o in (ActOutcome.NONE, ActOutcome.ALREADY) else o.value
     # Flap hold and orphan from the state file, whoever found them (a face or the daemon).
     flapping = state.drain is not None and state.drain.flapping
     orphan = state.drain is None and state.orphan is not None
@@ -98,8 +98,8 @@ def slurm_view(acted: Any, paths: Any) -> SlurmView:
         ours = True if o.drained_by_us else None
         return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=held, last_action=action,
                          flapping=flapping, orphan_drain=orphan)
-    return SlurmView(drained=n.drained or o == Outcome.DRAINED,
-                     drained_by_nodehealth=policy.owns(n, state) or o == Outcome.DRAINED,
+    return SlurmView(drained=n.drained or o == ActOutcome.DRAINED,
+                     drained_by_nodehealth=policy.owns(n, state) or o == ActOutcome.DRAINED,
                      breaker_open=held, reason=n.reason.full if n.reason else None, last_action=action,
                      flapping=flapping, orphan_drain=orphan)
 

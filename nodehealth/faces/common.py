@@ -185,7 +185,7 @@ def exit_code(run: Run, report: Report) -> int:
     """0 healthy; else the one drain sequence, then 1 (0 when the breaker held the drain back)."""
     if worst_failure(report, run.cfg.policy.unknown) is None:
         return 0
-    code = 0 if act.on_fault(run.actor(), report).outcome == act.Outcome.HELD else 1
+    code = 0 if act.on_fault(run.actor(), report).outcome == act.ActOutcome.HELD else 1
     return observe.exit_code(run.cfg, code, run.log)
 
 
@@ -257,7 +257,7 @@ def healthcheck_face() -> int:
         return 0
     # slurmd only logs a health check's exit status ("error: health_check failed: rc:1"), it acts on
     # none: once our own drain holds the node for this very fault, exit 1 on every run is noise.
-    if acted.outcome == act.Outcome.ALREADY:
+    if acted.outcome == act.ActOutcome.ALREADY:
         from nodehealth.statedir import slurmstate
 
         rec = slurmstate.load(run.cfg.paths).drain

@@ -103,9 +103,9 @@ def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> d
     if got.outcome.drained_by_us:
         return {"ok": True, "outcome": got.outcome.value, "text": f"drained ({said[-1] if said else 'ours'})"}
     text = said[-1] if said else got.outcome.value
-    if got.outcome == act.Outcome.UNREACHABLE and "denied" in text.lower():
+    if got.outcome == act.ActOutcome.UNREACHABLE and "denied" in text.lower():
         text += " (draining needs Slurm operator rights: ask an administrator, or run without --drain)"
-    ok = got.outcome in (act.Outcome.OTHER, act.Outcome.HELD, act.Outcome.DISABLED)
+    ok = got.outcome in (act.ActOutcome.OTHER, act.ActOutcome.HELD, act.ActOutcome.DISABLED)
     return {"ok": ok, "outcome": got.outcome.value, "text": f"not drained: {text}"}
 
 

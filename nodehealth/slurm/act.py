@@ -19,7 +19,7 @@ Under churn (docs/operations.md, "Flapping", "Orphan drains", "Quiet logs"):
 * a node drained with a nodehealth reason and no record of ours is an orphan: said once, left;
 * what the sequence says of a node that stays as it is is said once per drain, not every run.
 
-Both return an ``Acted``: an ``Outcome`` (an enum, not a string to re-interpret) and the node
+Both return an ``Acted``: an ``ActOutcome`` (an enum, not a string to re-interpret) and the node
 as Slurm showed it, from which callers derive exit codes and metrics. The decisions are the
 pure functions of ``nodehealth.slurm.policy``; the Slurm calls go through a ``SlurmClient``
 bounded by the caller's deadline; the memory is ``nodehealth.statedir.slurmstate``.
@@ -45,7 +45,7 @@ from nodehealth.statedir.slurmstate import DrainRecord, State
 Log = Callable[..., None]  # log(message, notable=False)
 
 
-class Outcome(str, enum.Enum):
+class ActOutcome(str, enum.Enum):
     """What the sequence did. The value is the ``action`` label of ``nodehealth_slurm_actions_total``."""
 
     NONE = ""  # nothing to do (healthy, or a fault already drained for by us)
@@ -60,12 +60,12 @@ class Outcome(str, enum.Enum):
 
     @property
     def drained_by_us(self) -> bool:
-        return self in (Outcome.DRAINED, Outcome.ALREADY)
+        return self in (ActOutcome.DRAINED, ActOutcome.ALREADY)
 
 
 @dataclass(frozen=True)
 class Acted:
-    outcome: Outcome
+    outcome: ActOutcome
     node: Optional[NodeInfo] = None  # this node as Slurm last showed it (None: not read)
 
 
@@ -166,14 +166,14 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
     now = time.time()
     status = report.status.name
 
-    def not_drained(outcome: Outcome, why: str, node: Optional[NodeInfo]) -> Acted:
+    def not_drained(outcome: ActOutcome, why: str, node: Optional[NodeInfo]) -> Acted:
         """A fault this run did not drain for: the clean-run count starts again."""
         actor.say(f"fault ({reason}); {why}", notable=True)
         actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
         return Acted(outcome, node)
 
     if not cfg.drain.enabled:
-        return not_drained(Outcome.DISABLED, "[drain] enabled = false: not draining", me)
+        return not_drained(ActOutcome.DISABLED, "[drain] enabled = false: not draining", me)
     state = slurmstate.load(cfg.paths)
     window = cfg.resume.flap_window_s
     drains = policy.drains_within(state.history, fault.name, now, window) + 1
@@ -207,26 +207,26 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         if decision.action != "drain":
             actor.say(f"fault ({reason}); {decision.why}")
             actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
-            return Acted(Outcome.ALREADY, me)
+            return Acted(ActOutcome.ALREADY, me)
         # A more severe fault replaces the reason: the node is drained already, the breaker is not asked.
         out = actor.client.update(actor.node, "drain", reason)
         if not out.ok:
-            return not_drained(Outcome.UNREACHABLE, f"{decision.why}; re-reasoning failed: {out.message}", me)
+            return not_drained(ActOutcome.UNREACHABLE, f"{decision.why}; re-reasoning failed: {out.message}", me)
         actor.log(f"drain reason of {actor.node} replaced: {reason} ({decision.why})", notable=True)
         drained("re-reasoned")
         actor.save(record)
-        return Acted(Outcome.DRAINED, me)
+        return Acted(ActOutcome.DRAINED, me)
     if state.drain is None and me is not None and me.drained:
         # Drained already for a reason with no record of ours (a person's, another tool's, or an orphan
         # of ours): it stays as it is, so this just-read view saves the cluster read.
         orphan = _orphan(actor, me, state)
         decision = policy.decide_drain(me, state, fault, reason)
         if decision.action != "drain":
-            return not_drained(Outcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
+            return not_drained(ActOutcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
                                if orphan else decision.why, me)
     everyone = actor.client.show(None)
     if isinstance(everyone, ProbeError):
-        return not_drained(Outcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
+        return not_drained(ActOutcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
                            "cannot set the reason", me)
     me = next((n for n in everyone if n.name == actor.node), None)
     if me is not None:
@@ -240,8 +240,8 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
     if decision.action != "drain":
         if policy.owns(me, state):
             actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
-            return Acted(Outcome.ALREADY, me)
-        return not_drained(Outcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
+            return Acted(ActOutcome.ALREADY, me)
+        return not_drained(ActOutcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
                            if orphan else decision.why, me)
     br = policy.breaker(everyone, cfg.drain.max_share, cfg.drain.breaker_min_drained, exclude=actor.node)
     if br.tripped:
@@ -249,15 +249,15 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         hold = {"time": now, "ours": br.ours, "total": br.total, "share": round(br.share, 4),
                 "limit": br.limit, "reason": reason, "phase": actor.phase}
         actor.save(lambda s: replace(s, clean_runs=0, breaker_held=hold, last_status=status, last_run=now))
-        return Acted(Outcome.HELD, me)
+        return Acted(ActOutcome.HELD, me)
     out = actor.client.update(actor.node, "drain", reason)
     if not out.ok:
-        return not_drained(Outcome.UNREACHABLE, f"drain failed: {out.message}", me)
+        return not_drained(ActOutcome.UNREACHABLE, f"drain failed: {out.message}", me)
     actor.log(f"drained {actor.node}: {reason}", notable=True)
     drained("drained")
     actor.save(lambda s: replace(record(s), breaker_held=None))
     reboot.after_drain(actor, fault.name, fault.action.value, reason)  # [slurm] reboot = "asap"
-    return Acted(Outcome.DRAINED, me)
+    return Acted(ActOutcome.DRAINED, me)
 
 
 def _as_ours(me: Optional[NodeInfo], state: State) -> Optional[NodeInfo]:
@@ -295,28 +295,28 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):
         got = read_me(actor)  # the hourly reconciliation
         if isinstance(got, ProbeError):
-            return Acted(Outcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
+            return Acted(ActOutcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
         node = got
     if state.drain is None:
         _orphan(actor, node, state)
-        return Acted(Outcome.NONE, node)
+        return Acted(ActOutcome.NONE, node)
     if node is not None and _fresh(node, now, 60.0) and not policy.owns(node, state):
         _disown(actor, node, state)
-        return Acted(Outcome.NONE, node)
+        return Acted(ActOutcome.NONE, node)
     if not cfg.resume.enabled:
-        return Acted(Outcome.NONE, node)
+        return Acted(ActOutcome.NONE, node)
     due = policy.resume_due(state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
                             cfg.resume.clean_runs_max)
     if due.action != "resume":
         actor.say(f"not resuming: {due.why}")
-        return Acted(Outcome.NONE, node)
+        return Acted(ActOutcome.NONE, node)
     # Only on a read made now: a view cached a second ago may predate a person's edit of the reason
     # ("... -- investigating DO NOT RESUME"), which is theirs from then on. The cache saves reads for
     # drains, never for a resume.
     got = read_me(actor)
     if isinstance(got, ProbeError):
         actor.say(f"resume due, but slurmctld did not answer ({got.message}); next run")
-        return Acted(Outcome.NONE)
+        return Acted(ActOutcome.NONE)
     node = got
     decision = policy.decide_resume(node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
                                     cfg.resume.clean_runs_max)
@@ -325,7 +325,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
             _disown(actor, node, state)
         else:
             actor.say(f"not resuming: {decision.why}")
-        return Acted(Outcome.NONE, node)
+        return Acted(ActOutcome.NONE, node)
     out = actor.client.update(actor.node, "resume")
     # Whatever scontrol answered, the node's state says whether it worked (right after a slurmctld
     # restart it has answered rc 1 and resumed the node all the same).
@@ -334,12 +334,12 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         actor.log(f"resumed {actor.node}: {decision.why} (was: {node.reason.full if node.reason else ''})",
                   notable=True)
         actor.save(lambda s: replace(s, drain=None, breaker_held=None, disowned=None))
-        return Acted(Outcome.RESUMED, after)
+        return Acted(ActOutcome.RESUMED, after)
     why = out.message if not out.ok else "the node is still drained"
     if isinstance(after, ProbeError):
         why += f"; could not read it back ({after.message})"
     actor.log(f"resume failed: {why}", notable=True)
-    return Acted(Outcome.RESUME_FAILED, after if isinstance(after, NodeInfo) else node)
+    return Acted(ActOutcome.RESUME_FAILED, after if isinstance(after, NodeInfo) else node)
 
 
 def _fresh(node: Optional[NodeInfo], now: float, max_age_s: float) -> bool:
