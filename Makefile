@@ -12,7 +12,8 @@ PY39   ?= $(shell bash scripts/find-python39.sh)
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: man all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml nvml-matrix nvml-wheels
+.PHONY: man all demo test lint types compat pytest pytest39 system-deps bench clean fakenvml nvml-matrix nvml-wheels \
+	sim-install-check
 
 all: test
 
@@ -33,7 +34,7 @@ demo: $(STAMP) fakenvml
 	@$(BIN)/nodehealth check --simulate examples/scenarios/healthy-8x-h100.toml
 
 lint: $(STAMP)
-	$(BIN)/ruff check nodehealth tests bench
+	$(BIN)/ruff check nodehealth sim tests bench
 
 types: $(STAMP)
 	$(BIN)/mypy
@@ -48,7 +49,8 @@ pytest39: $(STAMP) fakenvml
 	@if [ -n "$(PY39)" ]; then \
 		echo "== the suite under $$($(PY39) --version) =="; \
 		[ -x .venv39/bin/python ] || "$(PY39)" -m venv .venv39; \
-		.venv39/bin/python -m pip install -q -e '.[test]' && .venv39/bin/python -m pytest -q -p no:cacheprovider; \
+		.venv39/bin/python -m pip install -q -e '.[test]' && .venv39/bin/python -m pip install -q --no-deps -e ./sim && \
+			.venv39/bin/python -m pytest -q -p no:cacheprovider; \
 	else echo "pytest39: no Python 3.9 here; the vermin gate (make compat) stands in"; fi
 
 test: system-deps lint types compat pytest nvml-matrix pytest39
@@ -77,28 +79,27 @@ bench: $(STAMP) fakenvml
 	$(BIN)/python bench/check_latency.py
 	$(BIN)/python bench/nvml_calls.py
 
-# The fake NVIDIA driver library (nodehealth/sim/fakenvml), one libnvidia-ml.so.1 per driver branch, each
-# exporting exactly its branch's column of symbols.tsv (a linker version script made from it with awk).
-FAKENVML     := nodehealth/sim/fakenvml
-FAKENVML_BR  := 470 525 535 550 570 580
-FAKENVML_SRC := $(wildcard $(FAKENVML)/*.c) $(wildcard $(FAKENVML)/*.h)
+# The simulator is its own distribution (sim/, nodehealth-sim): `pip install -e ./sim` compiles the fake NVIDIA
+# driver library, one libnvidia-ml.so.1 per driver branch, each exporting exactly its branch's column of
+# sim/nodehealth_sim/fakenvml/symbols.tsv (sim/setup.py). Once installed, the same build runs again (it compiles
+# only what its sources made stale), without pip.
+SIM_STAMP := $(VENV)/.sim-installed
 
-fakenvml: $(foreach b,$(FAKENVML_BR),$(FAKENVML)/build/$(b)/exports.map $(FAKENVML)/build/$(b)/libnvidia-ml.so.1)
+$(SIM_STAMP): sim/setup.py sim/pyproject.toml | $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps -e ./sim
+	@touch $@
 
-$(FAKENVML)/build/%/exports.map: $(FAKENVML)/symbols.tsv
-	@mkdir -p $(@D)
-	@awk -v b=$* -F '\t' '/^#/ {next} /^symbol/ {for (i = 2; i <= NF; i++) if ($$i == b) c = i; next} \
-		c && $$c == "1" {s = s "    " $$1 ";\n"} \
-		END {if (!c) {print "no column " b " in symbols.tsv" > "/dev/stderr"; exit 1} \
-		     printf "{\n  global:\n%s  local: *;\n};\n", s}' $< > $@.tmp && mv $@.tmp $@
+fakenvml: $(SIM_STAMP)
+	@$(BIN)/python -m nodehealth_sim.fakenvml_build >/dev/null
 
-$(FAKENVML)/build/%/libnvidia-ml.so.1: $(FAKENVML_SRC) $(FAKENVML)/build/%/exports.map
-	@command -v cc >/dev/null || { echo "the simulated driver needs a C compiler (Debian: apt-get install gcc)" >&2; exit 1; }
-	cc -DNVML_BRANCH=$* -shared -fPIC -O2 -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 \
-		-Wl,--version-script=$(FAKENVML)/build/$*/exports.map -o $@.tmp $(filter %.c,$^) && mv $@.tmp $@
+# A fresh venv in a temp dir: `pip install .` then `pip install ./sim` (no -e), a simulated check; and a venv with
+# only the product, where --simulate says what to install (scripts/sim-install-check.sh).
+sim-install-check:
+	@bash scripts/sim-install-check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .matrix $(FAKENVML)/build
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .matrix sim/nodehealth_sim/fakenvml/build sim/build \
+		sim/*.egg-info
 
 # Distribution packages (docs/install.md). The tree git tracks (uncommitted edits included) is staged
 # into build/pkg/; packaging/vendor.sh fetches the pinned nvidia-ml-py and python-hostlist (and, for

@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "examples" / "scenarios"
 sys.path.insert(0, str(ROOT))
 
+from nodehealth_sim import driver  # noqa: E402
+
 from nodehealth.registry import CHECKS  # noqa: E402
-from nodehealth.sim import driver  # noqa: E402
 
 NODEHEALTH = [sys.executable, "-m", "nodehealth"]
 GPU_CHECKS = [s.name for s in CHECKS if "nvml" in s.needs]

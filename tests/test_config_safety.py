@@ -387,7 +387,7 @@ def test_the_lean_reader_refuses_non_finite_numbers(tmp_path, text):
     ("[node]\ncall_delay_ms = inf\n", "node.call_delay_ms"),
 ])
 def test_a_scenario_number_must_be_finite(tmp_path, text, key):
-    from nodehealth.sim import nvml as simnvml
+    from nodehealth_sim import nvml as simnvml
 
     with pytest.raises(simnvml.ScenarioError, match=re.escape(key) + ": must be a finite number"):
         simnvml.parse(write(tmp_path, text, "scen.toml"))

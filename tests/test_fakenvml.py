@@ -1,4 +1,4 @@
-"""The fake libnvidia-ml.so.1 (nodehealth/sim/fakenvml, docs/fake-nvml.md) under the real, unmodified pynvml.
+"""The fake libnvidia-ml.so.1 (sim/nodehealth_sim/fakenvml, docs/fake-nvml.md) under the real, unmodified pynvml.
 
 Each test runs a short program in a subprocess: it preloads one branch's library (nodehealth.sim.driver.preload)
 and imports pynvml from one of the .matrix/pynvml-<version> directories (scripts/nvml-matrix.sh installs them),
@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-
-from nodehealth.sim import driver
+from nodehealth_sim import driver
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / ".matrix"
 VERSIONS = ("12.535.77", "12.560.30", "12.570.86", "13.615.71")
-# NVML_FI_MAX of each branch's nvml.h (go-nvml commits in nodehealth/sim/fakenvml/symbols.tsv).
+# NVML_FI_MAX of each branch's nvml.h (go-nvml commits in sim/nodehealth_sim/fakenvml/symbols.tsv).
 FI_MAX = {470: 161, 525: 170, 535: 197, 550: 200, 570: 269, 580: 274}
 
 
@@ -41,7 +40,7 @@ def built() -> None:
 
 PRELUDE = '''
 import ctypes, json, os, sys, time
-from nodehealth.sim import driver
+from nodehealth_sim import driver
 LIB = driver.preload(int(os.environ["FAKE_BRANCH"]))
 import pynvml
 assert pynvml.__file__ == os.environ["FAKE_PYNVML"], pynvml.__file__
@@ -382,7 +381,7 @@ def test_values_round_trip(version: str, branch: int) -> None:
 
 
 def _tsv() -> tuple[list[int], dict[str, dict[int, bool]]]:
-    rows = [line.split("\t") for line in (ROOT / "nodehealth/sim/fakenvml/symbols.tsv").read_text().splitlines()
+    rows = [line.split("\t") for line in (ROOT / "sim/nodehealth_sim/fakenvml/symbols.tsv").read_text().splitlines()
             if line and not line.startswith("#")]
     branches = [int(b) for b in rows[0][1:]]
     return branches, {r[0]: {b: r[i + 1] == "1" for i, b in enumerate(branches)} for r in rows[1:]}

@@ -6,9 +6,10 @@ import os
 import time
 from pathlib import Path
 
+from nodehealth_sim import nvml as simnvml
+
 from nodehealth.observations import NvmlSnapshot, ProbeError
 from nodehealth.probes import nvml
-from nodehealth.sim import nvml as simnvml
 
 
 def scenario(tmp_path: Path, text: str):

@@ -16,10 +16,10 @@ from typing import Any
 
 import pynvml
 import pytest
+from nodehealth_sim import nvml as simnvml
 
 from nodehealth.observations import NvmlSnapshot
 from nodehealth.probes import nvml
-from nodehealth.sim import nvml as simnvml
 
 HEALTHY = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "healthy-8x-h100.toml"
 MATRIX = Path(__file__).resolve().parent.parent / ".matrix"

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nodehealth_sim import driver
 
 from nodehealth import runner
 from nodehealth.config.loader import resolve
 from nodehealth.model import Action, Report, Status
 from nodehealth.registry import CHECKS
-from nodehealth.sim import driver
 
 NVML_PROBES = {"nvml", "pci_gpus", "slurm_node", "job", "node_jobs"}
 GPU_CHECKS = tuple(spec.name for spec in CHECKS if "nvml" in spec.needs and set(spec.needs) <= NVML_PROBES)

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pynvml
+from nodehealth_sim import nvml as simnvml
 
 from nodehealth.checks import nvml as nvml_check
 from nodehealth.checks.base import Context
 from nodehealth.model import Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
 from nodehealth.probes import nvml
-from nodehealth.sim import nvml as simnvml
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = ".".join(map(str, nvml.PYNVML_FLOOR))

@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from nodehealth.sim.driver import BRANCHES
+from nodehealth_sim.driver import BRANCHES
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'__version__ = "(.*)"', (ROOT / "nodehealth" / "__init__.py").read_text()).group(1)  # type: ignore[union-attr]

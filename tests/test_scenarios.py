@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import pytest
+from nodehealth_sim import nvml as simnvml
 
 from nodehealth import cli, runner
 from nodehealth.config.loader import resolve
 from nodehealth.model import Action, Report, Status
 from nodehealth.registry import CHECKS
-from nodehealth.sim import nvml as simnvml
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
 NVML_PROBES = {"nvml", "pci_gpus", "slurm_node", "job", "node_jobs"}  # node_jobs: an empty state dir

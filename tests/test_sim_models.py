@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-
-from nodehealth.sim import models
-from nodehealth.sim.smi import parse_smi_q
+from nodehealth_sim import models
+from nodehealth_sim.smi import parse_smi_q
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world" / "nvidia_smi"
 SAMPLED = [(m, f) for m, files in models.SAMPLES.items() for f in files]

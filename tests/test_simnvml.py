@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nodehealth_sim import nvml as simnvml
 
 from nodehealth import cli
 from nodehealth.observations import NvmlSnapshot, ProbeError
 from nodehealth.probes import nvml
-from nodehealth.sim import nvml as simnvml
 
 ONE_GPU = "[[gpu]]\n"
 

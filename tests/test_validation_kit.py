@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from nodehealth_sim import nvml as simnvml
 
 from nodehealth import cli
 from nodehealth.probes.nvml import NVML_FUNCTIONS
-from nodehealth.sim import nvml as simnvml
 from nodehealth.validation import elf, kit, record, report, scenario_writer
 from nodehealth.validation.record import Call
 
@@ -262,7 +262,7 @@ def test_the_elf_reader_lists_the_simulated_driver_exports_per_branch():
     if "fakenvml:" not in (ROOT / "Makefile").read_text():
         pytest.skip("the Makefile has no fakenvml target yet (the simulated libnvidia-ml.so.1 is not buildable)")
     try:
-        from nodehealth.sim import driver
+        from nodehealth_sim import driver
     except ImportError:
         pytest.skip("nodehealth.sim.driver (library_path) does not exist yet")
     branches, table = report.read_symbol_table(report.default_symbol_table())

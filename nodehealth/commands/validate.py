@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth.sim.nvml import ScenarioError
+    from nodehealth_sim.nvml import ScenarioError
+
     from nodehealth.validation import kit
 
     if not args.timeout > 0:

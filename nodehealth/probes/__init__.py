@@ -47,7 +47,7 @@ class Probe:
 
 @functools.lru_cache(maxsize=8)
 def _scenario(path: str) -> Any:
-    from nodehealth.sim import nvml as simnvml
+    from nodehealth_sim import nvml as simnvml
 
     try:
         scenario = simnvml.parse(path)
@@ -69,7 +69,7 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
     simulate = ctx.config.nvml.simulate
     call_s, init_s = ctx.config.nvml.call_timeout_s, ctx.config.nvml.init_timeout_s
     if simulate:
-        from nodehealth.sim import nvml as simnvml
+        from nodehealth_sim import nvml as simnvml
 
         scenario = _scenario(simulate)
         return nvml.start(simnvml.loader(scenario), timeout_s, simulated=True, call_timeout_s=call_s,

@@ -39,7 +39,7 @@ REPLAY_AFTER_HANG_S = 10.0
 def simulated_loader(path: str) -> tuple[Callable[[], Any], Any]:
     """(loader, scenario) for a scenario file, as the project's ``[nvml] simulate`` builds it:
     the simulated driver library of the scenario's branch under the real pynvml."""
-    from nodehealth.sim import nvml as simnvml
+    from nodehealth_sim import nvml as simnvml
 
     scenario = simnvml.parse(path)
     simnvml.check_built(scenario)

@@ -1,7 +1,7 @@
 """What the validation kit found: timings, and where the simulator disagrees with the node.
 
 ``timing`` summarises the calls; ``compare_symbols`` sets the driver library's exported NVML
-symbols against the simulator's per-branch table (``nodehealth/sim/fakenvml/symbols.tsv``);
+symbols against the simulator's per-branch table (``sim/nodehealth_sim/fakenvml/symbols.tsv``);
 ``diff_calls`` aligns the recorded calls with the replayed ones and lists every difference
 (function sequence, return codes, values); ``render_markdown`` writes ``report.md``.
 """
@@ -54,7 +54,7 @@ def timing(calls: list[Call]) -> dict[str, Any]:
 
 
 def default_symbol_table() -> Path:
-    from nodehealth import sim
+    import nodehealth_sim as sim
 
     return Path(sim.__file__).resolve().parent / "fakenvml" / "symbols.tsv"
 
@@ -85,7 +85,7 @@ def nearest_branch(driver_version: Optional[str], branches: list[int]) -> Option
     if not driver_version or not branches:
         return None
     try:
-        from nodehealth.sim import driver  # type: ignore[attr-defined,unused-ignore]
+        from nodehealth_sim import driver  # type: ignore[attr-defined,unused-ignore]
 
         return int(driver.branch_for(driver_version))
     except Exception:  # noqa: BLE001 - no simulator driver module, or a version it cannot place

@@ -312,7 +312,7 @@ def _driver_branch(version: str) -> Optional[int]:
     import importlib
 
     try:
-        driver: Any = importlib.import_module("nodehealth.sim.driver")
+        driver: Any = importlib.import_module("nodehealth_sim.driver")
     except ImportError:
         driver = None
     if driver is not None and hasattr(driver, "branch_for"):
@@ -614,7 +614,7 @@ def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[s
     Returns the notes for the keys dropped because the parser refused them.
     """
     if parse is None:
-        from nodehealth.sim import nvml as simnvml
+        from nodehealth_sim import nvml as simnvml
 
         parse = simnvml.parse
     dropped: list[str] = []
@@ -629,8 +629,9 @@ def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[s
 
 def _write(path: str, built: Built, header: str, parse: Callable[[str], Any], max_drops: int, dir_fd: int,
            dropped: list[str]) -> list[str]:
+    from nodehealth_sim.nvml import ScenarioError
+
     from nodehealth.platform import ground
-    from nodehealth.sim.nvml import ScenarioError
 
     for _ in range(max_drops):
         ground.replace_own(dir_fd, os.path.basename(path), to_toml(built, header).encode(), 0o644)

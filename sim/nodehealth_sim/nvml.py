@@ -2,7 +2,7 @@
 
 A scenario (TOML, documented in docs/simulation.md; examples/scenarios/ holds ready-made
 nodes) is parsed and validated here, then compiled into the line-oriented spec that the fake
-``libnvidia-ml.so.1`` (``nodehealth/sim/fakenvml``, docs/fake-nvml.md) reads. ``loader``
+``libnvidia-ml.so.1`` (``sim/nodehealth_sim/fakenvml``, docs/fake-nvml.md) reads. ``loader``
 returns what the NVML probe runs in its child: it loads that library for the scenario's
 driver branch and imports the real, unmodified pynvml over it.
 
@@ -123,7 +123,7 @@ _GPU_KEYS: dict[str, Any] = {
 }
 
 # An idle, healthy H100 SXM5 80GB (HGX): the built-in defaults, used as is when
-# nodehealth.sim.models (values from published nvidia-smi output) has no entry.
+# nodehealth_sim.models (values from published nvidia-smi output) has no entry.
 _H100 = {
     "name": "NVIDIA H100 80GB HBM3", "temperature_c": 34, "slowdown_c": 87, "shutdown_c": 92,
     "power_w": 71.5, "power_limit_w": 700.0, "utilization_gpu_pct": 0, "utilization_memory_pct": 0,
@@ -144,16 +144,16 @@ _H100 = {
 @functools.lru_cache(maxsize=1)
 def _default_gpu() -> dict[str, Any]:
     """The built-in GPU under every scenario: the H100 SXM5 of the model table, as published."""
-    from nodehealth.sim import models
+    from nodehealth_sim import models
 
     known = model_defaults(models.DEFAULT_MODEL)
     return _overlay(_H100, known) if known else _H100
 
 
 def model_defaults(model: str) -> Optional[dict[str, Any]]:
-    """The scenario values of a GPU model in nodehealth.sim.models, or None if unknown."""
+    """The scenario values of a GPU model in nodehealth_sim.models, or None if unknown."""
     try:
-        from nodehealth.sim import models
+        from nodehealth_sim import models
     except ImportError:  # pragma: no cover - the table ships with the package
         return None
     entry = models.MODELS.get(model)
@@ -208,7 +208,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     driver = _typed(node.get("driver_version", "550.127.05"), str, "node.driver_version", err)
     cuda = _typed(node.get("cuda_driver_version", 12040), int, "node.cuda_driver_version", err)
     delay_ms = _typed(node.get("call_delay_ms", 0), float, "node.call_delay_ms", err)
-    from nodehealth.sim import driver as simdriver
+    from nodehealth_sim import driver as simdriver
 
     branch = node.get("driver_branch")
     if branch is None:
@@ -233,7 +233,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         if model is not None:
             known = model_defaults(model)
             if known is None:
-                from nodehealth.sim import models
+                from nodehealth_sim import models
 
                 raise err(f"{where}model" if "model" in table else "defaults.model",
                           f"unknown GPU model {model!r} (known: {', '.join(sorted(models.MODELS))})")
@@ -488,7 +488,7 @@ def _gpu_lines(gpu: SimGpu) -> list[str]:
 
 def check_built(scenario: Scenario) -> None:
     """ScenarioError when the simulated driver library for the scenario's branch is not built."""
-    from nodehealth.sim import driver
+    from nodehealth_sim import driver
 
     try:
         driver.library_path(scenario.branch)
@@ -504,7 +504,7 @@ def loader(scenario: Scenario) -> Callable[[], types.ModuleType]:
 
     def load() -> types.ModuleType:
         from nodehealth.probes.nvml import load_module
-        from nodehealth.sim import driver
+        from nodehealth_sim import driver
 
         os.environ[driver.SPEC_ENV] = spec
         if scenario.nvml != "library_not_found":

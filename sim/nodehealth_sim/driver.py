@@ -1,6 +1,7 @@
-"""The simulated NVIDIA driver: the fake ``libnvidia-ml.so.1`` of ``nodehealth/sim/fakenvml`` (docs/fake-nvml.md).
+"""The simulated NVIDIA driver: the fake ``libnvidia-ml.so.1`` of ``sim/nodehealth_sim/fakenvml`` (docs/fake-nvml.md).
 
-One library per driver branch (``make fakenvml`` builds them into ``fakenvml/build/<branch>/``), each exporting
+One library per driver branch (built when nodehealth-sim is installed, into the package's
+``fakenvml/build/<branch>/``; ``nodehealth_sim.fakenvml_build``), each exporting
 exactly the NVML symbols of that branch's ``nvml.h``. The real, unmodified pynvml runs over it: :func:`preload`
 loads the branch's library with ``RTLD_GLOBAL`` under its soname, so pynvml's own ``CDLL("libnvidia-ml.so.1")``
 is resolved by the dynamic loader to the object already in the process. The library reads the node from
@@ -16,11 +17,14 @@ import pathlib
 from dataclasses import dataclass
 from typing import Optional
 
-# Driver branches simulated, each built against the nvml.h of its CUDA release (symbols.tsv cites the commits).
-BRANCHES = (470, 525, 535, 550, 570, 580)
+# BRANCHES: the driver branches simulated, each built against the nvml.h of its CUDA release (symbols.tsv cites
+# the commits); the build at install time (fakenvml_build) and the loader share them.
+from nodehealth_sim.fakenvml_build import BRANCHES, SONAME
+
+__all__ = ["BRANCHES", "SONAME", "SPEC_ENV", "LOG_ENV", "BUILD_DIR", "FakeDriverMissing", "branch_for",
+           "library_path", "preload", "Call", "read_log"]
 SPEC_ENV = "NODEHEALTH_FAKE_NVML_SPEC"
 LOG_ENV = "NODEHEALTH_FAKE_NVML_LOG"
-SONAME = "libnvidia-ml.so.1"
 BUILD_DIR = pathlib.Path(__file__).resolve().parent / "fakenvml" / "build"
 
 _preloaded: dict[int, ctypes.CDLL] = {}
@@ -48,7 +52,8 @@ def library_path(branch: int) -> pathlib.Path:
     path = BUILD_DIR / str(branch) / SONAME
     if not path.is_file():
         raise FakeDriverMissing(f"the simulated NVIDIA driver for branch {branch} is not built ({path} is missing): "
-                                "run `make fakenvml` in the source tree (needs a C compiler, cc)")
+                                "install nodehealth-sim again (pip install ./sim in the source tree, `make fakenvml` "
+                                "for the dev venv; needs a C compiler, cc)")
     return path
 
 

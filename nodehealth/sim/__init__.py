@@ -1,1 +1,0 @@
-"""Simulated GPUs for development and tests (docs/simulation.md)."""
