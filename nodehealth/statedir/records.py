@@ -18,12 +18,9 @@ def read_doc(paths: Any, name: str) -> dict[str, Any]:
 
 def update_doc(paths: Any, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
                lock_timeout_s: float = 0.5) -> dict[str, Any]:
-    """Re-read the object under its lock, apply ``change``, write it atomically (0600); OSError
-    when it cannot be written (an unsafe directory is one)."""
+    """Re-read the object under its lock, apply ``change``, write it atomically (0600) through
+    ``files.update_json`` (never more than the readers read); OSError when it cannot be written
+    (an unsafe directory is one, a document over ``files.MAX_READ`` another)."""
     p = layout.path_for(paths, name)
     files.require_state_dir(layout.dir_for(paths, name))
-    with files.locked(p, timeout_s=lock_timeout_s):
-        raw, _ = files.read_json_checked(p)
-        new = change(dict(raw) if isinstance(raw, Mapping) else {})
-        files.write_atomic(p, files.dumps(new) + "\n", files.STATE_FILE_MODE)
-        return new
+    return files.update_json(p, lambda raw: change(dict(raw) if isinstance(raw, Mapping) else {}), lock_timeout_s)

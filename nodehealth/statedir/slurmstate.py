@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from nodehealth.statedir import files, layout
+from nodehealth.statedir import files, layout, upgrade
 
 STATE_VERSION = 1
 FILE_NAME = layout.SLURM_STATE
@@ -178,14 +178,14 @@ def _count(value: Any) -> int:
 
 
 # ``paths`` below: the config's [paths] (the file lives in its persistent dir: ``layout.path_for``),
-# or one directory for everything (a test's). The upgrade from one directory is ``files.upgrade``.
+# or one directory for everything (a test's). The upgrade from one directory is ``upgrade.upgrade``.
 def path(paths: Any) -> str:
     return layout.path_for(paths, FILE_NAME)
 
 
 def load(paths: Any) -> State:
     """The state; the empty state when the file is absent or unusable, or the state dir is not safe."""
-    return State.from_json(files.read_json_or_earlier(path(paths), layout.earlier_path(paths, FILE_NAME)))
+    return State.from_json(upgrade.read_json_or_earlier(path(paths), layout.earlier_path(paths, FILE_NAME)))
 
 
 def update(paths: Any, change: Any, lock_timeout_s: float, log: Any = None) -> Optional[State]:
@@ -198,19 +198,10 @@ def update(paths: Any, change: Any, lock_timeout_s: float, log: Any = None) -> O
     p = path(paths)
     try:
         files.require_state_dir(layout.dir_for(paths, FILE_NAME))
-        files.upgrade(layout.earlier_path(paths, FILE_NAME), p, lock_timeout_s, log)
-        with files.locked(p, timeout_s=lock_timeout_s) as got:
-            if not got and log is not None:
-                log(f"state lock {p}.lock busy; writing anyway")
-            raw, why = files.read_json_checked(p)
-            if why and log is not None:
-                log(f"state file unusable, starting afresh and rewriting it: {why}", notable=True)
-            new = change(State.from_json(raw))
-            text = files.dumps(new.to_json()) + "\n"
-            if len(text) > files.MAX_READ:  # never store what the reader refuses (load reads MAX_READ)
-                raise OSError(f"the new state is {len(text)} bytes, more than {files.MAX_READ}: not written")
-            files.write_atomic(p, text, files.STATE_FILE_MODE)
-            return new
+        upgrade.upgrade(layout.earlier_path(paths, FILE_NAME), p, lock_timeout_s, log)
+        new: State = files.update_json(p, lambda raw: change(State.from_json(raw)), lock_timeout_s,
+                                       encode=State.to_json, log=log)
+        return new
     except OSError as exc:
         if log is not None:
             log(f"cannot write state {p}: {exc}", notable=True)
