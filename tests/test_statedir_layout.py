@@ -51,29 +51,33 @@ def old_record(d: Dirs, record: dict[str, Any] = RECORD) -> Path:
 
 # --- the layout and the rule -------------------------------------------------------------------
 
+# The defaults of [paths]: /run/nodehealth and /var/lib/nodehealth, under the suite's own sandbox
+# while it runs (tests/conftest.py; tests/test_host_guard.py pins the production values).
+RUN, LIB = lean.default("paths.state_dir"), lean.default("paths.persistent_dir")
+
 
 def test_a_default_install_keeps_what_outlives_a_boot_in_var_lib_and_the_rest_in_run() -> None:
     paths = Config().paths
-    assert (paths.state_dir, paths.persistent_dir) == ("/run/nodehealth", "/var/lib/nodehealth")
+    assert (paths.state_dir, paths.persistent_dir) == (RUN, LIB)
     for name in (layout.SLURM_STATE, layout.CONFIG_GOOD):
-        assert layout.path_for(paths, name) == f"/var/lib/nodehealth/{name}"
+        assert layout.path_for(paths, name) == f"{LIB}/{name}"
     for name in (layout.DAEMON_STATE, layout.XID_EVENTS, layout.COUNTERS, layout.LEDGER):
-        assert layout.path_for(paths, name) == f"/run/nodehealth/{name}"
-    assert layout.earlier_path(paths, layout.SLURM_STATE) == "/run/nodehealth/slurm-state.json"
+        assert layout.path_for(paths, name) == f"{RUN}/{name}"
+    assert layout.earlier_path(paths, layout.SLURM_STATE) == f"{RUN}/slurm-state.json"
     assert layout.earlier_path(paths, layout.DAEMON_STATE) is None
     assert layout.path_for("/one", layout.SLURM_STATE) == "/one/slurm-state.json"  # one directory for all
 
 
 CASES = {
     # (what the file says, state_dir, persistent_dir) for the node n1
-    "nothing": ("", "/run/nodehealth", "/var/lib/nodehealth"),
+    "nothing": ("", RUN, LIB),
     "state_dir only (moved before the split)": ('[paths]\nstate_dir = "/srv/nh"\n', "/srv/nh", "/srv/nh"),
     "both": ('[paths]\nstate_dir = "/srv/run"\npersistent_dir = "/srv/lib"\n', "/srv/run", "/srv/lib"),
-    "persistent_dir only": ('[paths]\npersistent_dir = "/srv/lib"\n', "/run/nodehealth", "/srv/lib"),
+    "persistent_dir only": ('[paths]\npersistent_dir = "/srv/lib"\n', RUN, "/srv/lib"),
     "state_dir in an override for this node": (
         '[[override]]\nhosts = "n[1-2]"\npaths.state_dir = "/srv/nh"\n', "/srv/nh", "/srv/nh"),
     "state_dir in an override for another node": (
-        '[[override]]\nhosts = "n9"\npaths.state_dir = "/srv/nh"\n', "/run/nodehealth", "/var/lib/nodehealth"),
+        '[[override]]\nhosts = "n9"\npaths.state_dir = "/srv/nh"\n', RUN, LIB),
     "persistent_dir in the file, state_dir in an override": (
         '[paths]\npersistent_dir = "/srv/lib"\n[[override]]\nhosts = "n1"\npaths.state_dir = "/srv/nh"\n',
         "/srv/nh", "/srv/lib"),

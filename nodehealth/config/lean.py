@@ -34,13 +34,21 @@ ENV_VAR = "NODEHEALTH_CONFIG"
 
 MAX_BYTES = 1 << 20  # a config file larger than this is refused unread
 
+# A directory the defaults of [paths] state_dir and persistent_dir are moved under (an absolute
+# path; unset, or anything else, keeps /run/nodehealth and /var/lib/nodehealth). The test suite
+# sets it for itself and every process it starts (tests/conftest.py), so no test reaches the
+# host's state dirs through a default; a value a config sets is never moved.
+DEFAULT_ROOT_ENV = "NODEHEALTH_DEFAULT_ROOT"
+_ROOT = os.environ.get(DEFAULT_ROOT_ENV, "")
+_ROOT = _ROOT.rstrip("/") if _ROOT.startswith("/") else ""
+
 # (dotted key, Settings attribute, kind, default, min, max, choices); kind is one of
 # "str", "path" (a string holding an absolute path), "bool", "int" and "number" (an integer or a
 # finite float, read as a float).
 KEYS = (
     ("node_name", "node_name", "str", "", None, None, None),
-    ("paths.state_dir", "state_dir", "path", "/run/nodehealth", None, None, None),
-    ("paths.persistent_dir", "persistent_dir", "path", "/var/lib/nodehealth", None, None, None),
+    ("paths.state_dir", "state_dir", "path", _ROOT + "/run/nodehealth", None, None, None),
+    ("paths.persistent_dir", "persistent_dir", "path", _ROOT + "/var/lib/nodehealth", None, None, None),
     ("paths.procfs_root", "procfs_root", "path", "/proc", None, None, None),
     ("phases.prolog.budget_s", "prolog_budget_s", "number", 20.0, 1, 3600, None),
     ("slurm.timeout_s", "slurm_timeout_s", "number", 3.0, 0.1, 60, None),
@@ -51,6 +59,13 @@ KEYS = (
     ("policy.unknown", "unknown", "str", "pass", None, None, ("pass", "fail")),
 )
 BY_KEY = {k[0]: k for k in KEYS}
+
+
+def documented(value: Any) -> Any:
+    """A default as the documentation shows it: the production path, without ``DEFAULT_ROOT_ENV``'s root."""
+    if _ROOT and isinstance(value, str) and value.startswith(_ROOT + "/"):
+        return value[len(_ROOT):]
+    return value
 
 
 def default(key: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from nodehealth.config import lean
 from nodehealth.config.lean import DEFAULT_PATH, ENV_VAR
 from nodehealth.config.schema import Config
 from nodehealth.registry import CHECKS, PHASES
@@ -77,7 +78,7 @@ def _doc_fields(obj: Any, table: str, out: list[str], header: bool = True) -> No
                 hi = "" if meta.get("max") is None else f"{meta['max']:g}"
                 bits.append(f"range: {lo}..{hi}")
             out.append("# " + "; ".join(b for b in bits if b))
-            out.append(f"# {f.name} = {_toml_value(value)}")
+            out.append(f"# {f.name} = {_toml_value(lean.documented(value))}")
     for f, value in nested:
         _doc_fields(value, f"{table}.{f.name}" if table else f.name, out)
 
