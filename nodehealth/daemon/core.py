@@ -338,7 +338,7 @@ class Daemon:
         """The NCCL self-test when it is due and the node idle (ledger, GPU processes): its result
         joins this report (published now) and the next rounds' (judged by the Slurm policy then)."""
         def jobs() -> Any:
-            return selftest.running_jobs(cfg.paths.state_dir, self.boot_id)
+            return selftest.holding_jobs(cfg.paths.state_dir, self.boot_id)
 
         def run() -> Any:
             timeout = cfg.checks["nccl_selftest"].timeout_s

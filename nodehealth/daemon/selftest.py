@@ -1,7 +1,8 @@
 """The daemon's schedule of the NCCL self-test: every ``interval_s`` (plus jitter), only on an idle node.
 
-Idle is known locally, never by asking slurmctld: no job of this boot in the job ledger without
-its end (the prolog wrote its start, the epilog has not written its end), and no compute process
+Idle is known locally, never by asking slurmctld: no job of this boot that the job ledger's one
+rule (``statedir.ledger.holding``) says holds the node now (the prolog wrote its start, the
+epilog has not written an end before now), and no compute process
 on any GPU in the round's NVML snapshot (a snapshot that is cut off, or that could not list the
 processes of a GPU, proves nothing: not idle). The ledger is read again after the run: a job
 that started while the test ran shares the GPUs with it, so that result is dropped (a slow run
@@ -41,12 +42,14 @@ def busy_reason(snapshot: Any, running: Sequence[Any]) -> str:
     return ""
 
 
-def running_jobs(state_dir: str, boot_id: Optional[str]) -> tuple[Any, ...]:
-    """The ledger's jobs of this boot that have a start and no end."""
+def holding_jobs(state_dir: str, boot_id: Optional[str], at: Optional[float] = None) -> tuple[Any, ...]:
+    """The ledger's jobs of this boot that hold the node at Unix time ``at`` (now by default): the
+    ledger's one rule (``statedir.ledger.holding``, any GPU) with no teardown slack, the rule the
+    daemon's job labels use (``daemon.hooks.ledger_jobs``)."""
     from nodehealth.statedir import ledger
 
-    records = [r for r in ledger.read(state_dir) if r.boot_id is None or boot_id is None or r.boot_id == boot_id]
-    return tuple(j for j in ledger.entries(records) if j.end is None)
+    jobs = ledger.entries(ledger.of_boot(ledger.read(state_dir), boot_id))
+    return ledger.holding(jobs, None, time.time() if at is None else at, slack_s=0.0)
 
 
 @dataclass

@@ -276,16 +276,15 @@ def entries(records: Iterable[JobRecord]) -> tuple[JobEntry, ...]:
     return tuple(JobEntry(job, rec.time, ends.get(job), rec.user, rec.gpus) for job, rec in starts.items())
 
 
-def holder(jobs: Sequence[JobEntry], gpu: Optional[int], at: Optional[float],
-           slack_s: float = SLACK_S) -> Optional[str]:
-    """The job that held ``gpu`` at Unix time ``at``; None when unsure. The one rule for it.
+def holding(jobs: Sequence[JobEntry], gpu: Optional[int], at: float,
+            slack_s: float = SLACK_S) -> tuple[JobEntry, ...]:
+    """The candidates of the one rule for "which job held ``gpu`` at Unix time ``at``".
 
-    A job running at ``at`` wins over one that ended within ``slack_s`` before it. With the
-    GPU unknown, a job is named only when it is the one job on the node at that time. Two
-    candidates of the same kind (overlapping jobs on one GPU) name no one.
+    The jobs running at ``at`` (started at or before it, no end or an end at or after it); when
+    there are none, those that ended within ``slack_s`` before it (teardown). With ``gpu`` None
+    every GPU counts (a job on any GPU of the node, or with its GPUs unknown). ``holder`` names
+    the one candidate; the daemon's self-test calls the node busy while there is any.
     """
-    if at is None:
-        return None
     running: list[JobEntry] = []
     recent: list[JobEntry] = []
     for entry in jobs:
@@ -297,12 +296,26 @@ def holder(jobs: Sequence[JobEntry], gpu: Optional[int], at: Optional[float],
             running.append(entry)
         elif at - entry.end <= slack_s:
             recent.append(entry)
-    for candidates in (running, recent):
-        if len(candidates) == 1:
-            return str(candidates[0].job_id)
-        if candidates:
-            return None
-    return None
+    return tuple(running or recent)
+
+
+def holder(jobs: Sequence[JobEntry], gpu: Optional[int], at: Optional[float],
+           slack_s: float = SLACK_S) -> Optional[str]:
+    """The job that held ``gpu`` at Unix time ``at``; None when unsure. The one rule for it.
+
+    A job running at ``at`` wins over one that ended within ``slack_s`` before it. With the
+    GPU unknown, a job is named only when it is the one job on the node at that time. Two
+    candidates of the same kind (overlapping jobs on one GPU) name no one (``holding``).
+    """
+    if at is None:
+        return None
+    candidates = holding(jobs, gpu, at, slack_s)
+    return str(candidates[0].job_id) if len(candidates) == 1 else None
+
+
+def of_boot(records: Iterable[JobRecord], boot_id: Optional[str]) -> list[JobRecord]:
+    """The records of boot ``boot_id`` (records without a boot id count; None: every record)."""
+    return [r for r in records if r.boot_id is None or boot_id is None or r.boot_id == boot_id]
 
 
 def start_time(records: Iterable[JobRecord], job_id: str, boot_id: Optional[str]) -> Optional[float]:
