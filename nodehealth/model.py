@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from nodehealth.observations.action import Action as Action
+
 
 class Status(enum.IntEnum):
     """Ordered severity: the worst result decides a node's verdict.
@@ -28,40 +30,6 @@ class Status(enum.IntEnum):
     @property
     def label(self) -> str:
         return self.name
-
-
-class Action(str, enum.Enum):
-    """What an administrator (or automation) should do about a result.
-
-    Ordered by how invasive the remedy is; ``worst`` picks the most invasive one.
-    """
-
-    NONE = "none"
-    RESTART_APP = "restart_app"
-    RESET_GPU = "reset_gpu"
-    REBOOT = "reboot"
-    INSPECT = "inspect"  # hardware inspection / RMA
-
-    @property
-    def rank(self) -> int:
-        return _ACTION_RANK[self]
-
-    @classmethod
-    def parse(cls, text: str) -> Action:
-        try:
-            return cls(text)
-        except ValueError:
-            allowed = ", ".join(a.value for a in cls)
-            raise ValueError(f"unknown action {text!r} (expected one of: {allowed})") from None
-
-
-_ACTION_RANK = {
-    Action.NONE: 0,
-    Action.RESTART_APP: 1,
-    Action.RESET_GPU: 2,
-    Action.REBOOT: 3,
-    Action.INSPECT: 4,
-}
 
 
 def worst_action(actions: Sequence[Action]) -> Action:
@@ -175,6 +143,9 @@ class Report:
     duration_s: float
     version: str
     started_at: float  # Unix time the run started
+    # Where the GPUs were read from: "" for the real NVML, else its label (probes.source:
+    # "simulated: <scenario>"), the one place a simulated run says so.
+    source: str = ""
 
     @property
     def status(self) -> Status:
@@ -199,7 +170,7 @@ class Report:
                                        duration_s=float(c.get("duration_s", 0.0))))
         return cls(node=str(raw.get("node", "")), phase=str(raw.get("phase", "daemon")), results=tuple(results),
                    duration_s=float(raw.get("duration_s", 0.0)), version=str(raw.get("version", "")),
-                   started_at=float(raw.get("started_at", 0.0)))
+                   started_at=float(raw.get("started_at", 0.0)), source=str(raw.get("source", "")))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -209,5 +180,6 @@ class Report:
             "duration_s": round(self.duration_s, 6),
             "version": self.version,
             "started_at": self.started_at,
+            "source": self.source,
             "checks": [r.to_json() for r in self.results],
         }

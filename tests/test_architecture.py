@@ -362,6 +362,92 @@ def os_imports(path: Path) -> set[str]:
     return found
 
 
+# The layers, bottom up (docs/architecture.md, "The layers"; `python tests/test_architecture.py` prints
+# this table and the climbs as markdown). A module may import modules of its own layer or of a lower
+# one; its layer is that of the longest prefix listed ("" is the package's own __init__). The arrows of
+# the drawn picture are the flow of data; imports point the other way: the runner imports the probes
+# and the checks, the probes and the checks import observations, config validates against the
+# registry, which lists the checks.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("", "observations", "model", "statedir")),
+    ("pure domain", ("xid", "slurm", "slurm.nodes", "slurm.jobenv", "nccl", "nccl.results", "nccl.parse",
+                     "nccl.transport", "nccl.floors", "hints")),
+    ("checks", ("checks",)),
+    ("registry", ("registry",)),
+    ("config", ("config",)),
+    ("platform", ("platform", "slurm.client", "slurm.reboot", "slurm.observe", "nccl.runner")),
+    ("probes", ("probes",)),
+    ("runner", ("runner",)),
+    ("results", ("slurm.policy", "slurm.act", "metrics", "render")),
+    ("faces", ("faces", "daemon", "commands", "preflight", "validation", "nccl.builtin", "nccl.cli_parse")),
+    ("cli", ("cli", "__main__")),
+)
+
+# Imports up a layer that stay, each with its reason (module -> module it imports). An entry whose
+# import is gone fails the rule too, so the list shrinks with the code.
+ALLOWED_CLIMBS: dict[tuple[str, str], str] = {
+    ("nodehealth.config.loader", "nodehealth.probes"): "to move: probe_setup belongs with the probes",
+    ("nodehealth.registry", "nodehealth.config.lean"): "to move: the phases' budgets into config.schema",
+    ("nodehealth.xid.follower", "nodehealth.config.schema"): "to move: the follower is a probe",
+    ("nodehealth.xid.kmsg", "nodehealth.platform.ground"): "to move: the kernel-log reader is a probe",
+    ("nodehealth.xid.settings", "nodehealth.checks.base"): "to move: the gpu_xid check's Settings",
+    ("nodehealth.xid.store", "nodehealth.config.schema"): "to move: the event store's I/O is a probe",
+}
+
+
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> Optional[int]:
+    """The index in ``layers`` of ``module``'s layer: its longest listed prefix; None when none is listed."""
+    rel = module.partition(".")[2]
+    best: Optional[tuple[int, int]] = None
+    for rank, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if rel == prefix or (prefix and rel.startswith(prefix + ".")):
+                length = len(prefix) + 1 if prefix else 0
+                if best is None or length > best[0]:
+                    best = (length, rank)
+    return None if best is None else best[1]
+
+
+def climbs(pkg_dir: Path, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> dict[tuple[str, str], str]:
+    """Rule 8: every import up a layer, ``(module, imported module) -> "file:line layer -> layer"``;
+    a module in no layer of ``layers`` is one too, as ``(module, "") -> "file has no layer"``."""
+    pkg = Package(pkg_dir)
+    out: dict[tuple[str, str], str] = {}
+    for module, edges in pkg.graph().items():
+        low = layer_of(module, layers)
+        if low is None:
+            out[(module, "")] = f"{pkg.rel(module)} has no layer"
+            continue
+        for target, line in sorted(edges.items()):
+            high = layer_of(target, layers)
+            if any(other.startswith(target + ".") and at == line for other, at in edges.items()):
+                continue  # ``from a import b``: the edge to a.b says it
+            if high is not None and high > low:
+                out[(module, target)] = f"{pkg.rel(module)}:{line} {layers[low][0]} -> {layers[high][0]}"
+    return out
+
+
+def layer_violations(pkg_dir: Path, allowed: dict[tuple[str, str], str],
+                     layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> list[str]:
+    """The climbs not in ``allowed``, and the entries of ``allowed`` that are no climb (any more)."""
+    found = climbs(pkg_dir, layers)
+    out = [f"{where} ({module} imports {target})" if target else where
+           for (module, target), where in sorted(found.items()) if (module, target) not in allowed]
+    out += [f"allowed climb {module} -> {target} is not one (any more): drop it"
+            for module, target in sorted(allowed) if (module, target) not in found]
+    return out
+
+
+def layers_markdown() -> str:
+    """The layer table and the allowed climbs, for docs/architecture.md."""
+    rows = ["| layer (bottom up) | modules |", "|---|---|"]
+    rows += [f"| {rank} {name} | " + ", ".join(f"`{p or 'nodehealth/__init__'}`" for p in prefixes) + " |"
+             for rank, (name, prefixes) in enumerate(LAYERS)]
+    rows += ["", "| import up a layer | why it stays |", "|---|---|"]
+    rows += [f"| `{a}` → `{b}` | {why} |" for (a, b), why in sorted(ALLOWED_CLIMBS.items())]
+    return "\n".join(rows)
+
+
 MAX_LISTED_CHECKS = 5
 
 
@@ -444,6 +530,18 @@ def test_checks_are_pure(path):
     assert not os_imports(path) & (IMPURE - {"os"})
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert "open" not in calls
+
+
+def test_observations_import_nothing_of_ours():
+    found = [hit for hit in non_stdlib_imports(PKG, "observations") if "imports nodehealth" in hit]
+    assert not found, "observations import other modules of ours (define the type in observations):\n" + \
+        "\n".join(found)
+
+
+def test_no_import_up_a_layer():
+    found = layer_violations(PKG, ALLOWED_CLIMBS)
+    assert not found, ("imports up a layer (move the code, or name the edge in ALLOWED_CLIMBS with its "
+                       "reason):\n" + "\n".join(found))
 
 
 def test_every_check_module_is_registered_once():
@@ -616,6 +714,35 @@ def test_state_names_are_those_statedir_declares():
     assert tuple(layout.BOOT_ID_REL[-2:]) == BOOT_ID_PIECES
 
 
+def test_rule_layers_can_fail(tmp_path):
+    layers = (("low", ("", "obs", "model")), ("mid", ("checks", "xid")), ("high", ("probes", "xid.store")))
+    pkg = _package(tmp_path, {
+        "obs.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nodehealth.xid import events\n",
+        "model.py": "def f():\n    from .checks import a\n",  # function level, relative
+        "xid/events.py": "from nodehealth import obs\n",  # down: fine
+        "xid/store.py": "import nodehealth.probes.kmsg\n",  # same layer (its longest prefix)
+        "checks/a.py": "from nodehealth.xid.store import load\nfrom nodehealth.xid import events\n",
+        "probes/kmsg.py": "from nodehealth.checks import a\n",  # down: fine
+        "stray.py": "",  # no layer
+    })
+    found = climbs(pkg, layers)
+    assert found == {
+        ("nodehealth.checks.a", "nodehealth.xid.store"): "nodehealth/checks/a.py:1 mid -> high",
+        ("nodehealth.model", "nodehealth.checks.a"): "nodehealth/model.py:2 low -> mid",
+        ("nodehealth.obs", "nodehealth.xid.events"): "nodehealth/obs.py:3 low -> mid",
+        ("nodehealth.stray", ""): "nodehealth/stray.py has no layer",
+    }, found
+    allowed = {("nodehealth.obs", "nodehealth.xid.events"): "a reason",
+               ("nodehealth.xid.events", "nodehealth.obs"): "not a climb: stale"}
+    assert layer_violations(pkg, allowed, layers) == [
+        "nodehealth/checks/a.py:1 mid -> high (nodehealth.checks.a imports nodehealth.xid.store)",
+        "nodehealth/model.py:2 low -> mid (nodehealth.model imports nodehealth.checks.a)",
+        "nodehealth/stray.py has no layer",
+        "allowed climb nodehealth.xid.events -> nodehealth.obs is not one (any more): drop it",
+    ]
+    assert layer_of("nodehealth.xid.store.disk", layers) == 2 and layer_of("nodehealth", layers) == 0
+
+
 def test_rule_os_modules_can_fail(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("def f():\n    import subprocess.run\n    from psutil import Process\n"
@@ -647,3 +774,9 @@ def test_no_shell_and_no_sudo(path):
             assert isinstance(node.value, ast.Constant) and node.value.value is False, f"shell= in {path}"
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             assert not node.value.split() or node.value.split()[0] not in ("sudo", "/usr/bin/sudo"), path
+
+
+if __name__ == "__main__":
+    print(layers_markdown())
+    print()
+    print("\n".join(f"{where} ({a} imports {b})" for (a, b), where in sorted(climbs(PKG).items())))

@@ -13,7 +13,6 @@ from nodehealth.model import Action, Status
 from nodehealth.observations import (
     EccCounts,
     GpuObservation,
-    JobLedgerEntry,
     NvmlSnapshot,
     ProbeError,
     RemappedRows,
@@ -22,6 +21,7 @@ from nodehealth.observations import (
     gpu_counters,
 )
 from nodehealth.statedir.counters import counters_record
+from nodehealth.statedir.ledger import JobEntry as JobLedgerEntry  # the ledger's records
 from nodehealth.xid.events import Severity, XidEvent
 
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]

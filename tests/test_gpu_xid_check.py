@@ -12,13 +12,13 @@ from nodehealth.checks.base import Context
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import (
     GpuObservation,
-    JobLedgerEntry,
     NvmlSnapshot,
     Observations,
     ProbeError,
     XidObservation,
     XidRecord,
 )
+from nodehealth.statedir.ledger import JobEntry as JobLedgerEntry  # the ledger's records
 from nodehealth.xid.catalog import enrich, load_catalog
 from nodehealth.xid.parse import parse_line
 

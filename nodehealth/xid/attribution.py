@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, cast
 
 from nodehealth.observations import GpuObservation, JobLedgerEntry
 from nodehealth.statedir import ledger as job_ledger
@@ -71,7 +71,8 @@ def attribute(event: XidEvent, gpus: GpuMap, ledger: Sequence[JobLedgerEntry] = 
             uuid = found[1] if uuid is None else uuid
     job = event.job_id
     if job is None and ledger:
-        job = job_ledger.holder(ledger, gpu, at)
+        # The observation's entries are the ledger's own records (the xid probe reads them from it).
+        job = job_ledger.holder(cast(Sequence[job_ledger.JobEntry], ledger), gpu, at)
     if (gpu, uuid, job) == (event.gpu, event.gpu_uuid, event.job_id):
         return event
     return replace(event, gpu=gpu, gpu_uuid=uuid, job_id=job)

@@ -9,14 +9,11 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Protocol, Union
 
-from nodehealth.nccl.results import PerfResult, TransportResult
-from nodehealth.slurm.nodes import NodeInfo
-from nodehealth.statedir.ledger import JobEntry
-
-if TYPE_CHECKING:
-    from nodehealth.xid.events import XidEvent
+from nodehealth.observations.nccl import PerfResult, TransportResult
+from nodehealth.observations.slurm import NodeInfo
+from nodehealth.observations.xid import XidEvent
 
 
 @dataclass(frozen=True)
@@ -242,10 +239,22 @@ class IbPort:
 # --------------------------------------------------------------------------- XID watch
 
 
-# One Slurm job as the job ledger places it in time (``nodehealth.statedir.ledger``): ``job_id``,
-# ``start`` and ``end`` (Unix seconds; ``end`` None while it runs), ``user``, ``gpus`` (NVML
-# indices; None when the ledger did not say: the job is then taken to cover every GPU).
-JobLedgerEntry = JobEntry
+class JobLedgerEntry(Protocol):
+    """One Slurm job as the job ledger places it in time: what a check may read of
+    ``nodehealth.statedir.ledger.JobEntry`` (the ledger's own record, standard library only for the
+    prolog's fast path). ``start`` and ``end``: Unix seconds (``end`` None while it runs); ``gpus``:
+    NVML indices, None when the ledger did not say (the job is then taken to cover every GPU)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> Optional[float]: ...
+    @property
+    def user(self) -> Optional[str]: ...
+    @property
+    def gpus(self) -> Optional[tuple[int, ...]]: ...
 
 
 @dataclass(frozen=True)
