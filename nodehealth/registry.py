@@ -7,9 +7,9 @@ check judges; the runner gathers only what the enabled checks need.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Callable
 
 from nodehealth.checks import (
     gpu_count,
@@ -33,37 +33,11 @@ from nodehealth.checks import (
     nccl_selftest,
     nvml,
 )
-from nodehealth.checks.base import CheckSettings, setting
-from nodehealth.config import lean
+from nodehealth.checks.base import CheckSettings
 
-# Every phase's budget has the range of the prolog's, which the lean reader checks too.
-_BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
-
-
-@dataclass(frozen=True)
-class PhaseSettings:
-    budget_s: float = setting(30.0, "total time for one run of this phase's checks", unit="s",
-                              min=_BUDGET_MIN, max=_BUDGET_MAX)
-
-
-def _phase(budget: float) -> Any:
-    return field(default_factory=lambda: PhaseSettings(budget_s=budget),
-                 metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None})
-
-
-@dataclass(frozen=True)
-class Phases:
-    """The phases, in order, and their budgets (``[phases.<name>]``). A face runs one phase;
-    keep the prolog's well under Slurm's PrologEpilogTimeout."""
-
-    prolog: PhaseSettings = _phase(lean.default("phases.prolog.budget_s"))
-    epilog: PhaseSettings = _phase(30.0)
-    healthcheck: PhaseSettings = _phase(50.0)
-    manual: PhaseSettings = _phase(30.0)
-    daemon: PhaseSettings = _phase(30.0)
-
-
-PHASES: tuple[str, ...] = tuple(f.name for f in fields(Phases))
+# The phases, in order: a face runs one. Their budgets are config (``config.schema.Phases``, one field
+# per name here, ``[phases.<name>] budget_s``); the registry names them so a check can say where it runs.
+PHASES: tuple[str, ...] = ("prolog", "epilog", "healthcheck", "manual", "daemon")
 ALL = frozenset(PHASES)
 EPILOG = frozenset({"epilog"})
 # The NCCL self-test takes seconds: never the prolog's; the epilog's and by hand when enabled; the

@@ -17,6 +17,8 @@ programs it names (``[slurm] scontrol``) likewise (``nodehealth.config.trust``).
 validate it returns the last configuration that validated on this node
 (``nodehealth.config.lastgood``), else the built-in defaults, with the error, so a bad edit
 never turns the checks off.
+
+The typed build from a table tree (defaults, then every key validated) is ``nodehealth.config.build``.
 """
 
 from __future__ import annotations
@@ -27,50 +29,32 @@ import os
 import re
 import sys
 import time
-import typing
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional
 
 import hostlist
 
-from nodehealth.checks.base import CheckSettings
 from nodehealth.config import lastgood, lean, trust
-from nodehealth.config.lean import config_path, node_name
-from nodehealth.config.schema import Config, default_checks
-from nodehealth.registry import BY_NAME, PHASES
+from nodehealth.config.build import ABSOLUTE as ABSOLUTE
+from nodehealth.config.build import KINDS as KINDS
+from nodehealth.config.build import ConfigError as ConfigError
+from nodehealth.config.build import build as build
+from nodehealth.config.build import merge as merge
+from nodehealth.config.build import to_toml_dict as to_toml_dict
+from nodehealth.config.lean import config_path as config_path
+from nodehealth.config.lean import node_name as node_name
+from nodehealth.config.schema import Config as Config
+from nodehealth.registry import PHASES
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on RHEL 9's Python 3.9
     import tomli as tomllib
 
-# ConfigError.kind: a short label of what went wrong (the ``error`` label of nodehealth_config_valid).
-KINDS = ("missing", "unreadable", "untrusted", "syntax", "value", "setup")
 MAX_DEPTH = 16  # tables and arrays inside each other; the schema needs 5
 
 
-class ConfigError(Exception):
-    """A configuration problem, worded for the one-line error an administrator sees."""
-
-    def __init__(self, message: str, kind: str = "value") -> None:
-        super().__init__(message)
-        self.kind = kind if kind in KINDS else "value"
-        self.state_dir: Optional[str] = None  # the state dir the bad file names, when it could be read
-        self.persistent_dir: Optional[str] = None  # its persistent dir (where its last good one is kept), the same
-
-
-# Keys the loader handles itself rather than through a dataclass field.
-_TOP_EXTRA = {"override"}
-
-# Keys that hold a path and must be absolute: (table, key, may be empty). The fast path's keys of
-# kind "path" are among them (lean.KEYS), so both readers refuse the same values.
-ABSOLUTE = tuple(
-    (k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.KEYS if k[2] == "path"
-) + (("paths", "sysfs_root", False), ("slurm", "scontrol", False), ("slurm", "conf", True),
-     ("daemon", "textfile_dir", True))
 # Keys that name a program nodehealth runs (as root): trusted like the config file itself.
 PROGRAMS = (("slurm", "scontrol"),)
-
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +105,7 @@ def load(path: Optional[str] = None, host: Optional[str] = None,
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(text)
+        raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}", "syntax") from None
     except RecursionError:
@@ -325,193 +309,6 @@ def _fallback(file: str, error: ConfigError, hints: tuple[Optional[str], Optiona
     except ConfigError:
         raise error from None
     return Loaded(cfg, file, error, "defaults", "; ".join(whys))
-
-
-def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge tables; arrays and scalars in ``extra`` replace those in ``base``."""
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def build(raw: Mapping[str, Any], file: str, prefix: str = "") -> Config:
-    """Defaults-then-validate: turn one raw table tree into a Config or raise ConfigError."""
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key in _TOP_EXTRA:
-            continue
-        if key == "checks":
-            values["checks"] = _build_checks(value, file, prefix)
-            continue
-        values[key] = value
-    cfg = _build_dataclass(Config, {k: v for k, v in values.items() if k != "checks"}, file, prefix)
-    checks = values.get("checks") or default_checks()
-    cfg = dataclasses.replace(cfg, checks=checks)
-    if lean.persistent_follows([raw]):  # a config from before the split: one directory, as it was
-        cfg = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, persistent_dir=cfg.paths.state_dir))
-    _check_paths(cfg, file, prefix)
-    _check_listen(cfg.daemon.listen, file, f"{prefix}daemon.listen")
-    return cfg
-
-
-def _check_paths(cfg: Config, file: str, prefix: str) -> None:
-    for table, key, may_be_empty in ABSOLUTE:
-        value = getattr(getattr(cfg, table), key)
-        if value == "" and may_be_empty:
-            continue
-        if not value.startswith("/"):
-            what = "empty" if value == "" else f"{value!r} is relative"
-            raise ConfigError(f"{file}: {prefix}{table}.{key}: {what}; expected an absolute path")
-
-
-def _check_listen(value: str, file: str, key: str) -> None:
-    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT`` (every interface) or empty (no endpoint)."""
-    if value == "":
-        return
-    host, sep, port = value.rpartition(":")
-    ok = bool(sep) and port.isdigit() and len(port) <= 5 and int(port) <= 65535
-    if ok and host.startswith("[") and host.endswith("]"):
-        import ipaddress
-
-        try:
-            ok = ipaddress.ip_address(host[1:-1].split("%")[0]).version == 6
-        except ValueError:
-            ok = False
-    elif ok and host:
-        ok = bool(_HOST.match(host)) and ":" not in host
-    if not ok:
-        raise ConfigError(f"{file}: {key}: {value!r}: expected HOST:PORT (0.0.0.0:10915, [::]:10915, "
-                          "127.0.0.1:10915), or \"\" for no endpoint")
-
-
-def _build_checks(raw: Any, file: str, prefix: str) -> dict[str, CheckSettings]:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{file}: {prefix}checks: expected a table of [checks.<name>] tables")
-    out = default_checks()
-    for name, table in raw.items():
-        spec = BY_NAME.get(name)
-        if spec is None:
-            known = ", ".join(BY_NAME)
-            raise ConfigError(f"{file}: {prefix}checks.{name}: unknown check (known: {known})")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{file}: {prefix}checks.{name}: expected a table")
-        settings = _build_dataclass(spec.settings_class, table, file, f"{prefix}checks.{name}.")
-        try:
-            settings.validate()
-        except ValueError as exc:
-            raise ConfigError(f"{file}: {prefix}checks.{name}: {exc}") from None
-        out[name] = settings
-    return out
-
-
-def _build_dataclass(cls: type, raw: Mapping[str, Any], file: str, prefix: str) -> Any:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{file}: {prefix.rstrip('.')}: expected a table")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name not in ("source", "checks")}
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in fields:
-            known = ", ".join(fields) or "(none)"
-            raise ConfigError(f"{file}: {prefix}{key}: unknown key (known here: {known})")
-        f = fields[key]
-        kwargs[key] = _coerce(hints[key], f, value, file, f"{prefix}{key}")
-    return cls(**kwargs)
-
-
-def _field_default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
-_SCALARS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _coerce(hint: Any, f: dataclasses.Field[Any], value: Any, file: str, key: str) -> Any:
-    meta: Mapping[str, Any] = f.metadata or {}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        # A nested table starts from the parent's default for it (phases.prolog has its own budget).
-        built = _build_dataclass(hint, value, file, key + ".")
-        default = _field_default(f)
-        if default is None:
-            return built
-        given = {name: getattr(built, name) for name in value}
-        return dataclasses.replace(default, **given)
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is Union:
-        options = [a for a in args if a is not type(None)]
-        if type(None) in args and value is None:
-            return None
-        # A number-or-keyword field such as expected_count: accept the keyword form, else the number.
-        if set(options) == {int, str}:
-            if isinstance(value, str):
-                if value != "auto":
-                    raise ConfigError(f"{file}: {key}: expected an integer or \"auto\", got {value!r}")
-                return value
-            return _scalar(int, meta, value, file, key)
-        return _coerce(options[0], f, value, file, key)
-    if origin is tuple:
-        item = args[0]
-        if not isinstance(value, list):
-            raise ConfigError(f"{file}: {key}: expected an array, got {_kind(value)}")
-        if isinstance(item, type) and dataclasses.is_dataclass(item):
-            return tuple(_build_dataclass(item, v, file, f"{key}[{i}].") for i, v in enumerate(value))
-        out = []
-        for i, v in enumerate(value):
-            out.append(_scalar(item, meta, v, file, f"{key}[{i}]"))
-        return tuple(out)
-    return _scalar(hint, meta, value, file, key)
-
-
-def _scalar(kind: Any, meta: Mapping[str, Any], value: Any, file: str, key: str) -> Any:
-    ok = (
-        (kind is bool and isinstance(value, bool))
-        or (kind is int and isinstance(value, int) and not isinstance(value, bool))
-        or (kind is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-        or (kind is str and isinstance(value, str))
-    )
-    if not ok:
-        raise ConfigError(f"{file}: {key}: expected {_SCALARS.get(kind, kind)}, got {_kind(value)} {value!r}")
-    if kind is float:
-        value = float(value)
-        if not math.isfinite(value):
-            raise ConfigError(f"{file}: {key}: {value!r} is not a finite number")
-    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
-    if choices and value not in choices:
-        raise ConfigError(f"{file}: {key}: {value!r} is not one of {', '.join(map(str, choices))}")
-    if lo is not None and value < lo:
-        raise ConfigError(f"{file}: {key}: {value!r} is below the minimum {lo:g}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{file}: {key}: {value!r} is above the maximum {hi:g}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a table", list: "an array", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
-
-
-def to_toml_dict(cfg: Config) -> dict[str, Any]:
-    """The effective config as plain tables (for ``nodehealth config check``)."""
-    def plain(obj: Any) -> Any:
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "source"}
-        if isinstance(obj, Mapping):
-            return {k: plain(v) for k, v in obj.items()}
-        if isinstance(obj, tuple):
-            return [plain(v) for v in obj]
-        return obj
-
-    out: dict[str, Any] = plain(cfg)
-    return out
 
 
 def phase_budget(cfg: Config, phase: str) -> float:

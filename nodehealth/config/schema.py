@@ -8,12 +8,12 @@ reads take their default, bounds and choices from ``nodehealth.config.lean.KEYS`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Union
 
 from nodehealth.checks.base import CheckSettings, setting
 from nodehealth.config import lean
-from nodehealth.registry import CHECKS, Phases
+from nodehealth.registry import CHECKS, PHASES
 from nodehealth.statedir import layout
 
 
@@ -21,6 +21,37 @@ def _lean(key: str, doc: str, unit: str = "") -> Any:
     """``setting()`` for a key of ``lean.KEYS``: its default, range and choices come from there."""
     _, _, _, default, lo, hi, choices = lean.BY_KEY[key]
     return setting(default, doc, unit=unit, min=lo, max=hi, choices=choices)
+
+
+# Every phase's budget has the range of the prolog's, which the lean reader checks too.
+_BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    budget_s: float = setting(30.0, "total time for one run of this phase's checks", unit="s",
+                              min=_BUDGET_MIN, max=_BUDGET_MAX)
+
+
+def _phase(budget: float) -> Any:
+    return field(default_factory=lambda: PhaseSettings(budget_s=budget),
+                 metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None})
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The phases, in order, and their budgets (``[phases.<name>]``). A face runs one phase;
+    keep the prolog's well under Slurm's PrologEpilogTimeout."""
+
+    prolog: PhaseSettings = _phase(lean.default("phases.prolog.budget_s"))
+    epilog: PhaseSettings = _phase(30.0)
+    healthcheck: PhaseSettings = _phase(50.0)
+    manual: PhaseSettings = _phase(30.0)
+    daemon: PhaseSettings = _phase(30.0)
+
+
+if tuple(f.name for f in fields(Phases)) != PHASES:  # one field per phase the registry names, in its order
+    raise AssertionError(f"config.schema.Phases {[f.name for f in fields(Phases)]} != registry.PHASES {PHASES}")
 
 
 @dataclass(frozen=True)

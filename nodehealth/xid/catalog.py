@@ -184,7 +184,7 @@ def _xid_key(key: object, label: str) -> int:
     if isinstance(key, bool):
         raise ValueError(f"{label}: not an XID number")
     try:
-        value = int(key)  # type: ignore[call-overload]
+        value: int = int(key)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise ValueError(f"{label}: not an XID number") from None
     if value < 0:
