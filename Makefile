@@ -38,9 +38,10 @@ lint: $(STAMP)
 
 types: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy sim/nodehealth_sim sim/setup.py
 
 compat: $(STAMP)
-	$(BIN)/vermin --target=3.9- --violations --eval-annotations --no-tips --backport dataclasses nodehealth
+	$(BIN)/vermin --target=3.9- --violations --eval-annotations --no-tips --backport dataclasses nodehealth sim
 
 pytest: $(STAMP) fakenvml nvml-wheels
 	$(BIN)/pytest -q

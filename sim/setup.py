@@ -55,7 +55,7 @@ setup(
     version=VERSION,
     install_requires=[f"nodehealth=={VERSION}", NVML_PY, "tomli>=1.1; python_version < '3.11'"],
     # fakenvml/: the C sources and symbols.tsv (data, no Python); the libraries are added by build_py.
-    packages=["nodehealth_sim", "nodehealth_sim.fakenvml"],
+    packages=["nodehealth_sim", "nodehealth_sim.fakenvml", "nodehealth_sim.validation"],
     package_data={"nodehealth_sim.fakenvml": ["*.c", "*.h", "symbols.tsv"]},
     cmdclass={"build_py": BuildPyWithDriver},
     zip_safe=False,

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 from nodehealth_sim import nvml as simnvml
+from nodehealth_sim.validation import compare, scenario_writer
 
 from nodehealth import cli
 from nodehealth.probes.nvml import NVML_FUNCTIONS
-from nodehealth.validation import elf, kit, record, report, scenario_writer
+from nodehealth.validation import elf, kit, record, report
 from nodehealth.validation.record import Call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ HANG_TIMEOUT_S = 2.0
 def _simulator_ready() -> None:
     try:
         kit.simulated_loader(str(SCENARIOS / "healthy-8x-h100.toml"))
-    except simnvml.ScenarioError as exc:
+    except kit.ScenarioRefused as exc:
         pytest.skip(f"the simulated driver is not usable here: {exc}")
 
 
@@ -144,7 +145,7 @@ def test_a_modified_scenario_shows_differences(runs, tmp_path):
     changed.write_text(text)
     loader, _ = kit.simulated_loader(str(changed))
     record.record(str(tmp_path / "rec"), loader, 30.0)
-    diffs = report.diff_calls(record.load(str(path / "calls.jsonl")),
+    diffs = compare.diff_calls(record.load(str(path / "calls.jsonl")),
                               record.load(str(tmp_path / "rec" / "calls.jsonl")))
     kinds = {d["kind"] for d in diffs}
     assert {"value", "return", "only_recorded"} <= kinds, kinds
@@ -154,7 +155,7 @@ def test_a_modified_scenario_shows_differences(runs, tmp_path):
     assert lost[0]["fn"] == "nvmlDeviceGetPowerUsage" and lost[0]["gpu"] == 1 and "GPU_IS_LOST" in lost[0]["replayed"]
     md = report.render_markdown({"run": {}, "timing": report.timing([]), "symbols": {"status": "x"},
                                  "replay": {"outcome": "complete", "recorded_calls": 1, "replayed_calls": 1,
-                                            "differences": diffs, "summary": report.summarise_differences(diffs)}})
+                                            "differences": diffs, "summary": compare.summarise_differences(diffs)}})
     assert "same values: no" in md and "same return codes: no" in md and "same function sequence: no" in md
 
 
@@ -265,7 +266,7 @@ def test_the_elf_reader_lists_the_simulated_driver_exports_per_branch():
         from nodehealth_sim import driver
     except ImportError:
         pytest.skip("nodehealth.sim.driver (library_path) does not exist yet")
-    branches, table = report.read_symbol_table(report.default_symbol_table())
+    branches, table = compare.read_symbol_table(compare.default_symbol_table())
     try:
         paths = {b: driver.library_path(b) for b in branches}
     except Exception:  # noqa: BLE001 - not built yet: build it, as make test does
@@ -274,19 +275,19 @@ def test_the_elf_reader_lists_the_simulated_driver_exports_per_branch():
     for branch, path in paths.items():
         expected = sorted(s for s, bs in table.items() if branch in bs)
         assert elf.exported(str(path), "nvml") == expected, branch
-        cmp = report.compare_symbols(elf.exported(str(path), "nvml"), f"{branch}.0.0")
+        cmp = compare.compare_symbols(elf.exported(str(path), "nvml"), f"{branch}.0.0")
         assert cmp["branch"] == branch and cmp["simulator_only"] == cmp["driver_only"] == []
 
 
 def test_the_symbol_comparison_names_both_sides(tmp_path):
     table = tmp_path / "symbols.tsv"
     table.write_text("# a comment\nsymbol\t535\t550\nnvmlInit_v2\t1\t1\nnvmlNew\t0\t1\nnvmlOld\t1\t0\n")
-    cmp = report.compare_symbols(["nvmlInit_v2", "nvmlOld", "nvmlExtra"], "550.54.15", table)
+    cmp = compare.compare_symbols(["nvmlInit_v2", "nvmlOld", "nvmlExtra"], "550.54.15", table)
     assert cmp["status"] == "compared" and cmp["branch"] == 550
     assert cmp["simulator_only"] == ["nvmlNew"] and cmp["driver_only"] == ["nvmlOld"]
     assert cmp["not_implemented"] == 1
-    assert report.compare_symbols(None, "550", table)["status"].startswith("no driver library")
-    assert "does not exist" in report.compare_symbols([], "550", tmp_path / "none.tsv")["status"]
+    assert compare.compare_symbols(None, "550", table)["status"].startswith("no driver library")
+    assert "does not exist" in compare.compare_symbols([], "550", tmp_path / "none.tsv")["status"]
 
 
 # --------------------------------------------------------------------------- scenario writer, evidence, CLI

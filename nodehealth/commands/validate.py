@@ -5,8 +5,13 @@
 Read-only: no NVML call that changes a GPU setting can be made (the recorder refuses them),
 nothing is cleared or reset, Slurm is not touched. docs/validation.md.
 
-Exit codes: 0 evidence written and the simulator agrees with every call; 1 evidence written
-and the report lists differences (or the recording did not complete); 2 usage error.
+The recording is the product's; writing the scenario and replaying it in the simulator need
+``nodehealth-sim`` (imported by name when installed; otherwise the record is written and the
+output says to run ``nodehealth-sim replay DIR`` where the simulator is).
+
+Exit codes: 0 evidence written and the simulator agrees with every call (or, without the
+simulator, the recording completed); 1 evidence written and the report lists differences (or
+the recording did not complete); 2 usage error (--simulate without the simulator included).
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ def register(sub: Any) -> None:
         help="record this node's NVML answers (read-only) and where the simulator disagrees",
         description="Run the NVML probe on this node through a read-only recorder and write the evidence "
         "into DIR: calls.jsonl (every NVML call), symbols.json (the driver library's exported NVML "
-        "symbols), nvidia-smi-q.txt, nvrm.txt (kernel NVRM/Xid lines), scenario.toml (this node as a "
-        "simulator scenario), replay/ and report.md/report.json (where the simulator disagrees). "
+        "symbols), nvidia-smi-q.txt, nvrm.txt (kernel NVRM/Xid lines), report.md/report.json; with the "
+        "simulator installed (nodehealth-sim) also scenario.toml (this node as a simulator scenario), replay/ "
+        "and where the simulator disagrees (else: nodehealth-sim replay DIR, where it is installed). "
         "Never changes a GPU setting and never touches Slurm.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write into (created if missing)")
@@ -36,8 +42,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth_sim.nvml import ScenarioError
-
     from nodehealth.validation import kit
 
     if not args.timeout > 0:
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         doc = kit.run(args.out, simulate=simulate, timeout_s=args.timeout, replay=not args.no_replay)
-    except ScenarioError as exc:
+    except (kit.ScenarioRefused, kit.SimulatorMissing) as exc:
         print(f"nodehealth: {exc}", file=sys.stderr)
         return 2
     except Foreign as exc:  # nothing was written: --out is not a directory of this user's
@@ -62,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "
           f"driver {run_info.get('driver_version') or 'unknown'}, "
           f"{run_info.get('gpu_count') if run_info.get('gpu_count') is not None else 'no'} GPU(s)")
-    if replay.get("error"):
+    if replay.get("skipped"):
+        print(f"replay: not done here: {replay['skipped']}")
+    elif replay.get("error"):
         print(f"replay: not done: {replay['error']}")
     elif replay:
         print(f"replay: {len(replay['differences'])} difference(s) between the node and the simulator "

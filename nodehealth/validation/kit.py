@@ -3,9 +3,13 @@
 1. ``calls.jsonl`` (+ ``observations.jsonl``): the probe reads the node through the recorder.
 2. ``symbols.json``: the ``nvml*`` symbols the driver library that pynvml loaded exports.
 3. ``nvidia-smi-q.txt``, ``nvrm.txt``: ``nvidia-smi -q`` and the kernel's NVRM/Xid lines.
-4. ``scenario.toml``: the node as a simulator scenario.
-5. ``replay/``: that scenario recorded through the simulator; ``report.md`` / ``report.json``:
-   timings and every difference between the node and the simulator.
+4. ``report.md`` / ``report.json``: what was run and the timings.
+
+Then, when the simulator (``nodehealth-sim``, package ``nodehealth_sim``) is installed, its
+``nodehealth_sim.validation.replay.complete``, imported by name, writes ``scenario.toml`` (the node
+as a scenario) and ``replay/`` (that scenario recorded through the simulator) and adds every
+difference to the report. Without it the report says how to replay the record elsewhere
+(``nodehealth-sim replay DIR``): a production node needs no simulator code.
 
 Nothing here changes a GPU setting or touches Slurm.
 """
@@ -13,6 +17,7 @@ Nothing here changes a GPU setting or touches Slurm.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import re
@@ -22,28 +27,48 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nodehealth.platform import evidence, ground
-from nodehealth.validation import elf, record, report, scenario_writer
+from nodehealth.validation import elf, record, report
 
 SYMBOLS_FILE = "symbols.json"
 SMI_FILE = "nvidia-smi-q.txt"
 NVRM_FILE = "nvrm.txt"
-SCENARIO_FILE = "scenario.toml"
-REPLAY_DIR = "replay"
 SMI_TIMEOUT_S = 60.0
 KERNEL_LINE = re.compile(r"NVRM|Xid|nvidia", re.IGNORECASE)
-# A recording that ended at its deadline is replayed for at most this long: the replay of a
-# hung call hangs too, and what came before it is quick.
-REPLAY_AFTER_HANG_S = 10.0
+# The simulator's distribution, imported by name only (the product has no static import of it).
+SIM_PACKAGE = "nodehealth_sim"
+SIM_REPLAY = "nodehealth_sim.validation.replay"
+INSTALL_SIM = "pip install nodehealth-sim (./sim in the source tree)"
 
 
-def simulated_loader(path: str) -> tuple[Callable[[], Any], Any]:
-    """(loader, scenario) for a scenario file, as the project's ``[nvml] simulate`` builds it:
-    the simulated driver library of the scenario's branch under the real pynvml."""
-    from nodehealth_sim import nvml as simnvml
+class SimulatorMissing(Exception):
+    """--simulate without the simulator installed."""
 
-    scenario = simnvml.parse(path)
-    simnvml.check_built(scenario)
-    return simnvml.loader(scenario), scenario
+
+class ScenarioRefused(Exception):
+    """The simulator refused the scenario file (the message names the file and the key)."""
+
+
+def simulated_loader(path: str) -> tuple[Callable[[], Any], tuple[str, ...]]:
+    """(loader, PCI bus ids) for a scenario file, as ``[nvml] simulate`` gets them: the simulator's
+    ``nvml_source`` (the simulated driver library of the scenario's branch under the real pynvml).
+
+    SimulatorMissing when nodehealth-sim is not installed; ScenarioRefused for a bad scenario."""
+    try:
+        sim: Any = importlib.import_module(SIM_PACKAGE)
+    except ImportError:
+        raise SimulatorMissing(f"--simulate needs the simulator: {INSTALL_SIM}") from None
+    try:
+        source = sim.nvml_source(path)
+    except sim.ScenarioError as exc:
+        raise ScenarioRefused(str(exc)) from None
+    return source.loader, tuple(source.pci_bus_ids or ())
+
+
+def files_in(out_fd: int) -> list[str]:
+    """The report's list of files: the plain files in the ``--out`` directory, and the report itself."""
+    files = [f for f in os.listdir(out_fd) if not f.startswith(".")
+             and stat.S_ISREG(os.stat(f, dir_fd=out_fd, follow_symlinks=False).st_mode)]
+    return sorted(set(files) | {"report.json", "report.md"})
 
 
 def _real_loader() -> Callable[[], Any]:
@@ -121,28 +146,6 @@ def _value(calls: list[record.Call], fn: str) -> Any:
     return next((c.value for c in calls if c.fn == fn and c.returned and c.rc == 0), None)
 
 
-def _replay(out_fd: int, scenario_path: str, calls: list[record.Call], limit: float) -> dict[str, Any]:
-    """Record the written scenario in the simulator into ``replay/`` (a directory of ours) and compare."""
-    try:
-        replay_loader, _ = simulated_loader(scenario_path)
-    except Exception as exc:  # noqa: BLE001 - e.g. the simulated driver is not built
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    try:
-        replay_fd = ground.ensure_own_dir(REPLAY_DIR, dir_fd=out_fd)
-    except ground.Foreign as exc:
-        return {"error": f"{REPLAY_DIR}/ not written into: {exc}"}
-    try:
-        again = record.record(replay_fd, replay_loader, limit)
-        replayed = record.read_at(replay_fd, record.CALLS_FILE)
-    finally:
-        os.close(replay_fd)
-    diffs = report.diff_calls(calls, replayed.calls)
-    return {"dir": REPLAY_DIR, "outcome": again.outcome, "recorded_calls": len(calls),
-            "replayed_calls": len(replayed.calls), "differences": diffs,
-            "summary": report.summarise_differences(diffs),
-            "library": replayed.libraries[0] if replayed.libraries else None}
-
-
 def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, replay: bool = True,
         sysfs_root: str = "/sys", kmsg_path: str = "/dev/kmsg", nvidia_smi: Optional[str] = None,
         date: Optional[datetime.datetime] = None) -> dict[str, Any]:
@@ -151,22 +154,26 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
     ``out_dir`` must be a directory of our own, or not exist (it is made): a link, another user's
     directory or one others may write is refused (``ground.Foreign``, naming its owner) before
     anything is written. Every file in it is new or replaces our own (never written through a link).
+    A scenario (``simulate``) is resolved first: without the simulator or with a bad file nothing is made.
     """
+    source = simulated_loader(simulate) if simulate else None
     out_fd = ground.ensure_own_dir(out_dir)
     try:
-        return _run(out_fd, out_dir, simulate, timeout_s, replay, sysfs_root, kmsg_path, nvidia_smi, date)
+        return _run(out_fd, out_dir, simulate, source, timeout_s, replay, sysfs_root, kmsg_path, nvidia_smi, date)
     finally:
         os.close(out_fd)
 
 
-def _run(out_fd: int, out_dir: str, simulate: Optional[str], timeout_s: float, replay: bool, sysfs_root: str,
-         kmsg_path: str, nvidia_smi: Optional[str], date: Optional[datetime.datetime]) -> dict[str, Any]:
+def _run(out_fd: int, out_dir: str, simulate: Optional[str],
+         source: Optional[tuple[Callable[[], Any], tuple[str, ...]]], timeout_s: float, replay: bool,
+         sysfs_root: str, kmsg_path: str, nvidia_smi: Optional[str],
+         date: Optional[datetime.datetime]) -> dict[str, Any]:
     from nodehealth import __version__
 
     when = (date or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if simulate:
-        loader, scenario = simulated_loader(simulate)
-        pci, pci_note = list(scenario.pci_bus_ids), "the scenario's PCI bus"
+    if source is not None:
+        loader, bus_ids = source
+        pci, pci_note = list(bus_ids), "the scenario's PCI bus"
     else:
         loader = _real_loader()
         pci, pci_note = _pci_bus_ids(sysfs_root)
@@ -177,35 +184,7 @@ def _run(out_fd: int, out_dir: str, simulate: Optional[str], timeout_s: float, r
     host = _host_evidence(out_fd, bool(simulate), kmsg_path, nvidia_smi)
     host["pci"] = pci_note
 
-    unavailable = recording.meta.get("unavailable")
-    built = scenario_writer.scenario_from_calls(calls, pci, tuple(unavailable) if unavailable else None)
-    header = (f"The node {os.uname().nodename} as nodehealth validate-nvml recorded it on {when}\n"
-              f"({'simulated: ' + simulate if simulate else 'real NVML'}; {len(calls)} NVML calls, "
-              f"recording {done.outcome}).\nReplay: nodehealth validate-nvml --simulate scenario.toml --out DIR")
-    scenario_path = os.path.join(out_dir, SCENARIO_FILE)
-    try:
-        notes = built.notes + scenario_writer.write(scenario_path, built, header, dir_fd=out_fd)
-        scenario_error = None
-    except Exception as exc:  # noqa: BLE001 - the evidence stands without a checked scenario
-        notes = built.notes
-        scenario_error = f"{type(exc).__name__}: {exc}"
-        _put(out_fd, SCENARIO_FILE,
-             scenario_writer.to_toml(built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}"))
-
-    replay_doc: Optional[dict[str, Any]] = None
-    if replay:
-        if scenario_error is not None:
-            replay_doc = {"error": f"the scenario was not accepted ({scenario_error})"}
-        else:
-            limit = timeout_s if done.outcome == "complete" else min(timeout_s, REPLAY_AFTER_HANG_S)
-            replay_doc = _replay(out_fd, scenario_path, calls, limit)
-
     driver_version = _value(calls, "nvmlSystemGetDriverVersion")
-    symbol_cmp = report.compare_symbols(symbols.get("exported"),
-                                        None if driver_version is None else str(driver_version))
-    symbol_cmp["library"] = symbols.get("library")
-    files = [f for f in os.listdir(out_fd) if not f.startswith(".")
-             and stat.S_ISREG(os.stat(f, dir_fd=out_fd, follow_symlinks=False).st_mode)] + ["report.json", "report.md"]
     doc: dict[str, Any] = {
         "run": {
             "date_utc": when, "host": os.uname().nodename, "mode": "simulated" if simulate else "real",
@@ -217,16 +196,25 @@ def _run(out_fd: int, out_dir: str, simulate: Optional[str], timeout_s: float, r
             "library": symbols.get("library"), "timeout_s": timeout_s, "outcome": done.outcome,
             "message": done.message, "elapsed_s": round(done.elapsed_s, 3), "nodehealth": __version__,
         },
-        "files": sorted(set(files)),
+        "record": {"pci_bus_ids": list(pci)},  # what the replay needs beside calls.jsonl and symbols.json
+        "files": files_in(out_fd),
         "timing": report.timing(calls),
-        "symbols": symbol_cmp,
-        "scenario_notes": notes,
-        "scenario_error": scenario_error,
-        "replay": replay_doc,
+        "symbols": {"status": "the simulator's symbol table comes with nodehealth-sim (the replay)",
+                    "library": symbols.get("library")},
+        "scenario_notes": [],
+        "scenario_error": None,
+        "replay": None,
         "host_evidence": host,
     }
-    report.write(out_fd, doc)
-    return doc
+    report.write(out_fd, doc)  # the record stands on its own: the replay may run here, later or elsewhere
+    try:
+        sim_replay: Any = importlib.import_module(SIM_REPLAY)
+    except ImportError:
+        doc["replay"] = {"skipped": f"the simulator is not installed here ({INSTALL_SIM}); replay this directory "
+                                    f"where it is: nodehealth-sim replay {out_dir}"}
+        report.write(out_fd, doc)
+        return doc
+    return dict(sim_replay.complete(out_fd, out_dir, doc, replay=replay))
 
 
 @dataclass(frozen=True)

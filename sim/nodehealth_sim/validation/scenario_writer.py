@@ -7,7 +7,7 @@ NOT_SUPPORTED puts the function in the GPU's ``unsupported`` list, any other err
 ``[[faults.errors]]`` entry, and a call that never returned a ``[[faults.hangs]]`` entry.
 What the format cannot say is kept as a note for the report.
 
-``write`` renders the tables as TOML and checks the file with ``nodehealth.sim.nvml.parse``:
+``write`` renders the tables as TOML and checks the file with ``nodehealth_sim.nvml.parse``:
 a key the simulator does not take (an older or newer scenario format) is dropped, with a
 note, until the file parses. So the writer may know keys ahead of the simulator.
 """
@@ -308,20 +308,13 @@ NVLINK_CALLS = ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkErrorCounter")
 
 
 def _driver_branch(version: str) -> Optional[int]:
-    """The simulator's driver branch for ``version`` (nodehealth.sim.driver), or its major number."""
-    import importlib
+    """The simulator's driver branch for ``version`` (nodehealth_sim.driver.branch_for), None when unparsable."""
+    from nodehealth_sim import driver
 
     try:
-        driver: Any = importlib.import_module("nodehealth_sim.driver")
-    except ImportError:
-        driver = None
-    if driver is not None and hasattr(driver, "branch_for"):
-        try:
-            return int(driver.branch_for(version))
-        except Exception:  # noqa: BLE001 - an unparsable version: no branch
-            return None
-    match = re.match(r"(\d+)\.", version)
-    return int(match.group(1)) if match else None
+        return driver.branch_for(version)
+    except ValueError:  # an unparsable version: no branch
+        return None
 
 
 def scenario_from_calls(calls: list[Call], pci_bus_ids: Optional[list[str]] = None,
@@ -629,9 +622,8 @@ def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[s
 
 def _write(path: str, built: Built, header: str, parse: Callable[[str], Any], max_drops: int, dir_fd: int,
            dropped: list[str]) -> list[str]:
-    from nodehealth_sim.nvml import ScenarioError
-
     from nodehealth.platform import ground
+    from nodehealth_sim.nvml import ScenarioError
 
     for _ in range(max_drops):
         ground.replace_own(dir_fd, os.path.basename(path), to_toml(built, header).encode(), 0o644)
