@@ -470,6 +470,27 @@ def hand_written_registries(test_dir: Path, names: set[str]) -> list[str]:
     return out
 
 
+def hand_written_module_lists(test_dir: Path, modules: set[str]) -> list[str]:
+    """Rule 7 for modules: ``file:line`` of each literal list, tuple, set or dict (keys) in the tests
+    holding over 5 check modules by name (``gpu_ecc`` or ``checks.gpu_ecc``): derive it from
+    ``registry.CHECKS`` (``spec.module``) instead."""
+    out = []
+    for path in sorted(test_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                items: list[Optional[ast.expr]] = list(node.elts)
+            elif isinstance(node, ast.Dict):
+                items = list(node.keys)
+            else:
+                continue
+            listed = {n.id if isinstance(n, ast.Name) else n.attr for n in items
+                      if isinstance(n, (ast.Name, ast.Attribute))}
+            if len(listed & modules) > MAX_LISTED_CHECKS:
+                out.append(f"{path.relative_to(test_dir.parent)}:{node.lineno} lists {len(listed & modules)} "
+                           "check modules")
+    return out
+
+
 # --------------------------------------------------------------------------- the rules on nodehealth
 
 
@@ -520,6 +541,16 @@ def test_only_probes_and_platform_touch_hardware_and_the_os(path):
 def test_tests_derive_check_lists_from_the_registry():
     found = hand_written_registries(TESTS, set(BY_NAME))
     assert not found, ("hand-written lists of check names (derive them from nodehealth.registry.CHECKS):\n"
+                       + "\n".join(found))
+
+
+def _check_modules() -> set[str]:
+    return {spec.module.__name__.rpartition(".")[2] for spec in CHECKS}
+
+
+def test_tests_derive_check_module_lists_from_the_registry():
+    found = hand_written_module_lists(TESTS, _check_modules())
+    assert not found, ("hand-written lists of check modules (derive them from nodehealth.registry.CHECKS):\n"
                        + "\n".join(found))
 
 
@@ -764,6 +795,25 @@ def test_rule_hand_written_registry_can_fail(tmp_path):
     assert hand_written_registries(tests, set(names)) == [
         f"tests/test_x.py:1 lists {MAX_LISTED_CHECKS + 1} checks",
         f"tests/test_x.py:3 lists {MAX_LISTED_CHECKS + 1} checks",
+    ]
+
+
+def test_rule_hand_written_module_list_can_fail(tmp_path):
+    modules = sorted(_check_modules())
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    many, few = modules[:MAX_LISTED_CHECKS + 1], modules[:MAX_LISTED_CHECKS]
+    (tests / "test_x.py").write_text(
+        f"from nodehealth import checks\nfrom nodehealth.checks import {', '.join(modules)}\n"
+        f"A = ({', '.join(many)})\n"
+        f"B = [{', '.join(few)}]\n"  # a few, by hand: fine
+        f"C = {{{', '.join(f'checks.{m}: 1' for m in many)}}}\n"
+        f"D = ({', '.join(few)}, not_a_check)\n"
+        f"def f():\n    return {{{', '.join(many)}}}\n")
+    assert hand_written_module_lists(tests, set(modules)) == [
+        f"tests/test_x.py:3 lists {MAX_LISTED_CHECKS + 1} check modules",
+        f"tests/test_x.py:5 lists {MAX_LISTED_CHECKS + 1} check modules",
+        f"tests/test_x.py:8 lists {MAX_LISTED_CHECKS + 1} check modules",
     ]
 
 

@@ -7,8 +7,11 @@ summary). No probe, no fork, no file: milliseconds.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional, Union
 
@@ -44,6 +47,7 @@ from nodehealth.observations import (
     RemappedRows,
     SlurmNode,
 )
+from nodehealth.registry import CHECKS
 from nodehealth.slurm.nodes import parse_state
 
 OK, SKIPPED, WARN, UNKNOWN, FAIL = Status.OK, Status.SKIPPED, Status.WARN, Status.UNKNOWN, Status.FAIL
@@ -52,9 +56,11 @@ NONE, RESTART, RESET, REBOOT, INSPECT = (Action.NONE, Action.RESTART_APP, Action
 BUS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
        "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0")
 
-PER_GPU = (gpu_temperature, gpu_ecc, gpu_retired_pages, gpu_remapped_rows, gpu_pcie, gpu_nvlink, gpu_fabric,
-           gpu_recovery_action, gpu_persistence, gpu_processes)
-ALL = (nvml, gpu_count, gpu_driver, *PER_GPU)
+# From the registry: every check that judges NVML's snapshot; all but the three that judge the node's
+# answer as a whole are per-GPU (a new one is in the per-GPU tables below by its registry line).
+ALL = tuple(spec.module for spec in CHECKS if "nvml" in spec.needs)
+NODE_WIDE = (nvml, gpu_count, gpu_driver)
+PER_GPU = tuple(m for m in ALL if m not in NODE_WIDE)
 
 
 def h100(index: int = 0, **changes: Any) -> GpuObservation:
@@ -477,14 +483,28 @@ def test_lost_gpu_is_left_to_the_nvml_check(check: ModuleType) -> None:
     assert 3 not in res.details["gpus_judged"]
 
 
+def own_field(check: ModuleType) -> str:
+    """The read whose error the check judges: the first ``field_error(gpu, "<field>")`` in its source."""
+    tree = ast.parse(inspect.getsource(check))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == "field_error" and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)]
+    assert calls, f"{check.__name__} judges no read's error (field_error(gpu, <field>))"
+    return str(min(calls, key=lambda n: (n.lineno, n.col_offset)).args[1].value)
+
+
+def test_each_per_gpu_check_judges_a_read_the_nvml_probe_names() -> None:
+    probes = Path(inspect.getfile(nvml)).parent.parent / "probes"
+    literals = {n.value for path in probes.rglob("*.py") for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    fields = [own_field(m) for m in PER_GPU]
+    assert len(set(fields)) == len(fields), fields  # one read of its own each
+    assert set(fields) <= literals, set(fields) - literals
+
+
 @pytest.mark.parametrize("check", PER_GPU, ids=_name)
 def test_gpu_lost_field_error_fails_with_reboot(check: ModuleType) -> None:
     """A gpu_lost error on the check's own field (GPU not flagged lost) is FAIL, reboot."""
-    fields = {gpu_temperature: "temperature", gpu_ecc: "ecc_mode", gpu_retired_pages: "retired_pages",
-              gpu_remapped_rows: "remapped_rows", gpu_pcie: "pcie", gpu_nvlink: "nvlink", gpu_fabric: "fabric",
-              gpu_recovery_action: "recovery_action", gpu_persistence: "persistence_mode",
-              gpu_processes: "processes"}
-    obs = eight(5, errors=lost_field(fields[check], "gpu_lost"))
+    obs = eight(5, errors=lost_field(own_field(check), "gpu_lost"))
     res = _run(Row("field-lost", check, obs, FAIL, phase="prolog"))
     assert (res.status, res.action, res.gpu) == (FAIL, REBOOT, 5), res.summary
 
