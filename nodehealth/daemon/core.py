@@ -5,6 +5,9 @@ a ``round`` thread (``runner.execute`` bounds it by the daemon phase's budget, t
 probe is a killable child); the HTTP server has its own threads and only reads the
 rendered metrics; the XID follower reads the kernel log in its own thread and acts on a
 drain-class XID at once (state file, metrics, drain) instead of at the next round.
+
+The configuration's reload (SIGHUP) and its watch before a scrape are ``daemon/config_watch.py``'s
+(``ConfigWatch``, a part of ``Daemon``); the NCCL self-test's schedule is ``daemon/selftest.py``'s.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from typing import Any, Callable, Optional
 from nodehealth import runner
 from nodehealth.config import lean
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, Loaded, load_valid, probe_setup
+from nodehealth.config.loader import Loaded
 from nodehealth.config.schema import Config
 from nodehealth.daemon import selftest
+from nodehealth.daemon.config_watch import ConfigWatch, file_identity
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
@@ -31,21 +35,11 @@ from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.registry import BY_NAME
 from nodehealth.statedir import counters
 from nodehealth.statedir import verdict as state_file
-from nodehealth.xid.settings import CHECK as XID_CHECK
+from nodehealth.checks.gpu_xid import CHECK as XID_CHECK
 
 
 class StartError(Exception):
     """The daemon cannot start as configured (listen address, state dir, textfile dir)."""
-
-
-def file_identity(path: str) -> Any:
-    """``lean.identity`` of what ``path`` names now; None when it is absent, the error text when it cannot tell."""
-    try:
-        return lean.identity(os.stat(path))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return str(exc)
 
 
 def validate_start(cfg: Config) -> None:
@@ -74,7 +68,7 @@ def validate_start(cfg: Config) -> None:
         raise StartError(f"textfile_dir {td} is not writable")
 
 
-class Daemon:
+class Daemon(ConfigWatch):
     def __init__(self, cfg: Config, config_path: Optional[str] = None, log: Optional[Log] = None,
                  slurm: Optional[SlurmHook] = None, xid: Optional[XidFollower] = None,
                  notify: Optional[Callable[[str], bool]] = None,
@@ -218,62 +212,6 @@ class Daemon:
         if not self.healthy_loop():
             return 503, "round stuck"
         return 200, f"ok: {self.rounds} rounds, last {self.report.status.name if self.report else 'none yet'}"
-
-    # ------------------------------------------------------------------ config
-
-    def reload(self) -> bool:
-        """Re-read the config file; a bad one is rejected and the running config kept."""
-        seen = file_identity(self.config_file)
-        try:
-            new, note = load_valid(self.config_path, check=probe_setup)
-            if new.daemon.textfile_dir and not os.path.isdir(new.daemon.textfile_dir):
-                raise ConfigError(f"{new.source}: daemon.textfile_dir: {new.daemon.textfile_dir} does not exist")
-        except ConfigError as exc:
-            self.log(f"config reload rejected, keeping the running configuration: {exc}", "err")
-            self.metrics.reloaded(False)
-            self.config_using = "last_validated"
-            self._config_judged(seen, exc.kind)
-            return False
-        if note:
-            self.log(note, "warning")
-        if new.daemon.listen != self.cfg.daemon.listen:
-            self.log(f"[daemon] listen changed to {new.daemon.listen!r}: takes effect at the next restart", "warning")
-            new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, listen=self.cfg.daemon.listen))
-        self.cfg = new
-        self.metrics.reloaded(True)
-        self.config_using = "file"
-        self._config_judged(seen, "none")
-        self.log(f"configuration reloaded from {new.source}", "notice")
-        self.wake.set()
-        return True
-
-    def _config_judged(self, seen: Any, error: str) -> None:
-        self.config_seen = seen
-        if self.metrics.config_probe is not None:
-            self.metrics.set_config(self.config_file, error, self.config_using)
-
-    def watch_config(self) -> None:
-        """Before a scrape: when the config file changed, judge it again (not applied: SIGHUP does that).
-
-        One ``stat`` while it has not changed. The file that changed and does not validate is
-        logged once and shows as ``nodehealth_config_valid 0``; the running config stays.
-        """
-        if not self.config_lock.acquire(blocking=False):
-            return
-        try:
-            seen = file_identity(self.config_file)
-            if seen == self.config_seen:
-                return
-            try:
-                load_valid(self.config_path, check=probe_setup)
-            except ConfigError as exc:
-                self.log(f"the config file changed and does not validate (the running configuration stays): "
-                         f"{exc}", "err")
-                self._config_judged(seen, exc.kind)
-            else:
-                self._config_judged(seen, "none")
-        finally:
-            self.config_lock.release()
 
     # ------------------------------------------------------------------ rounds
 
