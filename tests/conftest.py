@@ -6,10 +6,17 @@ tool) is turned into a failure: CI must install and start what those tests need.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import hostguard
 import pytest
@@ -40,6 +47,74 @@ def scenario():
         assert path.exists(), path
         return str(path)
     return _get
+
+
+# Time budgets in tests. A budget a test checks (a hang answered within its deadline plus a
+# margin, a reply within so long) holds on a quiet machine with the margin written in the test; on a
+# loaded one every process start, fork and wake-up is slower. `timing.slack(margin_s)` scales the
+# margin by how much slower than on a quiet machine a child process starts now (measured once per
+# session: the median of a few fork+exec of `python -I -c pass` and of a bare fork). What is tested
+# stays: a hang is still found at its deadline, a budget still bounds the run. Tests that depend on
+# the scheduler carry the marker `timing` (make test-busy runs them with every core busy).
+QUIET_STARTUP_S = 0.03  # `python -I -c pass` on a quiet 2-core machine (Debian 12, Python 3.11)
+QUIET_FORK_S = 0.002
+MAX_SCALE = 20.0  # past this the machine is too slow for any budget to mean something
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The child start-up measured in this session and the margins scaled from it."""
+
+    startup_s: float  # median wall time of fork+exec of `python -I -c pass`
+    fork_s: float  # median wall time of a fork whose child exits at once, until it is reaped
+
+    @property
+    def scale(self) -> float:
+        """How much slower than a quiet machine: 1.0 at best, at most MAX_SCALE."""
+        return min(MAX_SCALE, max(1.0, self.startup_s / QUIET_STARTUP_S, self.fork_s / QUIET_FORK_S))
+
+    def slack(self, quiet_s: float) -> float:
+        """A margin of ``quiet_s`` on a quiet machine, as much more as this machine is slower now."""
+        return quiet_s * self.scale
+
+
+def _median_s(run: Callable[[], None], n: int = 5) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        run()
+        times.append(time.monotonic() - t0)
+    return statistics.median(times)
+
+
+def _fork_and_reap() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+@functools.cache
+def measured_timing() -> Timing:
+    """This session's ``Timing`` (measured on first use)."""
+    startup = _median_s(lambda: subprocess.run([sys.executable, "-I", "-c", "pass"], check=True, timeout=600))
+    return Timing(startup_s=startup, fork_s=_median_s(_fork_and_reap))
+
+
+@pytest.fixture(scope="session")
+def timing() -> Timing:
+    return measured_timing()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [f"host state dirs out of reach: defaults of [paths] under {SANDBOX_ROOT}"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if measured_timing.cache_info().currsize:
+        t = measured_timing()
+        terminalreporter.write_line(f"timing: child start-up {t.startup_s * 1000:.0f} ms, "
+                                    f"fork {t.fork_s * 1000:.1f} ms (margins x{t.scale:.1f})")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

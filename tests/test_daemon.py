@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Timing
 from test_daemon_util import free_port, get, sample, start, stop, wait_for, write_config
 
 from nodehealth.statedir import verdict as state
@@ -73,8 +74,8 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path):
                         lambda b: b'nodehealth_config_reloads_total{result="error"} 1.0' in b).decode()
         assert sample(text, "nodehealth_config_last_reload_success") == 0
         r1 = sample(_metrics(port), "nodehealth_rounds_total")
-        time.sleep(1.5)
-        assert sample(_metrics(port), "nodehealth_rounds_total") > r1  # still running on the old config
+        wait_for(f"http://127.0.0.1:{port}/metrics",  # still running on the old config
+                 lambda b: sample(b.decode(), "nodehealth_rounds_total") > r1)
         # A good config is taken: the scenario changes to a failing node.
         cfg.write_text(good.replace("healthy-8x-h100", "row-remap-pending"))
         proc.send_signal(signal.SIGHUP)
@@ -87,7 +88,8 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path):
     assert "configuration reloaded" in err and code == 0
 
 
-def test_scrape_during_a_hung_probe_answers_fast_with_the_timeout_metric(tmp_path):
+@pytest.mark.timing
+def test_scrape_during_a_hung_probe_answers_fast_with_the_timeout_metric(tmp_path, timing: Timing):
     port = free_port()
     proc = start(write_config(tmp_path, "hung-nvml-call", port, interval_s=1, nvml_timeout_s=2.0))
     try:
@@ -98,7 +100,9 @@ def test_scrape_during_a_hung_probe_answers_fast_with_the_timeout_metric(tmp_pat
             assert code == 200
             worst = max(worst, took)
             time.sleep(0.05)
-        assert worst < 0.5, worst
+        # a scrape that waited for the hung round would take the probe's 2 s
+        fast = min(timing.slack(0.5), 1.0)
+        assert worst < fast, (worst, fast)
         text = wait_for(f"http://127.0.0.1:{port}/metrics",
                         lambda b: b'nodehealth_probe_timed_out{probe="nvml"} 1.0' in b, timeout=15).decode()
         assert sample(text, "nodehealth_check_status", check="nvml") == 4
@@ -107,7 +111,7 @@ def test_scrape_during_a_hung_probe_answers_fast_with_the_timeout_metric(tmp_pat
         seen_running = False
         while time.monotonic() - t0 < 4:
             code, body, took = get(f"http://127.0.0.1:{port}/metrics")
-            assert code == 200 and took < 0.5
+            assert code == 200 and took < fast, (took, fast)
             t = body.decode()
             if (sample(t, "nodehealth_round_running_seconds") or 0) > 0.5:
                 seen_running = True
@@ -174,8 +178,10 @@ def test_textfile_written_each_round(tmp_path):
     proc = start(write_config(tmp_path, "healthy-8x-h100", port, extra=f'textfile_dir = "{tdir}"'))
     try:
         wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"nodehealth_rounds_total 1.0" in b)
-        time.sleep(0.3)
-        text = (tdir / "nodehealth-daemon.prom").read_text()
+        prom, end = tdir / "nodehealth-daemon.prom", time.monotonic() + 20
+        while not prom.exists() and time.monotonic() < end:  # written at the end of the round
+            time.sleep(0.05)
+        text = prom.read_text()
         assert "nodehealth_gpu_temperature_celsius" in text
     finally:
         stop(proc)
@@ -208,7 +214,8 @@ def test_sd_notify_datagrams_ready_status_watchdog(tmp_path):
     assert any(g.startswith("STATUS=round") for g in got), got
 
 
-def test_drain_class_xid_acts_within_a_second(tmp_path):
+@pytest.mark.timing
+def test_drain_class_xid_acts_within_a_second(tmp_path, timing: Timing):
     """A fatal XID line appended to the followed kernel log: stored, counted, verdict FAIL in the
     state file and the Slurm hook asked to drain, well inside 1 s (the in-process daemon)."""
     from nodehealth.config import loader as config
@@ -238,7 +245,9 @@ def test_drain_class_xid_acts_within_a_second(tmp_path):
     try:
         d.round()
         assert d.report is not None and d.report.status.name == "OK"
-        time.sleep(0.5)
+        end = time.monotonic() + 30
+        while d.xid.state() != "alive" and time.monotonic() < end:  # the follower has read the backlog
+            time.sleep(0.01)
         assert d.xid.state() == "alive"
         line = ("NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, "
                 "GPU has fallen off the bus.\n")
@@ -251,7 +260,8 @@ def test_drain_class_xid_acts_within_a_second(tmp_path):
         assert drained, f"no drain: {d.log.lines}"
         latency = drained[0][0] - t0
         assert drained[0][1] == "gpu_xid"
-        assert latency < 1.0, latency
+        # 1 s on a quiet machine, and never near the next round (interval_s = 30) that would find it too
+        assert latency < min(timing.slack(1.0), 10.0), latency
         got, why = state.read(cfg.paths.state_dir, max_age_s=30)
         assert got is not None and got.status == "FAIL", why
         text = d.metrics.payload().decode()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Timing
 
 from nodehealth import runner
 from nodehealth.config import loader as C
@@ -17,7 +18,7 @@ from nodehealth.observations import IbPort, MountObservation, ProbeError, Shared
 from nodehealth.platform import child
 from nodehealth.probes import PROBES, Probe, ProbeContext, host
 
-SLACK_S = 0.5  # a hang must be answered within its deadline plus this
+SLACK_S = 0.5  # a hang must be answered within its deadline plus this (quiet machine; timing.slack scales it)
 
 # --------------------------------------------------------------------------- the killable child
 
@@ -36,7 +37,8 @@ def test_child_reports_the_exception() -> None:
     assert out.value == os.strerror(errno.ESTALE)
 
 
-def test_child_that_blocks_is_abandoned_at_the_deadline(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_child_that_blocks_is_abandoned_at_the_deadline(tmp_path: Path, timing: Timing) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     t0 = time.monotonic()
@@ -44,16 +46,17 @@ def test_child_that_blocks_is_abandoned_at_the_deadline(tmp_path: Path) -> None:
     took = time.monotonic() - t0
     assert out.timed_out and not out.ok
     assert "did not answer within 0.5 s" in out.value
-    assert 0.5 <= took < 0.5 + SLACK_S
+    assert 0.5 <= took < 0.5 + timing.slack(SLACK_S)
 
 
-def test_children_run_in_parallel_under_one_deadline(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_children_run_in_parallel_under_one_deadline(tmp_path: Path, timing: Timing) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     t0 = time.monotonic()
     outs = child.wait_all([child.start(lambda: open(fifo).read()), child.start(lambda: 42),
                            child.start(lambda: open(fifo).read())], 0.5)
-    assert time.monotonic() - t0 < 0.5 + SLACK_S
+    assert time.monotonic() - t0 < 0.5 + timing.slack(SLACK_S)
     assert [o.timed_out for o in outs] == [True, False, True]
     assert outs[1].value == 42
 
@@ -120,7 +123,8 @@ def test_mounts_probe_reads_mountinfo_and_statvfs(tmp_path: Path) -> None:
     assert nowhere == MountObservation("/nowhere", present=False)
 
 
-def test_mounts_probe_hung_statvfs_is_an_error_not_a_hang(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_mounts_probe_hung_statvfs_is_an_error_not_a_hang(tmp_path: Path, timing: Timing) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
 
@@ -131,7 +135,7 @@ def test_mounts_probe_hung_statvfs_is_an_error_not_a_hang(tmp_path: Path) -> Non
     procfs = _procfs(tmp_path, MOUNTINFO)
     t0 = time.monotonic()
     found = host.mounts(["/home", "/apps"], 0.5, procfs_root=procfs, statvfs=hung_statvfs)
-    assert time.monotonic() - t0 < 0.5 + SLACK_S
+    assert time.monotonic() - t0 < 0.5 + timing.slack(SLACK_S)
     assert isinstance(found, tuple)
     assert [m.error for m in found] == ["statvfs did not answer within 0.5 s (hung mount?)"] * 2
     assert found[0].fstype == "nfs4" and found[0].free_bytes is None
@@ -188,7 +192,8 @@ def test_round_trip_never_writes_through_a_symlink(tmp_path: Path) -> None:
     assert victim.read_text() == "keep me"
 
 
-def test_hung_shared_dir_times_out_within_the_deadline(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_hung_shared_dir_times_out_within_the_deadline(tmp_path: Path, timing: Timing) -> None:
     hung = tmp_path / "hung"
     hung.mkdir()
     os.mkfifo(hung / "stuck")  # opening it for writing blocks: no reader will ever come
@@ -198,7 +203,7 @@ def test_hung_shared_dir_times_out_within_the_deadline(tmp_path: Path) -> None:
     trips = host.shared_dirs([str(hung), str(healthy)], 1.0,
                              name_for=lambda p: "stuck" if p == str(hung) else host.round_trip_name())
     took = time.monotonic() - t0
-    assert took < 1.0 + SLACK_S
+    assert took < 1.0 + timing.slack(SLACK_S)
     assert trips[0] == SharedDirObservation(str(hung), ok=False, elapsed_s=trips[0].elapsed_s, timed_out=True,
                                             error="did not answer within 1 s")
     assert trips[0].elapsed_s >= 1.0
@@ -325,7 +330,8 @@ def test_runner_with_nothing_configured_skips_mounts_and_shared_dirs(tmp_path: P
     assert [r.status for r in report.results] == [Status.SKIPPED] * 3
 
 
-def test_runner_verdict_on_a_hung_shared_dir_arrives_in_time(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_runner_verdict_on_a_hung_shared_dir_arrives_in_time(tmp_path: Path, timing: Timing) -> None:
     hung = tmp_path / "hung"
     hung.mkdir()
     os.mkfifo(hung / "stuck")
@@ -338,7 +344,7 @@ def test_runner_verdict_on_a_hung_shared_dir_arrives_in_time(tmp_path: Path) -> 
     cfg = _config(tmp_path, {"host_shared_dir": {"paths": [str(hung)], "timeout_s": 1.0}})
     t0 = time.monotonic()
     report = runner.run(cfg, only=("host_shared_dir",), probes=probes, node="gpu001")
-    assert time.monotonic() - t0 < 1.0 + SLACK_S
+    assert time.monotonic() - t0 < 1.0 + timing.slack(SLACK_S)
     (res,) = report.results
     assert res.status == Status.FAIL
     assert res.summary.startswith(f"{hung}: did not answer within 1.0 s")

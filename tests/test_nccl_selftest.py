@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Timing
 
 from nodehealth import runner as check_runner
 from nodehealth.checks import nccl_selftest
@@ -144,30 +145,32 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_hanging_runner_is_killed_at_the_deadline_with_its_process_group(fake_env, monkeypatch):
+@pytest.mark.timing
+def test_a_hanging_runner_is_killed_at_the_deadline_with_its_process_group(fake_env, monkeypatch, timing: Timing):
     pidfile = fake_env / "pids"
     _fake(FAKE_NCCL_PIDFILE=str(pidfile))
     deadline = 2.0
     t0 = time.monotonic()
     obs, res = _run("hang", monkeypatch, timeout_s=deadline)
     took = time.monotonic() - t0
-    assert took <= deadline + 0.5, took
+    assert took <= deadline + timing.slack(0.5), took
     assert res.status == Status.FAIL and res.action == Action.REBOOT and "hung" in res.summary
     assert obs.runs[0].timed_out and obs.runs[0].returncode is None
     pids = [int(p) for p in pidfile.read_text().split()]
     assert len(pids) == 2  # the double and its grandchild, one process group
-    end = time.monotonic() + 0.5
+    end = time.monotonic() + 30  # killed at the deadline: gone as soon as the kernel has run the kill
     while any(_alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.02)
     assert not [p for p in pids if _alive(p)], "a process of the runner's group survived the deadline"
 
 
-def test_the_check_through_the_runner_stays_within_its_timeout(fake_env, monkeypatch, tmp_path):
+@pytest.mark.timing
+def test_the_check_through_the_runner_stays_within_its_timeout(fake_env, monkeypatch, tmp_path, timing: Timing):
     _fake(FAKE_NCCL="hang")
     cfg = _config(tmp_path, modes=["nvlink", "ib_loopback"], timeout_s=2)
     t0 = time.monotonic()
     report = check_runner.run(cfg, only=("nccl_selftest",), node="n1")
-    assert time.monotonic() - t0 <= 2.0 + 0.5
+    assert time.monotonic() - t0 <= 2.0 + timing.slack(0.5)
     res = report.results[0]
     assert res.status == Status.FAIL and res.summary.count("hung") == 2
 
