@@ -390,10 +390,6 @@ ALLOWED_CLIMBS: dict[tuple[str, str], str] = {
         "probe_setup, the `check` the faces and the daemon hand load_safe/load_valid: a scenario that does not "
         "parse is a bad config (kind setup); imported when a config loads; its place is the faces' recipe "
         "(config/use.py) once every caller takes it from there",
-    ("nodehealth.xid.follower", "nodehealth.config.schema"): "to move: the follower is a probe",
-    ("nodehealth.xid.kmsg", "nodehealth.platform.ground"): "to move: the kernel-log reader is a probe",
-    ("nodehealth.xid.settings", "nodehealth.checks.base"): "to move: the gpu_xid check's Settings",
-    ("nodehealth.xid.store", "nodehealth.config.schema"): "to move: the event store's I/O is a probe",
 }
 
 
@@ -569,6 +565,52 @@ def test_observations_import_nothing_of_ours():
     found = [hit for hit in non_stdlib_imports(PKG, "observations") if "imports nodehealth" in hit]
     assert not found, "observations import other modules of ours (define the type in observations):\n" + \
         "\n".join(found)
+
+
+# What reads the system; the XID feature's pure modules (patterns, parse, catalog, events, text,
+# attribution, the store's content) use none of it: reading the kernel log and the store's file is
+# the probes' (probes/kernel_log.py, xid_store.py, xid_follower.py, process_job.py).
+SYSTEM_MODULES = OS_MODULES | {"os", "io", "socket", "select", "signal", "threading", "fcntl", "shutil", "tempfile"}
+
+
+def system_imports(pkg_dir: Path, sub: str) -> list[str]:
+    """Rule 9: ``file:line imports X`` for each module under ``sub`` importing one of ``SYSTEM_MODULES``,
+    and ``file:line calls open()``."""
+    pkg = Package(pkg_dir)
+    out = []
+    for module in pkg.under(sub):
+        for name, line in pkg.imported(module):
+            if name.split(".")[0] in SYSTEM_MODULES:
+                out.append(f"{pkg.rel(module)}:{line} imports {name.split('.')[0]}")
+        for node in ast.walk(pkg.tree(module)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                out.append(f"{pkg.rel(module)}:{node.lineno} calls open()")
+    return sorted(set(out))
+
+
+# The one read in xid/: the package's own data file, not the system.
+READS_ITS_DATA_FILE = {"nodehealth/xid/catalog.py": "load_catalog reads data/xid_catalog.toml, the catalog as data "
+                                                    "with its sources (once: catalog_for is cached)"}
+
+
+def test_xid_is_pure():
+    found = [hit for hit in system_imports(PKG, "xid")
+             if not (hit.endswith(" calls open()") and hit.split(":")[0] in READS_ITS_DATA_FILE)]
+    assert not found, "xid/ reads the system (that is a probe's: probes/kernel_log.py, xid_store.py):\n" + \
+        "\n".join(found)
+
+
+def test_rule_xid_pure_can_fail(tmp_path):
+    pkg = _package(tmp_path, {
+        "xid/kmsg.py": "import os\ndef f():\n    import select\n    return open('/dev/kmsg')\n",
+        "xid/parse.py": "import re\nfrom pathlib import Path\n",  # string work, a data file's path: fine
+        "probes/kernel_log.py": "import os\n",  # not xid/
+    })
+    assert system_imports(pkg, "xid") == [
+        "nodehealth/xid/kmsg.py:1 imports os",
+        "nodehealth/xid/kmsg.py:3 imports select",
+        "nodehealth/xid/kmsg.py:4 calls open()",
+    ]
 
 
 def test_no_import_up_a_layer():

@@ -23,7 +23,7 @@ from nodehealth.commands.common import UsageError
 from nodehealth.faces import epilog, prolog
 from nodehealth.slurm import jobenv
 from nodehealth.statedir import counters, layout, ledger
-from nodehealth.xid.process_job import job_from_cgroup, job_from_environ
+from nodehealth.probes.process_job import job_from_cgroup, job_from_environ
 
 BIN = Path(sys.executable).parent
 ATTACKS = {

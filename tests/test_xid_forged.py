@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS
 from nodehealth.xid.parse import parse_line, scan
-from nodehealth.xid.store import XidStore
+from nodehealth.probes.xid_store import XidStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 

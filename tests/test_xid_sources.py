@@ -21,8 +21,8 @@ from nodehealth.config.schema import Config
 from nodehealth.model import Action, Status
 from nodehealth.observations import Observations
 from nodehealth.probes import PROBES, ProbeContext
-from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, kernel_facility
-from nodehealth.xid.store import XidStore, load_state
+from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, kernel_facility
+from nodehealth.probes.xid_store import XidStore, load_state
 
 BOOT = "11111111-1111-4111-8111-111111111111"
 BTIME = 1_700_000_000

@@ -16,8 +16,8 @@ from nodehealth.checks import gpu_xid
 from nodehealth.checks.base import Context
 from nodehealth.model import Status
 from nodehealth.observations import Observations, XidRecord
-from nodehealth.xid.kmsg import KmsgReader
-from nodehealth.xid.store import MAX_SEQ, XidStore, gather, load_state, store_path
+from nodehealth.probes.kernel_log import KmsgReader
+from nodehealth.probes.xid_store import MAX_SEQ, XidStore, gather, load_state, store_path
 
 BOOT = "11111111-1111-4111-8111-111111111111"
 BTIME = 1_700_000_000
@@ -205,8 +205,8 @@ def test_a_poisoned_store_is_rewritten_even_when_the_log_brings_nothing_new(node
 def test_the_daemons_follower_logs_what_the_store_ignored(node: Node) -> None:
     from types import SimpleNamespace
 
-    from nodehealth.xid.follower import StoreXidFollower
-    from nodehealth.xid.settings import XidSettings
+    from nodehealth.probes.xid_follower import StoreXidFollower
+    from nodehealth.checks.gpu_xid import XidSettings
 
     node.poison(_store(events=5, kmsg_seq=10 ** 30))
     cfg = SimpleNamespace(checks={"gpu_xid": XidSettings(kmsg_path=str(node.kmsg))},

@@ -23,7 +23,7 @@ from nodehealth.observations import Observations, XidObservation, XidRecord
 from nodehealth.xid.catalog import enrich, load_catalog
 from nodehealth.xid.events import XidEvent
 from nodehealth.xid.parse import parse_line, scan
-from nodehealth.xid.store import XidStore, load_state
+from nodehealth.probes.xid_store import XidStore, load_state
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 # What a terminal acts on: C0 controls (ESC, \r, backspace, BEL ...), DEL, C1 controls (CSI
@@ -175,7 +175,7 @@ def test_scan_of_raw_text_never_yields_unprintable_text() -> None:
 
 
 def test_the_store_bounds_what_it_is_given_from_elsewhere_than_the_parser() -> None:
-    from nodehealth.xid.store import StoreState, add_events, catalog_for
+    from nodehealth.probes.xid_store import StoreState, add_events, catalog_for
 
     state = StoreState(boot_id="b")
     event = XidEvent(xid=13, pci="0000:3b:00", process=RAW["process"], message=RAW["message"], job_id=RAW["job_id"],

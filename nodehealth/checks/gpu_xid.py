@@ -1,24 +1,83 @@
-"""No drain-class XID since boot; application XIDs below their rate; the kernel log readable."""
+"""No drain-class XID since boot; application XIDs below their rate; the kernel log readable.
+
+The check owns the ``[checks.gpu_xid]`` table (``XidSettings``, read through ``xid_settings(cfg)``):
+the judging windows (here), where the kernel log is and how the event store is bounded (the ``xid``
+probe and the daemon's follower, ``nodehealth.probes.xid_store``), the severity overrides (all of
+them). Each key is declared once; the config loader, the sample config and ``nodehealth config
+defaults`` read it from here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Optional
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Optional, Protocol
 
-from nodehealth.checks.base import Context, result
+from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
 from nodehealth.xid.attribution import attribute, gpu_at, gpu_map
-from nodehealth.xid.catalog import application_xid_bursts
+from nodehealth.xid.catalog import application_xid_bursts, catalog_for
 from nodehealth.xid.events import Severity
-from nodehealth.xid.settings import XidSettings
+from nodehealth.xid.history import DEFAULT_MAX_EVENTS
+from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.text import printable
 
 DETAIL_EVENTS = 50  # the most recent events listed in the result's details
 
-# The [checks.gpu_xid] keys: declared once, in nodehealth.xid.settings (the probe and the
-# daemon's follower read the same table).
+CHECK = "gpu_xid"  # the check, and its config table [checks.gpu_xid]
+
+
+class HasChecks(Protocol):
+    """What ``xid_settings`` needs of a configuration (``nodehealth.config.schema.Config``).
+
+    A protocol, not the class: the config schema imports the registry, which imports the check
+    that imports this module.
+    """
+
+    @property
+    def checks(self) -> Mapping[str, CheckSettings]: ...
+
+
+@dataclass(frozen=True)
+class XidSettings(CheckSettings):
+    window_s: float = setting(
+        0.0, "FAIL on drain-class XIDs this recent; 0 = every one since boot (until a reboot clears "
+        "it, or `nodehealth xid clear`)", unit="s", min=0)
+    warning_window_s: float = setting(
+        86400.0, "WARN on warning-class XIDs this recent; 0 = every one since boot", unit="s",
+        min=0)
+    severity_overrides: tuple[str, ...] = setting(
+        (), "the site's severity per XID, \"XID=severity\" with severity application, warning or "
+        "drain, e.g. [\"63=drain\", \"94=application\"]; replaces the catalog's (docs/xid.md)")
+    application_max_events: int = setting(
+        20, "WARN when one GPU logs more application XIDs (13, 31, 43, 45) than this within "
+        "application_window_s", unit="events", min=0, max=100000)
+    application_window_s: float = setting(
+        3600.0, "window of the application-XID rate", unit="s", min=1)
+    kmsg_path: str = setting(KMSG_PATH, "kernel log device the XID watch reads")
+    kernel_facility_only: bool = setting(
+        True, "count only kernel-facility records of the live kernel log (/dev/kmsg, the journal): "
+        "the kernel gives every record written from user space (a forwarder, journald's "
+        "ForwardToKMsg=, a test) another facility; false also counts those")
+    store_max_events: int = setting(
+        DEFAULT_MAX_EVENTS, "most XID events the event store keeps (oldest non-drain events go first)",
+        unit="events", min=10, max=100000)
+
+    def validate(self) -> None:
+        catalog_for(tuple(self.severity_overrides))  # ValueError names the bad entry
+
+
+def xid_settings(cfg: HasChecks) -> XidSettings:
+    """The ``[checks.gpu_xid]`` settings of ``cfg`` (the defaults when the table is absent)."""
+    found = cfg.checks.get(CHECK)
+    if found is None:
+        return XidSettings()
+    if not isinstance(found, XidSettings):
+        raise TypeError(f"[checks.{CHECK}] holds {type(found).__name__}, not XidSettings")
+    return found
+
+
 Settings = XidSettings
 
 

@@ -138,7 +138,7 @@ def _reboots(cfg: Any, node: str) -> Optional[dict[str, Any]]:
 
 
 def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
-    from nodehealth.xid.store import StoreError, load_state
+    from nodehealth.probes.xid_store import StoreError, load_state
 
     try:
         store, notes = load_state(state_dir)

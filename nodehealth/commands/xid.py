@@ -24,15 +24,15 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
-from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader, boot_time
+from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.parse import ScanStats, scan, split_lines
 from nodehealth.xid.patterns import KMSG_PATH
-from nodehealth.xid.settings import xid_settings
+from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
-    from nodehealth.xid.store import XidStore
+    from nodehealth.probes.xid_store import XidStore
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -124,7 +124,7 @@ def _config(command: str, args: argparse.Namespace) -> Optional[Config]:
 
 
 def _store(cfg: Config) -> XidStore:
-    from nodehealth.xid.store import XidStore
+    from nodehealth.probes.xid_store import XidStore
 
     return XidStore.configured(cfg)
 
@@ -194,7 +194,7 @@ def run_scan(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         if args.journal:
-            from nodehealth.xid.kmsg import journal_lines
+            from nodehealth.probes.kernel_log import journal_lines
 
             lines: Iterable[bytes] = journal_lines(kernel_only=kernel_only)
         elif args.source is None:
@@ -239,7 +239,7 @@ def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
     if not live:
         return lambda event: attribute(event, gpus)
     from nodehealth.statedir import ledger as job_ledger
-    from nodehealth.xid.process_job import live_job
+    from nodehealth.probes.process_job import live_job
 
     btime = boot_time(cfg.paths.procfs_root)
     ledger = job_ledger.entries(job_ledger.read(cfg.paths.state_dir))
@@ -274,7 +274,7 @@ def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False,
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    from nodehealth.xid.store import StoreError
+    from nodehealth.probes.xid_store import StoreError
 
     cfg = _config("watch", args)
     if cfg is None:
@@ -297,7 +297,7 @@ def run_watch(args: argparse.Namespace) -> int:
 
 
 def run_clear(args: argparse.Namespace) -> int:
-    from nodehealth.xid.store import StoreError, store_path
+    from nodehealth.probes.xid_store import StoreError, store_path
 
     cfg = _config("clear", args)
     if cfg is None:

@@ -5,7 +5,7 @@
   hysteresis, reboot-class faults), so the daemon and the Slurm faces can never disagree.
 * ``XidFollower``: follow the kernel log and call back for every XID event, judged with the
   XID catalog. A drain-class event makes the daemon act at once, not at its next round. The
-  default is ``nodehealth.xid.follower.StoreXidFollower``.
+  default is ``nodehealth.probes.xid_follower.StoreXidFollower``.
 * ``ledger_jobs``: which Slurm job holds each GPU, from the job ledger the prolog/epilog keep.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Protocol
 from nodehealth.config.schema import Config
 from nodehealth.metrics import SlurmView
 from nodehealth.model import Report
-from nodehealth.xid.follower import StoreXidFollower as StoreXidFollower  # the default XidFollower
+from nodehealth.probes.xid_follower import StoreXidFollower as StoreXidFollower  # the default XidFollower
 
 Logger = Callable[..., None]
 

@@ -3,7 +3,7 @@
 ``run_readonly`` runs a query program (``nvidia-smi -q``, ``dmesg``) by absolute path and argv
 list, under a timeout, with its output bounded; it changes nothing: ``dmesg`` is never given
 ``-c``/``-C`` (which clear the ring buffer). The kernel log itself is read by the one kmsg reader,
-``nodehealth.xid.kmsg`` (the kit's ``kernel_lines``).
+``nodehealth.probes.kernel_log`` (the kit's ``kernel_lines``).
 """
 
 from __future__ import annotations

@@ -139,9 +139,9 @@ def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
 
 
 def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
-    from nodehealth.xid import store as xid_store
+    from nodehealth.probes import xid_store
     from nodehealth.xid.patterns import KMSG_PATH
-    from nodehealth.xid.settings import xid_settings
+    from nodehealth.checks.gpu_xid import xid_settings
 
     settings = xid_settings(ctx.config)
     if ctx.config.nvml.simulate and settings.kmsg_path == KMSG_PATH:

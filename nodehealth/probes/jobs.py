@@ -13,7 +13,7 @@ from typing import Union
 
 from nodehealth.observations import NodeJobs, ProbeError
 from nodehealth.statedir import files, layout, ledger
-from nodehealth.xid.process_job import job_from_cgroup
+from nodehealth.probes.process_job import job_from_cgroup
 
 MAX_PIDS = 65536  # /proc entries looked at; a node with more is not scanned further
 

@@ -231,7 +231,7 @@ def kernel_lines(keep: Callable[[str], bool], kmsg_path: str = "/dev/kmsg", time
                  max_bytes: int = evidence.MAX_OUTPUT_BYTES, max_lines: int = 20000) -> KernelLog:
     """The kernel log lines ``keep`` accepts (the last ``max_lines``): the backlog of ``kmsg_path``
     through the one kmsg reader (never waiting for new records), else ``dmesg``."""
-    from nodehealth.xid.kmsg import KernelLogUnavailable, KmsgReader
+    from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader
 
     notes: list[str] = []
     try:

@@ -6,7 +6,7 @@ This is the one PCI → GPU mapping: ``gpu_map`` builds it, ``gpu_at`` looks an 
 check, the epilog's job forensics, ``nodehealth xid`` and the daemon all go through them.
 
 Job, in order of trust:
-1. the blamed process, while it is alive (``nodehealth.xid.process_job``, when the event is
+1. the blamed process, while it is alive (``nodehealth.probes.process_job``, when the event is
    read): the ``job_<id>`` component of its cgroup path or ``SLURM_JOB_ID`` in its environment;
 2. the job ledger (``nodehealth.statedir.ledger``, its one rule ``holder``): the job that held
    the event's GPU at the event's time.

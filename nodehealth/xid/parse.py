@@ -16,7 +16,7 @@ record above them, and the one driver message that continues on them is the thre
 
 What a line may say is the pattern table, ``nodehealth.xid.patterns`` (every regex with its
 real sample lines); this module applies it. The kernel log itself is read by
-``nodehealth.xid.kmsg``. Text taken from a line is made printable and bounded
+``nodehealth.probes.kernel_log``. Text taken from a line is made printable and bounded
 (``nodehealth.xid.text``).
 """
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from nodehealth.xid.settings import xid_settings
+from nodehealth.checks.gpu_xid import xid_settings
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
@@ -20,7 +20,7 @@ Logger = Callable[..., None]  # log(message, priority, **fields), as the daemon'
 
 
 class StoreXidFollower:
-    """The XID event store's follower (``nodehealth.xid.store.XidStore.follow``) in a
+    """The XID event store's follower (``nodehealth.probes.xid_store.XidStore.follow``) in a
     thread: this boot's backlog first, then each new kernel-log line; every event is stored
     (so the ``gpu_xid`` check and the next prolog see it) and handed to ``on_event`` judged.
     A kernel log that cannot be read makes the follower ``dead``; it retries every ``retry_s``.
@@ -50,8 +50,8 @@ class StoreXidFollower:
             self._thread.join(timeout=2.0)
 
     def _body(self, on_event: Callable[[Any], None]) -> None:
-        from nodehealth.xid.kmsg import KernelLogUnavailable
-        from nodehealth.xid.store import StoreError, XidStore
+        from nodehealth.probes.kernel_log import KernelLogUnavailable
+        from nodehealth.probes.xid_store import StoreError, XidStore
 
         def handle(record: Any) -> None:
             try:

@@ -24,9 +24,9 @@ import stat
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from nodehealth.xid.history import FilePosition as FilePosition
 from nodehealth.xid.parse import MAX_LINE_BYTES, split_lines
 from nodehealth.xid.patterns import KMSG_PATH, KMSG_RECORD
 
@@ -95,24 +95,6 @@ def open_log(path: str) -> int:
         raise KernelLogUnavailable(f"cannot read {path}: {exc}") from None
     except OSError as exc:
         raise KernelLogUnavailable(_reason(path, exc)) from None
-
-
-@dataclass(frozen=True)
-class FilePosition:
-    """How far a recorded log (a regular file) has been read: its identity, the offset of the first
-    byte not read (always just after a newline), and the bytes before that offset (``tail``, hex),
-    which tell a file rewritten in place from one that only grew."""
-
-    dev: int
-    ino: int
-    offset: int
-    tail: str = ""
-
-    def same_file(self, other: Optional[FilePosition]) -> bool:
-        return other is not None and (self.dev, self.ino) == (other.dev, other.ino)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dev": self.dev, "ino": self.ino, "offset": self.offset, "tail": self.tail}
 
 
 _TAIL_BYTES = 32
