@@ -56,6 +56,12 @@ pytest39: $(STAMP) fakenvml
 
 test: system-deps lint types compat pytest nvml-matrix pytest39
 
+# The time-sensitive tests (marker `timing`: deadlines, margins, waits on other processes) with a
+# CPU hog on every core (scripts/busy.sh), as on a loaded CI machine or a shared build host.
+.PHONY: test-busy
+test-busy: $(STAMP) fakenvml
+	bash scripts/busy.sh $(BIN)/pytest -q -p no:cacheprovider -m timing
+
 # The NVML tests again under the oldest nvidia-ml-py pyproject allows and under 12.570.86 (the
 # first with the recovery-action field); `make pytest` ran them under the newest. Each wheel is
 # installed on its own into .matrix/ (scripts/nvml-matrix.sh) and put first on the path.

@@ -26,6 +26,7 @@ for _ in $(seq "$hogs"); do
     python3 -c 'while True: pass' &
     pids+=("$!")
 done
+export BUSY_HOG_PIDS="${pids[*]}"  # for CMD: the hogs it runs beside
 echo "busy.sh: $hogs CPU hogs (pids ${pids[*]}), load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 status=0
 "$@" || status=$?

@@ -17,6 +17,9 @@ from nodehealth.config import loader
 from nodehealth.platform import child
 from nodehealth.probes import nvml
 
+# Kills, reaps and per-call deadlines against a hung child: the scheduler's business (make test-busy).
+pytestmark = pytest.mark.timing
+
 ROUNDS = 6
 ONLY = ("nvml",)  # the check that carries a hung NVML; its deadline is the probe's
 
