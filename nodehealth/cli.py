@@ -22,8 +22,9 @@ from nodehealth.commands import (
     validate,
     xid,
 )
+from nodehealth.commands.options import ExitCode
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = ExitCode.OK, ExitCode.FAULT, ExitCode.USAGE, ExitCode.INTERNAL
 
 # Each command module: register(subparsers) adds its parser and sets func=(args) -> int.
 COMMANDS = (check, status, list_checks, config_cmd, xid, daemon, validate, nccl, preflight, completion)
@@ -64,7 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - last resort: one line, documented exit code

@@ -14,7 +14,8 @@ from argparse_manpage.manpage import Manpage
 
 from nodehealth import __version__
 from nodehealth.cli import build_parser
-from nodehealth.faces.args import USAGE, WHAT
+from nodehealth.faces.args import usage
+from nodehealth.faces.table import BY_NAME, FACES
 
 FACE_SECTION = "8"
 
@@ -22,7 +23,8 @@ FACE_SECTION = "8"
 def face_parser(face: str) -> argparse.ArgumentParser:
     """The faces parse their few options by hand (nothing to import on the prolog's path); this is
     the same surface for the page, kept honest by tests/test_man_completion.py."""
-    p = argparse.ArgumentParser(prog=f"nodehealth-{face}", description=USAGE.format(face=face, what=WHAT[face])
+    row = BY_NAME[face]
+    p = argparse.ArgumentParser(prog=row.script, description=usage(face)
                                 .split("\n\n", 1)[1].split("\n\n")[0].replace("\n", " "))
     p.add_argument("--dry-run", action="store_true", help="decide as Slurm's run would and print it; change "
                    "nothing (no drain, no resume, no state written, no Slurm call)")
@@ -35,11 +37,11 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/man")
     out.mkdir(parents=True, exist_ok=True)
     pages = {"nodehealth": build_parser()}
-    pages.update({f"nodehealth-{face}": face_parser(face) for face in WHAT})
+    pages.update({row.script: face_parser(row.name) for row in FACES})
+    titles = {row.script: f"the Slurm {row.title} ({row.started_by}) of nodehealth" for row in FACES}
     for name, parser in pages.items():
         parser.prog = name
-        summary = ("node-health checks for the GPU nodes of a Slurm cluster" if name == "nodehealth"
-                   else f"the Slurm {WHAT[name.split('-', 1)[1]]} of nodehealth")
+        summary = titles.get(name, "node-health checks for the GPU nodes of a Slurm cluster")
         page = Manpage(parser, _data={"project_name": "nodehealth", "version": __version__,
                                       "manual_section": FACE_SECTION, "manual_title": "nodehealth",
                                       "description": summary})

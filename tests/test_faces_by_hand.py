@@ -7,6 +7,7 @@ do call scontrol and write state: the guards are what keeps the by-hand runs qui
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -19,10 +20,10 @@ from test_slurm_faces import Fake
 from nodehealth.cli import main as cli_main
 from nodehealth.commands.check import check_names
 from nodehealth.commands.common import UsageError
-from nodehealth.faces import epilog, healthcheck, prolog
+from nodehealth.faces import prolog, table
 from nodehealth.model import Finding, Status, fold, group_messages
 
-FACES = {"prolog": prolog, "epilog": epilog, "healthcheck": healthcheck}
+FACES = {face.name: importlib.import_module(face.module) for face in table.FACES}
 
 
 def _files(d: Path) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ import pytest
 
 from nodehealth.cli import COMMANDS, build_parser, main
 from nodehealth.faces.args import handle
+from nodehealth.faces.table import NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,12 +37,12 @@ def test_man_pages_are_generated_for_the_cli_and_every_face(tmp_path: Path) -> N
     page = (tmp_path / "nodehealth.8").read_text().replace("\\-", "-")
     for name in _subcommands():
         assert name in page, name
-    for face in ("prolog", "epilog", "healthcheck"):
+    for face in NAMES:
         text = (tmp_path / f"nodehealth-{face}.8").read_text().replace("\\-", "-")
         assert "--dry-run" in text and "--version" in text and "--config" in text
 
 
-@pytest.mark.parametrize("face", ["prolog", "epilog", "healthcheck"])
+@pytest.mark.parametrize("face", NAMES)
 def test_every_option_a_face_page_documents_is_one_the_face_takes(face: str, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from nodehealth_sim.driver import BRANCHES
 
+from nodehealth.faces import table
+
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'__version__ = "(.*)"', (ROOT / "nodehealth" / "__init__.py").read_text()).group(1)  # type: ignore[union-attr]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -23,7 +25,7 @@ HAVE_RPM = shutil.which("rpmbuild") is not None
 needs_deb = pytest.mark.skipif(not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, "
                                "dh-python, pybuild-plugin-pyproject)")
 needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian package rpm; make system-deps)")
-SCRIPTS = ("nodehealth", "nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
+SCRIPTS = tuple(table.scripts())  # the administrator's command and every face (nodehealth.faces.table)
 
 
 def run(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
@@ -33,7 +35,7 @@ def run(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
 def _build(script: str, work: Path, dist: Path, *extra: str) -> Path:
     res = run("bash", str(ROOT / "scripts" / script), str(work), str(dist), *extra, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
-    (pkg,) = [p for p in dist.iterdir() if p.suffix in (".deb", ".rpm")]
+    (pkg,) = [p for p in dist.iterdir() if p.suffix in (".deb", ".rpm") and not p.name.startswith("nodehealth-sim")]
     return pkg
 
 
@@ -84,10 +86,31 @@ def test_deb_installs_what_the_cluster_names(deb: Path) -> None:
         f"/{SITE}/nodehealth/_vendor/pynvml.py", f"/{SITE}/nodehealth/_vendor/hostlist.py",
         f"/{SITE}/nodehealth/_vendor/hostlist.COPYING", f"/{SITE}/nodehealth/cli.py",
         f"/{SITE}/nodehealth/data/xid_catalog.toml",
-    } | {f"/{SITE}/nodehealth/sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
+    }
     assert expected - files == set()
+    assert not [f for f in files if "libnvidia-ml" in f or "nodehealth_sim" in f or "/sim/" in f]  # nodehealth-sim's
+    assert deb_field(deb, "Architecture") == "all"
     assert not [f for f in files if f.endswith(".pyc")]  # compiled at install by dh_python3's postinst
     assert not [f for f in files if f.startswith("/usr/local") or "/build/pkg" in f]
+
+
+@pytest.fixture(scope="module")
+def sim_deb(deb: Path) -> Path:
+    """nodehealth-sim's .deb, built beside the product's by the same scripts/build-deb.sh."""
+    (pkg,) = deb.parent.glob("nodehealth-sim_*.deb")
+    return pkg
+
+
+@pytest.mark.real
+@needs_deb
+def test_the_simulator_is_its_own_deb(sim_deb: Path) -> None:
+    files = deb_files(sim_deb)
+    libs = {f"/{SITE}/nodehealth_sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
+    assert libs | {"/usr/bin/nodehealth-sim", f"/{SITE}/nodehealth_sim/validation/replay.py"} <= files
+    assert [f for f in files if "libnvidia-ml" in f] == sorted(libs)
+    assert not [f for f in files if f.startswith(f"/{SITE}/nodehealth/")]
+    assert f"nodehealth (= {VERSION})" in deb_field(sim_deb, "Depends")
+    assert deb_field(sim_deb, "Version") == VERSION
 
 
 @pytest.mark.real
@@ -161,8 +184,18 @@ def test_deb_lintian_clean(deb: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def unpacked(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def unpacked(deb: Path, sim_deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both packages unpacked into one root (nodehealth with nodehealth-sim)."""
     root = tmp_path_factory.mktemp("unpacked")
+    run("dpkg", "-x", str(deb), str(root), check=True)
+    run("dpkg", "-x", str(sim_deb), str(root), check=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def unpacked_product(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The product's package alone, as on a production node."""
+    root = tmp_path_factory.mktemp("unpacked-product")
     run("dpkg", "-x", str(deb), str(root), check=True)
     return root
 
@@ -191,6 +224,15 @@ def test_unpacked_deb_runs_a_shipped_scenario(unpacked: Path) -> None:
     assert mods.count(str(unpacked / SITE / "nodehealth" / "_vendor")) == 2, mods
 
 
+@pytest.mark.real
+@needs_deb
+@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="no /usr/bin/python3")
+def test_unpacked_product_without_the_simulator_says_what_to_install(unpacked_product: Path) -> None:
+    scenario = unpacked_product / "usr/share/nodehealth/scenarios/healthy-8x-h100.toml"
+    res = run_unpacked(unpacked_product, "check", "--simulate", str(scenario), "-q")
+    assert res.returncode == 2 and "pip install nodehealth-sim" in res.stderr, res.stdout + res.stderr
+
+
 def rpm_q(pkg: Path, *query: str) -> list[str]:
     res = run("rpm", "-qp", *query, str(pkg))
     assert res.returncode == 0, res.stderr
@@ -208,8 +250,9 @@ def test_rpm_file_list(rpm: Path) -> None:
         f"{site}/nodehealth/_vendor/pynvml.py", f"{site}/nodehealth/_vendor/hostlist.py",
         f"{site}/nodehealth/_vendor/tomli/__init__.py", f"{site}/nodehealth-{VERSION}.dist-info/entry_points.txt",
         "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
-    } | {f"{site}/nodehealth/sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
+    }
     assert expected - files == set()
+    assert not [f for f in files if "libnvidia-ml" in f or "nodehealth_sim" in f or "/sim/" in f]
     assert any(m.startswith("/usr/share/man/man8/nodehealth-prolog.8") for m in files)
     pyc = [f for f in files if f.endswith(".pyc")]
     assert f"{site}/nodehealth/faces/__pycache__/prolog.cpython-39.pyc" in pyc or any(".cpython-3" in f for f in pyc)

@@ -9,6 +9,9 @@ from typing import Optional
 
 from nodehealth import render
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
+from nodehealth.commands.options import ExitCode, add_config, add_format, add_simulate
+from nodehealth.faces.table import FACES as TABLE
+from nodehealth.faces.table import NAMES as FACES
 from nodehealth.model import Status
 from nodehealth.registry import BY_NAME
 from nodehealth.xid.text import printable
@@ -18,14 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run the health checks and print the verdict",
                        description="Run the health checks. Exit 0 healthy (warnings allowed), 1 a check "
                                    "failed, 2 usage or config error, 3 internal error.")
-    p.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
-                   "/etc/nodehealth/nodehealth.toml)")
-    p.add_argument("--simulate", metavar="FILE", help="use simulated GPUs from this scenario file")
+    add_config(p)
+    add_simulate(p)
     p.add_argument("--only", metavar="NAME", nargs="+", action="append", default=[],
                    help="run only these checks (space or comma separated, may repeat)")
-    p.add_argument("--phase", choices=("prolog", "epilog", "healthcheck", "manual"), default="manual",
+    p.add_argument("--phase", choices=(*(f.phase for f in TABLE), "manual"), default="manual",
                    help="which phase's checks and budget to use (default: manual)")
-    p.add_argument("--as", dest="as_face", choices=("prolog", "epilog", "healthcheck"),
+    p.add_argument("--as", dest="as_face", choices=FACES,
                    help="decide exactly as that face would, with its inputs (the daemon's verdict for the "
                         "prolog, the cached Slurm view, the job's GPUs), and say what it would do; acts on "
                         "nothing")
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("-q", "--quiet", action="store_true", help="text: only what is not OK, and the verdict")
     out.add_argument("-v", "--verbose", action="store_true", help="text: each result's details too")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(p)
     p.set_defaults(func=run)
 
 
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if args.as_face:
             return _as_face(args)
         if args.job or args.gpus:
-            raise UsageError("--job and --gpus go with --as prolog|epilog|healthcheck")
+            raise UsageError(f"--job and --gpus go with --as {'|'.join(FACES)}")
         gpus = gpu_list(args.gpu)
         cfg = load_config(args)
     except UsageError as exc:
@@ -138,5 +140,5 @@ def _as_face(args: argparse.Namespace) -> int:
 
 def exit_code(status: Status, unknown_policy: str) -> int:
     if status == Status.FAIL or (status == Status.UNKNOWN and unknown_policy == "fail"):
-        return 1
-    return 0
+        return ExitCode.FAULT
+    return ExitCode.OK

@@ -7,9 +7,9 @@ import os
 import sys
 from typing import IO, Optional
 
-from nodehealth.config.loader import ConfigError, load
+from nodehealth.commands.options import ExitCode
 from nodehealth.config.schema import Config
-from nodehealth.probes import ProbeSetupError, validate
+from nodehealth.config.use import ConfigError, use
 
 
 class UsageError(Exception):
@@ -17,21 +17,13 @@ class UsageError(Exception):
 
 
 def load_config(args: argparse.Namespace, host: Optional[str] = None) -> Config:
-    """Config from --config / NODEHEALTH_CONFIG / the default path, with --simulate applied."""
-    import dataclasses
-
+    """Config from --config / NODEHEALTH_CONFIG / the default path, with --simulate applied
+    (``nodehealth.config.use``: the file's own config or a usage error, nothing recorded)."""
     try:
-        cfg = load(getattr(args, "config", None), host=host)
+        return use(getattr(args, "config", None), fallback="none", simulate=getattr(args, "simulate", None),
+                   host=host).cfg
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    simulate = getattr(args, "simulate", None)
-    if simulate:
-        cfg = dataclasses.replace(cfg, nvml=dataclasses.replace(cfg.nvml, simulate=os.path.abspath(simulate)))
-    try:
-        validate(cfg)
-    except ProbeSetupError as exc:
-        raise UsageError(str(exc)) from None
-    return cfg
 
 
 def use_color(stream: IO[str]) -> bool:
@@ -47,4 +39,4 @@ def fail_usage(exc: Exception) -> int:
     from nodehealth.xid.text import printable
 
     print(f"nodehealth: {printable(str(exc), None)}", file=sys.stderr)
-    return 2
+    return ExitCode.USAGE

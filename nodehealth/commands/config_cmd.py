@@ -6,6 +6,7 @@ import argparse
 import json
 
 from nodehealth.commands.common import UsageError, fail_usage
+from nodehealth.commands.options import add_format
 from nodehealth.config.lean import node_name
 from nodehealth.config.loader import ConfigError, load, to_toml_dict
 from nodehealth.config.sample import document
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("file", nargs="?", help="config file (default: $NODEHEALTH_CONFIG or "
                    "/etc/nodehealth/nodehealth.toml)")
     c.add_argument("--host", help="node name to resolve overrides for (default: this node)")
-    c.add_argument("--format", choices=("toml", "json"), default="toml")
+    add_format(c, choices=("toml", "json"))
     c.set_defaults(func=run)
     d = inner.add_parser("defaults", help="print a sample config: every key at its default, documented")
     d.set_defaults(func=lambda args: print(document(), end="") or 0)

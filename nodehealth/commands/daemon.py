@@ -13,11 +13,10 @@ that same last configuration, or the built-in defaults.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 
 from nodehealth.commands.common import UsageError, fail_usage
+from nodehealth.commands.options import ExitCode, add_config, add_simulate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,29 +24,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the prolog", description="Run periodic checks, follow the kernel log for XIDs, serve "
                        "Prometheus metrics and keep the verdict the prolog reads. SIGHUP reloads the config, "
                        "SIGTERM stops. Exit 1: cannot start; 2: usage or config error.")
-    p.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
-                   "/etc/nodehealth/nodehealth.toml)")
-    p.add_argument("--simulate", metavar="FILE", help="use simulated GPUs from this scenario file")
+    add_config(p)
+    add_simulate(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth.config.loader import ConfigError, load_safe, probe_setup
+    from nodehealth.config.use import ConfigError, use
     from nodehealth.daemon.core import Daemon, StartError
 
     try:
-        loaded = load_safe(args.config, check=probe_setup, defaults=False)
+        loaded = use(args.config, fallback="last_good", simulate=args.simulate)
     except ConfigError as exc:
+        if exc.kind == "setup" and args.simulate:  # the scenario given on the command line
+            return fail_usage(UsageError(str(exc)))
         print(f"nodehealth daemon: configuration error, and no configuration has validated on this node to fall "
               f"back on: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     cfg = loaded.cfg
-    if args.simulate:
-        cfg = dataclasses.replace(cfg, nvml=dataclasses.replace(cfg.nvml, simulate=os.path.abspath(args.simulate)))
-        try:
-            probe_setup(cfg)
-        except ConfigError as exc:
-            return fail_usage(UsageError(str(exc)))
     daemon = Daemon(cfg, config_path=args.config, loaded=loaded)
     if loaded.error is not None:
         daemon.log(f"configuration error: {loaded.error}; running with {loaded.note}", "err",
@@ -59,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
     except StartError as exc:
         print(f"nodehealth daemon: cannot start: {exc}", file=sys.stderr)
         daemon.log(f"cannot start: {exc}", "err")
-        return 1
+        return ExitCode.FAULT
     return daemon.run()

@@ -6,12 +6,13 @@ import argparse
 import json
 from typing import Any
 
+from nodehealth.commands.options import add_format
 from nodehealth.registry import CHECKS, PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list-checks", help="list the checks nodehealth knows")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(p)
     p.set_defaults(func=run)
 
 

@@ -18,6 +18,7 @@ import json
 import sys
 
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
+from nodehealth.commands.options import ExitCode, add_config, add_format
 
 CHECK = "nccl_selftest"
 
@@ -31,14 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Run the nccl_selftest check now and print its verdict. Never drains or "
                                     "calls Slurm. Exit 0 healthy (warnings allowed), 1 FAIL, 2 usage or config "
                                     "error.")
-    r.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
-                   "/etc/nodehealth/nodehealth.toml)")
+    add_config(r)
     r.add_argument("--mode", choices=("nvlink", "ib_loopback", "both"), help="mode(s) to run (default: the "
                    "config's [checks.nccl_selftest] modes)")
     r.add_argument("--runner", choices=("auto", "nccl-tests", "builtin"), help="runner (default: the config's)")
     r.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole self-test in seconds "
                    "(default: the config's timeout_s)")
-    r.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(r)
     r.set_defaults(func=run)
     try:
         from nodehealth.nccl import cli_parse
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def usage(args: argparse.Namespace) -> int:
         p.print_help(sys.stderr)
-        return 2
+        return ExitCode.USAGE
 
     p.set_defaults(func=usage)
 

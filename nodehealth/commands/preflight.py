@@ -16,6 +16,7 @@ import os
 import sys
 
 from nodehealth.commands.common import UsageError, fail_usage
+from nodehealth.commands.options import add_config, add_format
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "rights; the faces' ownership rules apply)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
                    help="deadline for every node to report in the shared directory (default 10)")
-    p.add_argument("--config", metavar="FILE", help="config file; %%n is replaced by the node name "
-                   "(default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_config(p, help="config file; %%n is replaced by the node name (default: $NODEHEALTH_CONFIG or "
+               "/etc/nodehealth/nodehealth.toml)")
+    add_format(p)
     p.set_defaults(func=run)
 
 

@@ -17,8 +17,9 @@ import time
 from typing import Any, Optional
 
 from nodehealth.commands.common import UsageError, fail_usage
+from nodehealth.commands.options import ExitCode, add_config, add_format
 
-EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = 0, 1, 3
+EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = ExitCode.OK, ExitCode.FAULT, ExitCode.INTERNAL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,9 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="The daemon's last verdict, our drain record, clean runs toward a resume, "
                                    "the breaker, the config in use. Exit 0 healthy, 1 drained by nodehealth "
                                    "or failing, 3 unknown (no verdict, daemon down, bad config).")
-    p.add_argument("--config", metavar="FILE", help="config file (default: $NODEHEALTH_CONFIG or "
-                   "/etc/nodehealth/nodehealth.toml)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_config(p)
+    add_format(p)
     p.set_defaults(func=run)
 
 
@@ -37,7 +37,7 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
     import os
 
     from nodehealth.config.lean import config_path, node_name
-    from nodehealth.config.loader import ConfigError, load_safe
+    from nodehealth.config.use import ConfigError, use
     from nodehealth.slurm import policy
     from nodehealth.statedir import layout, slurmstate
     from nodehealth.statedir import verdict as daemon_state
@@ -49,7 +49,7 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
     path, _ = config_path(None, env)
     doc: dict[str, Any] = {"time": round(t, 3)}
     try:
-        loaded = load_safe(environ=env, remember=False)
+        loaded = use(environ=env, remember=False, setup=False)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     cfg = loaded.cfg

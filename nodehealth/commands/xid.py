@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
+from nodehealth.commands.options import ExitCode, add_config, add_format
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
     from nodehealth.config.schema import Config
     from nodehealth.probes.xid_store import XidStore
 
-EXIT_OK = 0
-EXIT_USAGE = 2
+EXIT_OK, EXIT_USAGE = ExitCode.OK, ExitCode.USAGE
 
 _READ_CHUNK = 1 << 20
 
@@ -63,8 +63,7 @@ def register(subparsers: Any) -> None:
                         help="kernel log device to read when --from is not given (default: %(default)s)")
     scan_p.add_argument("--journal", action="store_true",
                         help="read this boot's kernel messages from journald (needs python3-systemd)")
-    scan_p.add_argument("--format", choices=("text", "json"), default="text",
-                        help="text lines, or one JSON object per line (default: %(default)s)")
+    add_format(scan_p, help="text lines, or one JSON object per line (default: %(default)s)")
     _config_args(scan_p)
     scan_p.add_argument("--no-nvml", action="store_true",
                         help="do not ask NVML for GPU indices and UUIDs")
@@ -77,8 +76,7 @@ def register(subparsers: Any) -> None:
         "from the event store's position: this boot's backlog first, then new records as they "
         "come, until interrupted. Each new event is recorded in the store the gpu_xid check reads.",
     )
-    watch_p.add_argument("--format", choices=("text", "json"), default="text",
-                         help="text lines, or one JSON object per line (default: %(default)s)")
+    add_format(watch_p, help="text lines, or one JSON object per line (default: %(default)s)")
     _config_args(watch_p)
     watch_p.set_defaults(func=run_watch)
 
@@ -98,14 +96,12 @@ def register(subparsers: Any) -> None:
         description="Print what an XID means, NVIDIA's recommended action and ours.",
     )
     explain_p.add_argument("xid", metavar="N", type=_xid_number, help="XID number")
-    explain_p.add_argument("--format", choices=("text", "json"), default="text",
-                           help="output format (default: %(default)s)")
+    add_format(explain_p)
     explain_p.set_defaults(func=run_explain)
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)")
+    add_config(parser)
     parser.add_argument("--state-dir", metavar="DIR", default=None,
                         help="where the XID event store lives (default: [paths] state_dir)")
 

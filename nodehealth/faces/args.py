@@ -14,10 +14,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional, Sequence
 
-USAGE = """usage: nodehealth-{face} [--dry-run] [--config FILE] | --help | --version
+USAGE = """usage: {script} [--dry-run] [--config FILE] | --help | --version
 
-The Slurm {what} of nodehealth. Slurm runs it with no arguments; then it checks the node and, on
-a fault, drains it (exit 1).
+The Slurm {title} of nodehealth ({started_by}). Slurm runs it with no arguments; then it
+{does}.
 
   --dry-run      decide as Slurm's run would and print it; change nothing (no drain, no resume,
                  no state written, no Slurm call)
@@ -25,11 +25,17 @@ a fault, drains it (exit 1).
   --version      print the version and exit
   --help         print this and exit
 
-To see what it would decide for a job: SLURM_JOB_ID=N SLURM_JOB_GPUS=0,1 nodehealth-{face} --dry-run,
+To see what it would decide for a job: SLURM_JOB_ID=N SLURM_JOB_GPUS=0,1 {script} --dry-run,
 or nodehealth check --as {face} --job N --gpus 0,1.
 """
-WHAT = {"prolog": "prolog (Prolog=)", "epilog": "epilog (Epilog=)",
-        "healthcheck": "health check (HealthCheckProgram=)"}
+
+
+def usage(face: str) -> str:
+    """The face's ``--help`` text, from its row of ``faces.table``."""
+    from nodehealth.faces.table import BY_NAME
+
+    row = BY_NAME[face]
+    return USAGE.format(face=face, script=row.script, title=row.title, started_by=row.started_by, does=row.does)
 
 
 def handle(face: str, argv: Sequence[str]) -> Optional[int]:
@@ -37,17 +43,21 @@ def handle(face: str, argv: Sequence[str]) -> Optional[int]:
     args = list(argv)
     if not args:
         return None
+    from nodehealth.commands.options import ExitCode
+    from nodehealth.faces.table import BY_NAME
+
+    row = BY_NAME[face]
     dry_run = False
     while args:
         arg = args.pop(0)
         if arg in ("-h", "--help"):
-            sys.stdout.write(USAGE.format(face=face, what=WHAT[face]))
-            return 0
+            sys.stdout.write(usage(face))
+            return ExitCode.OK
         if arg in ("-V", "--version"):
             from nodehealth.commands.version import describe
 
-            sys.stdout.write(describe(f"nodehealth-{face}") + "\n")
-            return 0
+            sys.stdout.write(describe(row.script) + "\n")
+            return ExitCode.OK
         if arg == "--dry-run":
             dry_run = True
         elif arg == "--config" or arg.startswith("--config="):
@@ -73,5 +83,8 @@ def handle(face: str, argv: Sequence[str]) -> Optional[int]:
 
 
 def _usage(face: str, message: str) -> int:
-    sys.stderr.write(f"nodehealth-{face}: error: {message} (nothing was done; see --help)\n")
-    return 2
+    from nodehealth.commands.options import ExitCode
+    from nodehealth.faces.table import BY_NAME
+
+    sys.stderr.write(f"{BY_NAME[face].script}: error: {message} (nothing was done; see --help)\n")
+    return ExitCode.USAGE
