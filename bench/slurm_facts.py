@@ -3,7 +3,8 @@
   .venv/bin/python bench/slurm_facts.py [--only prolog|healthcheck]
 
 Needs root and Debian's ``slurmctld slurmd slurm-client munge``; uses the cluster of
-``bench/slurm_rpc.py`` (one slurmd per node, nodehealth's faces, a logging scontrol wrapper).
+``bench/slurm_rpc_cluster.py`` (the tests' harness: one slurmd per node, nodehealth's faces, a logging
+scontrol wrapper).
 
 * prolog: nodehealth's prolog fails on a node whose simulated GPU 1 has a row remap pending.
   The batch job's state is printed as it changes, first with Slurm's default (requeued *held*:
@@ -30,7 +31,7 @@ from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slurm_rpc import FIXTURES, SCONTROL, Cluster, missing, wait_for  # noqa: E402
+from slurm_rpc_cluster import FIXTURES, SCONTROL, Cluster, missing, wait_for  # noqa: E402
 
 FIELDS = ("JobState", "Reason", "Priority", "Restarts", "NodeList", "EligibleTime")
 

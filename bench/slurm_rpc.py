@@ -2,9 +2,11 @@
 
   .venv/bin/python bench/slurm_rpc.py [--nodes 4] [--minutes 6] [--jobs 20] [--mode daemon|faces|both|scale]
 
-Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (Slurm 22.05). Starts munged,
-slurmctld and one slurmd per node, each slurmd in its own UTS namespace with its own node name
-(``n1``..``nN``, all on 127.0.0.1 with their own ports), 8 fake GPUs per node, and nodehealth's
+Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (Slurm 22.05). The cluster is the
+tests' harness (``tests/multinode.py``'s ``MultiNode`` on ``tests/slurm_cluster.py``'s helpers; run
+the bench from the repository root): munged, slurmctld and one slurmd per node, each slurmd in its
+own UTS namespace with its own node name (``n1``..``nN``, all on 127.0.0.1 with their own ports),
+8 fake GPUs per node, and nodehealth's
 installed entry points as ``Prolog``, ``Epilog`` and ``HealthCheckProgram`` (``PrologFlags=Alloc``,
 ``HealthCheckNodeState=ANY``). Each node has its own nodehealth config, state dir and simulated
 GPUs; in ``daemon`` mode one ``nodehealth daemon`` per node runs beside its slurmd. Time is
@@ -46,325 +48,22 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
+
+from slurm_rpc_cluster import FIXTURES, SCONTROL, SINFO, Cluster, missing, wait_for  # bench/, beside this file
 
 from nodehealth.slurm.nodes import sinfo_format
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent  # the venv's bin: nodehealth-prolog & co.
-FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
-SCONTROL = "/usr/bin/scontrol"
-SINFO = "/usr/bin/sinfo"
-DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
-CLIENTS = (SCONTROL, SINFO, "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/sdiag", "/usr/bin/scancel",
-           "/usr/bin/unshare")
-FACES = ("nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
 # The message types a node-health tool costs slurmctld: what `scontrol show node` and `scontrol update` send.
 NODE_TYPES = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE")
 TARGET_NODES = 10_000
-RPC_LINE = re.compile(r"^\[(\S+?)\] \S*: received opcode (\w+) from", re.M)
-SDIAG_LINE = re.compile(r"^\s*(REQUEST_\w+|MESSAGE_\w+|RESPONSE_\w+)\s+\(\s*\d+\)\s+count:(\d+)"
-                        r"(?:\s+ave_time:\d+\s+total_time:(\d+))?", re.M)
-
-
-def missing() -> Optional[str]:
-    for path in DAEMONS + CLIENTS:
-        if not os.access(path, os.X_OK):
-            return f"{path} not installed (apt-get install slurmctld slurmd slurm-client munge)"
-    if os.geteuid() != 0:
-        return "the private Slurm cluster runs its daemons as root"
-    for face in FACES + ("nodehealth",):
-        if not (BIN / face).exists():
-            return f"{BIN / face} missing (pip install -e .)"
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
-
-
-class Cluster:
-    """munged + slurmctld + one slurmd per node (own UTS namespace), nodehealth on every node."""
-
-    def __init__(self, root: Path, nodes: int, hc_interval: int, daemon_interval: float, reconcile_s: float,
-                 clean_runs: int, daemons: bool, sched_params: str = "batch_sched_delay=0", ghosts: int = 0) -> None:
-        self.root = root
-        self.names = [f"n{i}" for i in range(1, nodes + 1)]
-        self.hc_interval, self.daemon_interval, self.reconcile_s = hc_interval, daemon_interval, reconcile_s
-        self.clean_runs, self.with_daemons, self.sched_params = clean_runs, daemons, sched_params
-        self.ghosts = ghosts  # declared nodes that never register (g1..gN): a cluster of that size to slurmctld
-        self.conf = root / "etc" / "slurm.conf"
-        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
-        self.env.pop("NODEHEALTH_CONFIG", None)
-        self.calls_log = root / "scontrol-calls.log"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.scenario_seq = 0
-
-    def node_dir(self, name: str) -> Path:
-        return self.root / "nodes" / name
-
-    def state_dir(self, name: str) -> Path:
-        return self.node_dir(name) / "state"
-
-    # ---------------------------------------------------------------- files
-
-    def use_scenario(self, name: str, scenario: Path) -> None:
-        """Switch one node's simulated GPUs.
-
-        The scenario goes to a new file and the node's config is pointed at it (both written
-        atomically), then its daemon is sent SIGHUP: a running daemon parses a scenario path
-        once (``nodehealth.probes._scenario`` is cached by path), so rewriting the same file
-        would change what the faces see but not what the daemon sees.
-        """
-        nd = self.node_dir(name)
-        self.scenario_seq += 1
-        target = nd / f"scenario-{self.scenario_seq}.toml"
-        shutil.copyfile(scenario, target)
-        self._write_node_config(name, target)
-        daemon = self.procs.get(f"daemon-{name}")
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGHUP)
-
-    def _write_node_config(self, name: str, scenario: Path) -> None:
-        nd = self.node_dir(name)
-        tmp = nd / ".nodehealth.toml.tmp"
-        tmp.write_text("\n".join([
-            f'node_name = "{name}"',
-            "[phases.prolog]", "budget_s = 10",
-            "[phases.epilog]", "budget_s = 10",
-            "[phases.healthcheck]", "budget_s = 20",
-            "[nvml]", f'simulate = "{scenario}"',
-            "[paths]", f'state_dir = "{nd / "state"}"',
-            "[slurm]", f'scontrol = "{nd / "bin" / "scontrol"}"', "timeout_s = 3", f'conf = "{self.conf}"',
-            f"reconcile_s = {self.reconcile_s:g}",
-            "[resume]", f"clean_runs = {self.clean_runs}",
-            "[daemon]", f"interval_s = {self.daemon_interval:g}", 'listen = ""', "xid_follow = true",
-            "[checks.gpu_xid]", f'kmsg_path = "{nd / "kmsg"}"',
-        ]) + "\n")
-        os.replace(tmp, nd / "nodehealth.toml")
-
-    def _script(self, path: Path, text: str) -> str:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(0o755)
-        return str(path)
-
-    def _write(self) -> None:
-        r = self.root
-        for d in ("etc", "state", "spool", "log", "run", "munge", "out", "bin"):
-            (r / d).mkdir(parents=True, exist_ok=True)
-        os.chmod(r, 0o755)
-        os.chmod(r / "munge", 0o755)  # munged wants o+x on its socket's directory
-        key = r / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        os.chmod(key, 0o400)
-        self.calls_log.write_text("")
-        # One line per call, written with one write(2): time, node, caller, pid, argv (tab-separated). The
-        # runner gives scontrol and sinfo no variable of the face's, so each node has its own wrappers and the
-        # caller is read from the parent's command line (the face or the daemon that ran the command).
-        for name in self.names:
-            for prog, real, tag in (("scontrol", SCONTROL, ""), ("sinfo", SINFO, "\tsinfo")):
-                self._script(self.node_dir(name) / "bin" / prog, (
-                    "#!/bin/sh\n"
-                    "case \"$(tr '\\0' ' ' < /proc/$PPID/cmdline)\" in\n"
-                    "  *prolog*) face=prolog;; *epilog*) face=epilog;; *healthcheck*) face=healthcheck;;\n"
-                    "  *daemon*) face=daemon;; *) face=?;;\n"
-                    "esac\n"
-                    f"line=\"$(/bin/date +%s.%N)\t{name}\t$face\t$${tag}\"\n"
-                    "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
-                    f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
-                    f"exec {real} \"$@\"\n"))
-        faces = {}
-        for face in FACES:
-            short = face.split("-", 1)[1]
-            faces[short] = self._script(r / "bin" / face, (
-                "#!/bin/sh\n"
-                f"NODEHEALTH_CONFIG={r}/nodes/$SLURMD_NODENAME/nodehealth.toml\n"
-                f"NH_NODE=$SLURMD_NODENAME NH_FACE={short}\n"
-                "export NODEHEALTH_CONFIG NH_NODE NH_FACE\n"
-                f"exec {BIN / face}\n"))
-        gres = ["AutoDetect=off"]
-        node_lines = []
-        for name in self.names:
-            nd = self.node_dir(name)
-            for sub in ("dev", "state"):
-                (nd / sub).mkdir(parents=True, exist_ok=True)
-            for i in range(8):  # gres File= must be a character device
-                (nd / "dev" / f"gpu{i}").symlink_to("/dev/null")
-            (nd / "kmsg").write_text("")
-            self.use_scenario(name, FIXTURES / "healthy.toml")
-            gres.append(f"NodeName={name} Name=gpu File={nd}/dev/gpu[0-7]")
-            node_lines.append(f"NodeName={name} NodeAddr=127.0.0.1 Port={free_port()} CPUs={os.cpu_count()} "
-                              "RealMemory=1000 Gres=gpu:8 State=UNKNOWN")
-        if self.ghosts:
-            node_lines.append(f"NodeName=g[1-{self.ghosts}] NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
-                              "RealMemory=1000 Gres=gpu:8 State=UNKNOWN")
-        (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
-        host = socket.gethostname().split(".")[0]
-        self.conf.write_text("\n".join([
-            "ClusterName=nhrpc", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={free_port()}",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/munge.socket", "CredType=cred/munge",
-            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            # DebugFlags=Protocol: slurmctld logs every RPC it receives, with its time (ms) and type.
-            "SlurmctldDebug=info", "DebugFlags=Protocol", "LogTimeFormat=iso8601_ms", "SlurmdDebug=info",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "SchedulerType=sched/backfill", f"SchedulerParameters={self.sched_params}", "MpiDefault=none",
-            "MailProg=/bin/true", "ReturnToService=2", "GresTypes=gpu",
-            f"Prolog={faces['prolog']}", f"Epilog={faces['epilog']}", "PrologFlags=Alloc",
-            "PrologEpilogTimeout=60",
-            f"HealthCheckProgram={faces['healthcheck']}", f"HealthCheckInterval={self.hc_interval}",
-            "HealthCheckNodeState=ANY",
-            *node_lines,
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-        ]) + "\n")
-
-    # ---------------------------------------------------------------- processes
-
-    def _spawn(self, name: str, argv: list[str], env: Optional[dict[str, str]] = None) -> None:
-        with open(self.root / "log" / f"{name}.stdio", "ab") as log:
-            self.procs[name] = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, cwd=self.root)
-
-    def start(self) -> None:
-        self._write()
-        r = self.root
-        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={r}/munge/munge.socket",
-                               f"--key-file={r}/munge/munge.key", f"--pid-file={r}/munge/munged.pid",
-                               f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
-        wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
-        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
-        wait_for(lambda: self.run(SCONTROL, "ping").returncode == 0, 15, "slurmctld up")
-        for name in self.names:
-            self._spawn(f"slurmd-{name}", ["/usr/bin/unshare", "--uts", "sh", "-c",
-                                           f"hostname {name} && exec /usr/sbin/slurmd -D -N {name}"])
-        wait_for(lambda: all(s not in ("", "UNKNOWN", "DOWN") and "*" not in s
-                             for n, s in self.states().items() if n in self.names), 60, "every node registered")
-        if self.with_daemons:
-            for name in self.names:
-                env = dict(self.env, NH_NODE=name, NH_FACE="daemon")
-                self._spawn(f"daemon-{name}", [str(BIN / "nodehealth"), "daemon", "--config",
-                                               str(self.node_dir(name) / "nodehealth.toml")], env)
-
-    def stop(self) -> None:
-        for name in [n for n in self.procs if n.startswith("daemon-")]:
-            self._stop(name)
-        if "slurmctld" in self.procs:
-            self.run("/usr/bin/scancel", "--user=root")
-            end = time.monotonic() + 20  # else slurmstepd and job processes are orphaned
-            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i").stdout.strip():
-                time.sleep(0.2)
-        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
-            self._stop(name)
-
-    def _stop(self, name: str) -> None:
-        p = self.procs.pop(name, None)
-        if p is None:
-            return
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-    # ---------------------------------------------------------------- Slurm (outside the windows)
-
-    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def states(self) -> dict[str, str]:
-        out = self.run(SCONTROL, "show", "node", "-o").stdout
-        return {m.group(1): m.group(2) for m in re.finditer(r"NodeName=(\S+) .*?\bState=(\S+)", out)}
-
-    def show(self, name: str) -> str:
-        return self.run(SCONTROL, "show", "node", "-o", name).stdout.strip()
-
-    # ---------------------------------------------------------------- inside the windows (no node query)
-
-    def sdiag(self, field: int = 2) -> dict[str, int]:
-        """sdiag's per-type RPC counts (``field=3``: total time, microseconds)."""
-        out = self.run("/usr/bin/sdiag").stdout
-        return {m.group(1): int(m.group(field) or 0) for m in SDIAG_LINE.finditer(out)}
-
-    def sdiag_time_us(self) -> int:
-        """slurmctld's total time in every RPC type but sdiag's own (microseconds), from one sdiag."""
-        out = self.run("/usr/bin/sdiag").stdout
-        return sum(int(m.group(3) or 0) for m in SDIAG_LINE.finditer(out) if m.group(1) != "REQUEST_STATS_INFO")
-
-    def sbatch(self, node: str) -> str:
-        res = self.run("/usr/bin/sbatch", "--parsable", "-N1", "-w", node, "-o", f"{self.root}/out/slurm-%j.out",
-                       "--wrap", "hostname")
-        return res.stdout.strip().split(";")[0]
-
-    def ended_jobs(self) -> set[str]:
-        """Jobs whose epilog has run, from the nodes' job ledgers (no Slurm call)."""
-        out = set()
-        for name in self.names:
-            try:
-                text = (self.state_dir(name) / "jobs.jsonl").read_text()
-            except OSError:
-                continue
-            for line in text.splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("event") == "end":
-                    out.add(str(rec.get("job_id")))
-        return out
-
-    def nh_state(self, name: str) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads((self.state_dir(name) / "slurm-state.json").read_text())
-            return data
-        except (OSError, ValueError):
-            return {}
-
-    def logged_rpcs(self, t0: float, t1: float) -> dict[str, int]:
-        """RPCs slurmctld received between t0 and t1 by its own log (DebugFlags=Protocol), by type."""
-        out: Counter[str] = Counter()
-        text = (self.root / "log" / "slurmctld.log").read_text(errors="replace")
-        for m in RPC_LINE.finditer(text):
-            when = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
-            if t0 <= when < t1:
-                out[m.group(2)] += 1
-        return dict(sorted(out.items()))
-
-    def calls(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.calls_log.read_text(errors="replace").splitlines():
-            parts = line.split("\t")
-            if len(parts) < 4:
-                continue
-            out.append({"time": float(parts[0]), "node": parts[1], "face": parts[2], "pid": parts[3],
-                        "argv": parts[4:], "line": line})
-        return out
 
 
 def kind(call: dict[str, Any]) -> str:
@@ -673,6 +372,8 @@ def main() -> int:
     if why:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
+    if args.keep:  # the harness removes its directory at stop unless told
+        os.environ["NODEHEALTH_KEEP_SLURM"] = "1"
     results = []
     for daemons in {"daemon": (True,), "faces": (False,), "both": (True, False), "scale": ()}[args.mode]:
         root = Path(tempfile.mkdtemp(prefix="nh-rpc."))  # munged wants every directory above it searchable

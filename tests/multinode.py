@@ -2,7 +2,9 @@
 slurmd in its own UTS namespace (hostname = node name), optionally in its own mount namespace
 with an empty tmpfs over a directory ("shared storage missing on that node").
 
-Follows shared/notes/slurm-multinode.md; reuses ``tests/slurm_cluster.py``'s helpers.
+Follows shared/notes/slurm-multinode.md; reuses ``tests/slurm_cluster.py``'s helpers. The one
+multi-node harness of the tests and the benches (``bench/slurm_rpc.py`` builds its cluster on it:
+its own directory, node lines with GPUs, declared nodes that never register, more slurm.conf lines).
 """
 
 from __future__ import annotations
@@ -12,14 +14,21 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from slurm_cluster import _free_port, spawn, stop_process, wait_for
 
 
 class MultiNode:
-    def __init__(self, nodes: Sequence[str], private: Sequence[str] = (), extra: Sequence[str] = ()) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="nh-multi."))
+    def __init__(self, nodes: Sequence[str], private: Sequence[str] = (), extra: Sequence[str] = (),
+                 root: Union[str, Path, None] = None, node_opts: str = "CPUs=2 RealMemory=1000",
+                 more_nodes: Sequence[str] = ()) -> None:
+        """``root``: the cluster's directory (a new one under /tmp by default; munged wants every
+        directory above its socket searchable); ``node_opts``: the NodeName lines' resources
+        (``Gres=gpu:8``...); ``more_nodes``: NodeName lines of nodes that never register (a
+        cluster of that size to slurmctld; in the partition, not waited for)."""
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="nh-multi."))
+        self.node_opts, self.more_nodes = node_opts, list(more_nodes)
         self.nodes, self.private = list(nodes), set(private)
         self.extra = list(extra)  # more slurm.conf lines (HealthCheckProgram=...), before the nodes
         self.conf = self.root / "etc" / "slurm.conf"
@@ -30,7 +39,9 @@ class MultiNode:
     def _spawn(self, name: str, argv: list[str]) -> None:
         self.procs[name] = spawn(self.root, name, argv, self.env, new_session=True)
 
-    def start(self) -> MultiNode:
+    def start(self, timeout: float = 30) -> MultiNode:
+        """munged, slurmctld, every node's slurmd; returns once every node of ``nodes`` is idle
+        (within ``timeout`` s)."""
         r = self.root
         for d in ("etc", "state", "spool", "log", "run", "munge", "shared"):
             (r / d).mkdir(parents=True, exist_ok=True)
@@ -51,7 +62,8 @@ class MultiNode:
                  "ReturnToService=2"]
         lines += self.extra
         for n in self.nodes:
-            lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=2 RealMemory=1000 State=UNKNOWN")
+            lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} {self.node_opts} State=UNKNOWN")
+        lines += self.more_nodes
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         lines[1] = f"SlurmctldHost={os.uname().nodename.split('.')[0]}(127.0.0.1)"
         self.conf.write_text("\n".join(lines) + "\n")
@@ -70,7 +82,8 @@ class MultiNode:
                 argv = ["/usr/bin/unshare", "--uts", "sh", "-c", f"hostname {n} && exec /usr/sbin/slurmd -D -N {n}"]
             self._spawn(f"slurmd-{n}", argv)
         idle = ["idle", str(len(self.nodes))]
-        wait_for(lambda: self.run("/usr/bin/sinfo", "-h", "-o", "%T %D").stdout.split() == idle, 30, "all nodes idle")
+        wait_for(lambda: self.run("/usr/bin/sinfo", "-h", "-n", ",".join(self.nodes), "-o", "%T %D").stdout.split()
+                 == idle, timeout, "all nodes idle")
         return self
 
     def run(self, *argv: str, timeout: float = 60, cwd: Optional[str] = None) -> subprocess.CompletedProcess[str]:

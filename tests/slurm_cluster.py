@@ -60,6 +60,9 @@ def _free_port() -> int:
         return port
 
 
+free_port = _free_port  # the benches' name for it (bench/slurm_rpc.py)
+
+
 class SlurmCluster:
     """One node (this host's short name) with ``ngpus`` fake GPUs, plus optional ghost nodes
     that are declared but never register (for the breaker)."""
