@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make deb: stage the tracked tree with packaging/debian as debian/, vendor, dpkg-buildpackage -b,
-# and put the .deb in DIST. Changes nothing outside WORK and DIST.
+# and put the .debs (nodehealth, nodehealth-sim) in DIST. Changes nothing outside WORK and DIST.
 #   scripts/build-deb.sh WORK DIST [DEB_VERSION]
 set -euo pipefail
 work=${1:?WORK}; dist=${2:?DIST}; version=${3:-}
@@ -19,5 +19,6 @@ fi
 # The distribution's tools and Python only (a pyenv or venv first on PATH would build for the wrong Python).
 (cd "$work/src" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b --no-sign) > "$work/build.log" 2>&1 || {
     tail -60 "$work/build.log" >&2; echo "dpkg-buildpackage failed; the whole log: $work/build.log" >&2; exit 1; }
-mv "$work"/nodehealth_*.deb "$dist"/
-ls -1 "$dist"/nodehealth_*.deb
+# Two binary packages: nodehealth (the product, no simulator code) and nodehealth-sim (the simulated GPUs).
+mv "$work"/nodehealth_*.deb "$work"/nodehealth-sim_*.deb "$dist"/
+ls -1 "$dist"/nodehealth_*.deb "$dist"/nodehealth-sim_*.deb

@@ -23,10 +23,12 @@ step "build from a clean clone of HEAD ($(git rev-parse --short HEAD))"
 git clone -q --no-local "$checkout" "$tmp/src"
 make -s -C "$tmp/src" deb DIST="$tmp/dist1"
 deb1=$(ls "$tmp"/dist1/nodehealth_*.deb)
-lintian --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-explained "$deb1"
+sim1=$(ls "$tmp"/dist1/nodehealth-sim_*.deb)
+lintian --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-explained "$deb1" "$sim1"
 
 step "install $deb1"
 dpkg-query -W nodehealth >/dev/null 2>&1 && fail "nodehealth is already installed here"
+dpkg-query -W nodehealth-sim >/dev/null 2>&1 && fail "nodehealth-sim is already installed here"
 apt-get install -y -qq "$deb1" >/dev/null
 dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth
 /usr/bin/nodehealth --version
@@ -42,6 +44,20 @@ py=$(find "$site/nodehealth" -name '*.py' | wc -l)
 echo "bytecode: $pyc .pyc for $py .py under $site/nodehealth (dh_python3's postinst, py3compile)"
 [ "$pyc" -ge "$py" ] || fail "not every module is byte-compiled"
 /usr/bin/python3 -c 'import pynvml, hostlist; print("vendored:", pynvml.__file__, hostlist.__file__)'
+dpkg -L nodehealth | grep -E 'libnvidia-ml|nodehealth_sim' && fail "the product package carries simulator files"
+echo "dpkg -L nodehealth: no libnvidia-ml, no nodehealth_sim"
+
+step "without nodehealth-sim, --simulate says what to install"
+rc=0; out=$(/usr/bin/nodehealth check --simulate "$scenarios/healthy-8x-h100.toml" -q 2>&1) || rc=$?
+echo "$out"
+[ "$rc" = 2 ] || fail "--simulate without the simulator should be a usage error (exit 2), got $rc"
+case "$out" in *"pip install nodehealth-sim"*) ;; *) fail "--simulate without the simulator does not say what to install";; esac
+
+step "install $sim1"
+apt-get install -y -qq "$sim1" >/dev/null
+dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth-sim
+[ "$(dpkg -L nodehealth-sim | grep -c '/libnvidia-ml.so.1$')" = 6 ] || fail "nodehealth-sim lacks a branch's libnvidia-ml.so.1"
+/usr/bin/nodehealth-sim replay --help >/dev/null || fail "nodehealth-sim"
 
 step "the installed nodehealth check --simulate"
 /usr/bin/nodehealth check --simulate "$scenarios/healthy-8x-h100.toml" -q || fail "healthy scenario"
@@ -75,7 +91,8 @@ echo "python3 -c pass (the interpreter alone):                 $(median_ms /usr/
 step "rebuild at $v2 and upgrade"
 (cd "$tmp/src" && make -s deb DIST="$tmp/dist2" DEB_VERSION="$v2")
 deb2=$(ls "$tmp"/dist2/nodehealth_*.deb)
-apt-get install -y -qq "$deb2" >/dev/null
+sim2=$(ls "$tmp"/dist2/nodehealth-sim_*.deb)
+apt-get install -y -qq "$deb2" "$sim2" >/dev/null
 [ "$(dpkg-query -W -f='${Version}' nodehealth)" = "$v2" ] || fail "not upgraded to $v2"
 dpkg-query -W -f='${Package} ${Version}\n' nodehealth
 grep -q '^# local edit (deb-check)$' "$conf" || fail "the upgrade overwrote the edited $conf"
@@ -84,9 +101,12 @@ ls "$conf".dpkg-* 2>/dev/null && fail "the upgrade left a .dpkg-* beside the con
 SLURM_JOB_ID=1 /usr/bin/nodehealth-prolog --dry-run | tail -1
 
 step "purge"
-apt-get purge -y -qq nodehealth >/dev/null
+apt-get purge -y -qq nodehealth nodehealth-sim >/dev/null
 left=0
 dpkg -L nodehealth >/dev/null 2>&1 && { echo "dpkg still lists nodehealth"; left=1; }
+dpkg -L nodehealth-sim >/dev/null 2>&1 && { echo "dpkg still lists nodehealth-sim"; left=1; }
+[ -e "$site/nodehealth_sim" ] && { echo "left behind: $site/nodehealth_sim"; left=1; }
+[ -e /usr/bin/nodehealth-sim ] && { echo "left behind: /usr/bin/nodehealth-sim"; left=1; }
 for p in /etc/nodehealth /run/nodehealth /var/lib/nodehealth "$site/nodehealth" "$site/nodehealth-vendor.pth" /usr/bin/nodehealth \
          /usr/bin/nodehealth-prolog /lib/systemd/system/nodehealth.service /usr/lib/tmpfiles.d/nodehealth.conf \
          /usr/share/nodehealth /usr/share/doc/nodehealth; do

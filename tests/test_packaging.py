@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from nodehealth_sim.driver import BRANCHES
 
-from nodehealth.faces import table
-
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'__version__ = "(.*)"', (ROOT / "nodehealth" / "__init__.py").read_text()).group(1)  # type: ignore[union-attr]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -25,7 +23,7 @@ HAVE_RPM = shutil.which("rpmbuild") is not None
 needs_deb = pytest.mark.skipif(not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, "
                                "dh-python, pybuild-plugin-pyproject)")
 needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian package rpm; make system-deps)")
-SCRIPTS = tuple(table.scripts())  # the administrator's command and every face (nodehealth.faces.table)
+SCRIPTS = ("nodehealth", "nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
 
 
 def run(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
@@ -107,7 +105,7 @@ def test_the_simulator_is_its_own_deb(sim_deb: Path) -> None:
     files = deb_files(sim_deb)
     libs = {f"/{SITE}/nodehealth_sim/fakenvml/build/{b}/libnvidia-ml.so.1" for b in BRANCHES}
     assert libs | {"/usr/bin/nodehealth-sim", f"/{SITE}/nodehealth_sim/validation/replay.py"} <= files
-    assert [f for f in files if "libnvidia-ml" in f] == sorted(libs)
+    assert sorted(f for f in files if "libnvidia-ml" in f) == sorted(libs)
     assert not [f for f in files if f.startswith(f"/{SITE}/nodehealth/")]
     assert f"nodehealth (= {VERSION})" in deb_field(sim_deb, "Depends")
     assert deb_field(sim_deb, "Version") == VERSION
