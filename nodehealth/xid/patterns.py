@@ -22,118 +22,64 @@ Roles, in the order a line is read:
 - ``record``, ``wall clock``, ``uptime``: the prefixes that carry a line's sequence number and
   time (``/dev/kmsg`` records, dmesg, dmesg -T, syslog, journalctl), and where a message starts.
 
-Pure: ``re`` only. Adding a kernel-log pattern is one entry here (see docs/xid.md).
+Pure: ``re`` only. Adding a kernel-log pattern is one entry here and its name in ``PATTERNS``, or
+one prefix entry in ``prefixes.py`` (see docs/xid.md). What a pattern is and the shared regex
+pieces: ``pattern_kit.py``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Optional
 
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID
-
-# The kernel's record device; its records' format is KMSG_RECORD below.
-KMSG_PATH = "/dev/kmsg"
-
-EVENT = "event"
-CONTEXT = "context"
-PART = "part"
-RECORD = "record"
-WALL_CLOCK = "wall clock"
-UPTIME = "uptime"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """A line and what its pattern must make of it.
-
-    ``gives``: for an event pattern, fields of the ``XidEvent`` that ``parse_line`` returns;
-    for the others, groups of the regex's first match. None: no event / no match at all.
-    """
-
-    line: str
-    gives: Optional[Mapping[str, Any]]
-    source: str
-
-
-@dataclass(frozen=True)
-class Pattern:
-    name: str
-    role: str
-    about: str
-    regex: re.Pattern[str]
-    samples: tuple[Sample, ...]
-    needles: tuple[str, ...] = ()
-    kind: str = ""  # event: the XidEvent kind
-    xid: Optional[int] = None  # event: the XID when the regex has no ``xid`` group
-    blames: bool = False  # event: the payload may start with the blamed process (PROCESS)
-
-
-def _gives(line: str, source: str, **gives: Any) -> Sample:
-    return Sample(line, gives, source)
-
-
-def _none(line: str, source: str) -> Sample:
-    return Sample(line, None, source)
-
-
-# --------------------------------------------------------------------------- sources
-
-_GPUD = "leptonai/gpud@4a8de33a3f02e207f39e9023d67125592d599731:"
-GPUD_XID119_LOG = _GPUD + "components/accelerator/nvidia/xid/testdata/dmesg-with-xid-119.log"
-GPUD_KMSG_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_test.go"
-GPUD_KMSG_EXTENDED_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_extended_test.go"
-GPUD_PSTORE = _GPUD + "pkg/pstore/testdata/7530486857247/dmesg.txt"
-NVIDIA_GA100 = ("NVIDIA/open-gpu-kernel-modules@448d5cc65624d3aa69015efa0d3fb50fd9729f41:"
-                "src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c (doc comment of _gpuGenerateErrorLog_GA100)")
-ML_ENGINEERING = ("stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:"
-                  "compute/accelerator/nvidia/debug.md")
-M4_CHRONICLES = "huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr-190-80b/chronicles.md"
-M4_JEANZAY = ("huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr_141-hanging/"
-              "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/dmesg.txt")
-OGKM_1150 = ("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150 (comment by jed-hacker, 2026-05-18; "
-             "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
-NVIDIA_XID_DOC = ("https://docs.nvidia.com/deploy/xid-errors/index.html (\"Viewing Xid Error Messages\"; "
-                  "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
-TESTS = "tests/test_xid_parser.py (the driver's format, written by hand)"
-CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action names per driver)"
-
-# --------------------------------------------------------------------------- building blocks
-
-# A PCI address as the driver prints it: domain (4 digits, 8 in NVML's spelling), bus, device.
-_PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-_FALLEN_TEXT = "fallen off the bus"
-# The driver's tag: every line of its messages starts with it.
-DRIVER_TAG = "NVRM:"
-
-# The clocks of the log formats (the wall clocks are also the ``t`` groups of CTIME, ISO, SYSLOG).
-_MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dmesg -d [ 94.57 < 0.01>]
-_CTIME_CLOCK = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
-_RELTIME_CLOCK = r"\[(?:[A-Z][a-z]{2} ?[ \d]\d \d\d:\d\d|\s*\+\s*\d+\.\d+)\]"  # dmesg -e
-_ISO_CLOCK = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-_SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
-                 r"(?:\.\d+)?")
-_KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
-_HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
-# journalctl --no-hostname (and -o short-iso --no-hostname): the kernel's tag right after the clock
-_MAYBE_HOST_KERNEL = r"(?:[ \t]+\S+)?[ \t]+kernel:"
-# A shipper or an alert that kept only the kernel's tag: "kernel: NVRM: ...", "kernel: [ 94.57] NVRM: ..."
-_KERNEL_TAG = r"kernel:"
-# A document's excerpt with the timestamp elided: "[…] NVRM: ...", "[...] NVRM: ..."
-_ELIDED_CLOCK = r"\[[ \t]*(?:\u2026|\.\.\.)[ \t]*\]"
-# A PCI token the reporter redacted: "(PCI:...)", "(PCI:…)": the XID counts, the GPU is unknown
-_REDACTED_PCI = r"(?:\.\.\.|\u2026)"
-_DMESG_LEVEL = r"[a-z]{2,8}[ \t]*:[a-z]{2,8}[ \t]*:[ \t]*"  # dmesg -x: "kern  :warn  : "
-# Plain words before a quoted syslog line (a monitoring alert: "Xid errors on instance: h, Error:
-# "): no quote, bracket, parenthesis, "=", ";" or backslash, which every kernel record that quotes
-# a name has before the name, and no clock of its own (the first clock is the line's); like every
-# prefix they start the line (an indented line continues a record).
-_PLAIN_WORDS = r"(?:(?!" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")[^'\"`=()\[\]{}<>;\\\n])*"
-_KERNEL_STAMP = r"[ \t]*(?:" + _MONO_CLOCK + r"[ \t]*)?"  # syslog "kernel: [ 123.4] "
-# A newline inside one record: escaped by /dev/kmsg, real in the journal, "#012" from rsyslog.
-_NEWLINE = r"(?:\\x0a|\n|#012)"
+from nodehealth.xid.pattern_kit import (
+    _CTIME_CLOCK,
+    _DMESG_LEVEL,
+    _ELIDED_CLOCK,
+    _FALLEN_TEXT,
+    _ISO_CLOCK,
+    _KERNEL_STAMP,
+    _KERNEL_TAG,
+    _KMSG_PREFIX,
+    _MAYBE_HOST_KERNEL,
+    _MONO_CLOCK,
+    _NEWLINE,
+    _PCI,
+    _PLAIN_WORDS,
+    _REDACTED_PCI,
+    _RELTIME_CLOCK,
+    _SYSLOG_CLOCK,
+    CATALOG_NOTES,
+    DRIVER_TAG,
+    GPUD_KMSG_EXTENDED_TEST,
+    GPUD_KMSG_TEST,
+    GPUD_PSTORE,
+    GPUD_XID119_LOG,
+    M4_CHRONICLES,
+    ML_ENGINEERING,
+    NVIDIA_GA100,
+    NVIDIA_XID_DOC,
+    OGKM_1150,
+    TESTS,
+    gives,
+    no_match,
+)
+from nodehealth.xid.pattern_kit import CONTEXT as CONTEXT
+from nodehealth.xid.pattern_kit import EVENT as EVENT
+from nodehealth.xid.pattern_kit import KMSG_PATH as KMSG_PATH
+from nodehealth.xid.pattern_kit import PART as PART
+from nodehealth.xid.pattern_kit import RECORD as RECORD
+from nodehealth.xid.pattern_kit import UPTIME as UPTIME
+from nodehealth.xid.pattern_kit import WALL_CLOCK as WALL_CLOCK
+from nodehealth.xid.pattern_kit import Pattern as Pattern
+from nodehealth.xid.pattern_kit import Sample as Sample
+from nodehealth.xid.prefixes import CLOCKS, RECORDS
+from nodehealth.xid.prefixes import CTIME as CTIME
+from nodehealth.xid.prefixes import ISO as ISO
+from nodehealth.xid.prefixes import KMSG_CONTINUATION as KMSG_CONTINUATION
+from nodehealth.xid.prefixes import KMSG_RECORD as KMSG_RECORD
+from nodehealth.xid.prefixes import MONOTONIC as MONOTONIC
+from nodehealth.xid.prefixes import SYSLOG as SYSLOG
 
 # --------------------------------------------------------------------------- events
 
@@ -155,80 +101,80 @@ XID_LINE = Pattern(
     kind=KIND_XID,
     blames=True,
     samples=(
-        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
+        gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
                "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) "
                "(0x2081 0x4).", GPUD_XID119_LOG + " (line 3)",
                xid=119, pci="0000:9b:00", pid=2024380, process="nvidia-smi", time="Sun Feb 23 16:24:18 2025"),
-        _gives("[Sun Feb 23 16:27:12 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1263500, name=cache_mgr_main, "
+        gives("[Sun Feb 23 16:27:12 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1263500, name=cache_mgr_main, "
                "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
                "(0x20801813 0x4c).", GPUD_XID119_LOG + " (line 42)",
                xid=119, pci="0000:9b:00", pid=1263500, process="cache_mgr_main"),
-        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+        gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
                "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)", GPUD_KMSG_TEST,
                xid=149, pci="0009:01:00", pid=None, uptime_s=171167.620236,
                message="NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 "
                "0x00000000 0x00000000)"),
-        _gives("[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) "
+        gives("[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) "
                "to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
                xid=154, pci="0009:01:00",
                message="GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)"),
-        _gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
+        gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
                "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
                GPUD_KMSG_EXTENDED_TEST, xid=145, pci="0018:01:00", pid=876767, process="ray::WorkerDict",
                time=None),
-        _gives("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, "
+        gives("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, "
                "D-RST: No", NVIDIA_GA100, xid=94, pci="0000:01:00", pid=7194, process=None,
                message="Contained: CE User Channel (0x9). RST: No, D-RST: No"),
-        _gives("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
+        gives("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
                "to activate.", ML_ENGINEERING + " (line 25)", xid=63, pci="0000:10:1c", pid=1896),
-        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+        gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
                "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850, Row Remapper: New row marked for "
                "remapping, reset gpu to activate", M4_CHRONICLES + " (line 80)",
                xid=63, pci="0000:10:1c", time="May 19 07:08:57", uptime_s=680111.646286),
-        _gives("[  123.456789] NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a097 00001b0c 00000001 00000000",
+        gives("[  123.456789] NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a097 00001b0c 00000001 00000000",
                TESTS, xid=13, pci="0000:03:00", pid=None),
-        _gives("NVRM: Xid (PCI:0000:b3:00.0): 79, pid=12345, GPU has fallen off the bus.", TESTS,
+        gives("NVRM: Xid (PCI:0000:b3:00.0): 79, pid=12345, GPU has fallen off the bus.", TESTS,
                xid=79, pci="0000:b3:00", kind=KIND_XID),
-        _gives("NVRM: Xid (PCI:0009:0A:00): 74, pid=55, name=nccl, NVLink: fatal error detected on link 3", TESTS,
+        gives("NVRM: Xid (PCI:0009:0A:00): 74, pid=55, name=nccl, NVLink: fatal error detected on link 3", TESTS,
                xid=74, pci="0009:0a:00"),
-        _gives("[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous "
+        gives("[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous "
                "Xid 149", TESTS, xid=155),
-        _gives("NVRM: Xid (PCI:0000:01:00): 62", TESTS, xid=62, message=""),
-        _gives("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
+        gives("NVRM: Xid (PCI:0000:01:00): 62", TESTS, xid=62, message=""),
+        gives("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
                "Xid 149", OGKM_1150, xid=45, pci="0000:dc:00", pid=1818990, process="python3", time=None),
-        _gives("[\u2026] NVRM: Xid (0000:03:00): 14, Channel 00000001", NVIDIA_XID_DOC, xid=14, pci="0000:03:00",
+        gives("[\u2026] NVRM: Xid (0000:03:00): 14, Channel 00000001", NVIDIA_XID_DOC, xid=14, pci="0000:03:00",
                time=None, message="Channel 00000001"),
-        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout",
+        gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout",
                TESTS, xid=119, pci="0000:9b:00", time="Feb 23 16:24:18"),
-        _gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS, xid=79,
+        gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS, xid=79,
                pci="0000:3b:00"),
-        _gives("[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.", TESTS,
+        gives("[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.", TESTS,
                xid=79, pci=None, pid=1234),
-        _gives("NVRM: Xid (PCI:\u2026): 48, pid=7, name=a.out, DBE", TESTS, xid=48, pci=None),
-        _none("NVRM: Xid (PCI:redacted): 79, pid=1", TESTS),
-        _none("NVRM: Xid (PCI:0000:66:00): abc, pid=2280636", TESTS),
-        _none("[  94.5] NVRM: Xid (PCI:0000:3b", TESTS),
-        _none("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
-        _none("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
+        gives("NVRM: Xid (PCI:\u2026): 48, pid=7, name=a.out, DBE", TESTS, xid=48, pci=None),
+        no_match("NVRM: Xid (PCI:redacted): 79, pid=1", TESTS),
+        no_match("NVRM: Xid (PCI:0000:66:00): abc, pid=2280636", TESTS),
+        no_match("[  94.5] NVRM: Xid (PCI:0000:3b", TESTS),
+        no_match("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
+        no_match("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
         # Driver lines quoted inside other kernel records: a name the user chose (docs/xid.md).
-        _none("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
-              "GPU has fallen off the bus.' with NULL argv: empty string added", TESTS),
-        _none("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
-              "apparmor=\"DENIED\" operation=\"open\" profile=\"/usr/bin/man\" "
-              "name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\" pid=2411 comm=\"man\" requested_mask=\"r\" "
-              "denied_mask=\"r\" fsuid=1000 ouid=1000", TESTS),
-        _none("[ 5123.456789] EXT4-fs warning (device nvme0n1p1): ext4_dx_add_entry:2604: inode #1835009: comm "
-              "python3: Directory index full! name 'NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
-        _none("[Sun Feb 23 16:24:18 2025] audit: type=1326 audit(1740327858.123:77): auid=1000 uid=1000 gid=1000 "
-              "ses=3 pid=4242 comm=\"python3\" exe=\"/home/u/NVRM: Xid (PCI:0000:3b:00): 79, x\" sig=31 "
-              "arch=c000003e syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0", TESTS),
-        _none("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
-              "with NULL argv: empty string added", TESTS),
-        _none("[   12.345678] NVRM: API mismatch: the client has the version Xid (PCI:0000:3b:00): 79, x, but",
+        no_match("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
+                 "GPU has fallen off the bus.' with NULL argv: empty string added", TESTS),
+        no_match("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+                 "apparmor=\"DENIED\" operation=\"open\" profile=\"/usr/bin/man\" "
+                 "name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\" pid=2411 comm=\"man\" requested_mask=\"r\" "
+                 "denied_mask=\"r\" fsuid=1000 ouid=1000", TESTS),
+        no_match("[ 5123.456789] EXT4-fs warning (device nvme0n1p1): ext4_dx_add_entry:2604: inode #1835009: comm "
+                 "python3: Directory index full! name 'NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
+        no_match("[Sun Feb 23 16:24:18 2025] audit: type=1326 audit(1740327858.123:77): auid=1000 uid=1000 gid=1000 "
+                 "ses=3 pid=4242 comm=\"python3\" exe=\"/home/u/NVRM: Xid (PCI:0000:3b:00): 79, x\" sig=31 "
+                 "arch=c000003e syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0", TESTS),
+        no_match("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+                 "with NULL argv: empty string added", TESTS),
+        no_match("[   12.345678] NVRM: API mismatch: the client has the version Xid (PCI:0000:3b:00): 79, x, but",
               TESTS),
-        _none("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off "
-              "the bus.", TESTS),
-        _none("               NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS),
+        no_match("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off "
+                 "the bus.", TESTS),
+        no_match("               NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS),
     ),
 )
 
@@ -252,38 +198,39 @@ FALLEN_OFF_BUS = Pattern(
     kind=KIND_FALLEN_OFF_BUS,
     xid=FALLEN_OFF_BUS_XID,
     samples=(
-        _gives("[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", TESTS,
+        gives("[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", TESTS,
                xid=79, pci="0000:01:00", kind=KIND_FALLEN_OFF_BUS, uptime_s=1843.308145,
                message="GPU 0000:01:00.0: GPU has fallen off the bus."),
-        _gives("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", TESTS, xid=79, pci="0000:3b:00"),
-        _gives("NVRM: GPU at 0000:01:00.0 has fallen off the bus", TESTS, xid=79, pci="0000:01:00"),
+        gives("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", TESTS, xid=79, pci="0000:3b:00"),
+        gives("NVRM: GPU at 0000:01:00.0 has fallen off the bus", TESTS, xid=79, pci="0000:01:00"),
         # One /dev/kmsg record of the driver's three-line message (newlines escaped as \x0a).
-        _gives("2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
+        gives("2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
                "this system has\\x0aNVRM: fallen off the bus and is not responding to commands.", TESTS,
                xid=79, pci="0000:b3:00", seq=512, uptime_s=1843.308145),
         # The journal keeps the record's newlines.
-        _gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this "
+        gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this "
                "system has\nNVRM: fallen off the bus and is not responding to commands.", TESTS,
                xid=79, pci="0000:b3:00", uptime_s=1843.308145),
-        _gives("NVRM: fallen off the bus and is not responding to commands.", TESTS,
+        gives("NVRM: fallen off the bus and is not responding to commands.", TESTS,
                xid=79, pci=None, message="fallen off the bus and is not responding to commands."),
         # A continuation line alone: dmesg's third line of the three-line form (``scan`` reads it
         # after its first line), or a newline in a name another record quoted.
-        _none("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
-        _none("usb 1-1: device has fallen off the bus", TESTS),
-        _none("6,2212,5123456790,-;process 'python3' launched 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.' "
-              "with NULL argv: empty string added", TESTS),
-        _none("[   12.345678] NVRM: API mismatch: the client has the version GPU has fallen off the bus, but", TESTS),
-        _none("NVRM: Xid 79, GPU has fallen off the bus.", TESTS),
-        _none("[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+        no_match("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
+        no_match("usb 1-1: device has fallen off the bus", TESTS),
+        no_match("6,2212,5123456790,-;process 'python3' launched 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.' "
+                 "with NULL argv: empty string added", TESTS),
+        no_match("[   12.345678] NVRM: API mismatch: the client has the version GPU has fallen off the bus, but",
+                 TESTS),
+        no_match("NVRM: Xid 79, GPU has fallen off the bus.", TESTS),
+        no_match("[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
               GPUD_XID119_LOG + " (line 1)"),
-        _none("[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
-              "(printing 1 of every 30).  The GPU likely needs to be reset.", GPUD_XID119_LOG + " (line 41)"),
-        _none("[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
-              "0x0000000000002081 0x0000000000000004.", GPUD_XID119_LOG + " (line 4)"),
-        _none("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
-              "UTC 2024", GPUD_PSTORE + " (line 341)"),
-        _none("[   12.345678] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1489)", TESTS),
+        no_match("[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
+                 "(printing 1 of every 30).  The GPU likely needs to be reset.", GPUD_XID119_LOG + " (line 41)"),
+        no_match("[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
+                 "0x0000000000002081 0x0000000000000004.", GPUD_XID119_LOG + " (line 4)"),
+        no_match("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
+                 "UTC 2024", GPUD_PSTORE + " (line 341)"),
+        no_match("[   12.345678] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1489)", TESTS),
     ),
 )
 
@@ -297,8 +244,8 @@ NVIDIA_GPU = Pattern(
     regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + _PCI + r")(?:\.[0-7])?"),
     needles=(DRIVER_TAG + " The NVIDIA GPU",),
     samples=(
-        _gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
-        _none("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
+        gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
+        no_match("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
     ),
 )
 
@@ -313,16 +260,16 @@ PROCESS = Pattern(
         r"^pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)(?:name=(?P<name>[^,]*?)\s*(?:,\s*|$))?"
     ),
     samples=(
-        _gives("pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
+        gives("pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
                GPUD_XID119_LOG + " (line 3)", pid="2024380", name="nvidia-smi"),
-        _gives("pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13", GPUD_KMSG_EXTENDED_TEST,
+        gives("pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13", GPUD_KMSG_EXTENDED_TEST,
                pid="876767", name="ray::WorkerDict"),
-        _gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194",
+        gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194",
                name=None),
-        _gives("pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", TESTS,
+        gives("pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", TESTS,
                pid=None, name="<unknown>"),
-        _none("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
-              "0x00000000)", GPUD_KMSG_TEST),
+        no_match("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+                 "0x00000000)", GPUD_KMSG_TEST),
     ),
 )
 
@@ -337,15 +284,15 @@ RECOVERY_ACTION = Pattern(
         re.IGNORECASE,
     ),
     samples=(
-        _gives("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
+        gives("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
                old="0x0", new="0x4", new_name="Drain and Reset"),
-        _gives("GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)", GPUD_KMSG_TEST,
+        gives("GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)", GPUD_KMSG_TEST,
                old="0x4", old_name="Drain and Reset", new="0x1", new_name="GPU Reset Required"),
-        _gives("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", CATALOG_NOTES,
+        gives("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", CATALOG_NOTES,
                new="0x2", new_name="Node Reboot Required"),
-        _gives("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES,
+        gives("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES,
                new="0x1", new_name="PF FLR"),
-        _none("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01", GPUD_KMSG_TEST),
+        no_match("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01", GPUD_KMSG_TEST),
     ),
 )
 
@@ -356,45 +303,14 @@ FATAL = Pattern(
     "catalog's fatal severity applies",
     regex=re.compile(r"\bFatal\b"),
     samples=(
-        _gives("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+        gives("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
                "0x00000000)", GPUD_KMSG_TEST),
-        _none("RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
-              "0x00000004)", GPUD_KMSG_EXTENDED_TEST),
+        no_match("RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
+                 "0x00000004)", GPUD_KMSG_EXTENDED_TEST),
     ),
 )
 
-# --------------------------------------------------------------------------- prefixes: sequence and time
-
-KMSG_RECORD = Pattern(
-    name="kmsg_record",
-    role=RECORD,
-    about="a `/dev/kmsg` record `pri,seq,usec,flags;message` (priority = 8 * facility + level; sequence "
-    "number; microseconds since boot); the one record regex, also used by the kmsg reader",
-    regex=re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]{0,16};"),
-    samples=(
-        _gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
-               "the bus.", TESTS, pri="4", seq="1834", usec="94571234"),
-        _gives("3,77,5000000,c;NVRM: Xid (PCI:0000:3b:00): 48, pid=9, name=a.out, An uncorrectable double bit "
-               "error", TESTS, pri="3", seq="77"),
-        _gives("12,9,120000000,-;NVRM: Xid (PCI:0018:01:00): 145, pid=876767", TESTS, pri="12"),
-        _none("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
-              "UTC 2024", GPUD_PSTORE + " (line 341)"),
-        _none(" SUBSYSTEM=pci", TESTS),
-    ),
-)
-
-KMSG_CONTINUATION = Pattern(
-    name="kmsg_continuation",
-    role=RECORD,
-    about="a continuation (dictionary) line ` KEY=value` of a `/dev/kmsg` record: never an event, and "
-    "skipped with its record by the reader",
-    regex=re.compile(r"^ [A-Z0-9_]+="),
-    samples=(
-        _gives(" SUBSYSTEM=pci", TESTS),
-        _gives(" DEVICE=+pci:0000:3b:00.0", TESTS),
-        _none("               NVRM: (PCI ID: 10de:26b5) installed in this system has", TESTS),
-    ),
-)
+# --------------------------------------------------------------------------- where a message starts
 
 MESSAGE_START = Pattern(
     name="message_start",
@@ -418,127 +334,63 @@ MESSAGE_START = Pattern(
         + _MAYBE_HOST_KERNEL + _KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
     ),
     samples=(
-        _gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
+        gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
                "the bus.", TESTS, prefix="4,1834,94571234,-;"),
-        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
+        gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
                GPUD_XID119_LOG + " (line 3)", prefix="[Sun Feb 23 16:24:18 2025] "),
-        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
+        gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
                prefix="[171167.620236] "),
-        _gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
+        gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
                + " (line 341)", prefix="<4>[ 1126.635824] "),
-        _gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
+        gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
                GPUD_KMSG_EXTENDED_TEST, prefix=""),
-        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+        gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
                "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850", M4_CHRONICLES + " (line 80)",
                prefix="Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
                "[680111.646286] "),
-        _gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
+        gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
                prefix="Feb 23 16:24:18 gpu017 kernel: "),
-        _gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
+        gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
                prefix="2025-02-23T16:24:18+0000 gpu017 kernel: "),
-        _gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
+        gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
                prefix="2025-02-23T16:24:18,123456+00:00 "),
-        _gives("kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
+        gives("kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
                prefix="kern  :warn  : [   94.571234] "),
-        _gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
-        _gives("[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
+        gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
+        gives("[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
                prefix="[   94.571234] gpu017 kernel: "),
-        _gives("kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous "
+        gives("kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous "
                "Xid 145", OGKM_1150, prefix="kernel: "),
-        _gives("[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7", NVIDIA_XID_DOC,
+        gives("[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7", NVIDIA_XID_DOC,
                prefix="[\u2026] "),
-        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
+        gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
                prefix="Feb 23 16:24:18 kernel: "),
-        _gives("kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012", TESTS,
+        gives("kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012", TESTS,
                prefix="kernel: [16450076.435595] "),
-        _gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
-        _none("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        _none("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        _none("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
-        _none("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
-              "empty string added", TESTS),
-        _none("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
-              "apparmor=\"DENIED\" operation=\"open\" name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\"", TESTS),
-        _none("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
-              "with NULL argv: empty string added", TESTS),
-        _none("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        _none("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
-        _none("               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
-              "(PCI:0000:3b:00): 79, x", TESTS),
-        _none("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
-    ),
-)
-
-CTIME = Pattern(
-    name="ctime",
-    role=WALL_CLOCK,
-    about="`dmesg -T` (day space-padded)",
-    regex=re.compile(
-        r"\[(?P<t>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
-    ),
-    samples=(
-        _gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
-               GPUD_XID119_LOG + " (line 3)", t="Sun Feb 23 16:24:18 2025"),
-        _gives("[Wed Mar  1 17:44:24 2023] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  525.60.13  Wed Nov 30 "
-               "06:39:21 UTC 2022", M4_JEANZAY + " (line 5936)", t="Wed Mar  1 17:44:24 2023"),
-        _none("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST),
-    ),
-)
-
-ISO = Pattern(
-    name="iso",
-    role=WALL_CLOCK,
-    about="ISO 8601: `dmesg --time-format=iso`, rsyslog RFC 3339, `journalctl -o short-iso`",
-    regex=re.compile(r"(?P<t>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"),
-    samples=(
-        _gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
-               t="2025-02-23T16:24:18,123456+00:00"),
-        _gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
-               t="2025-02-23T16:24:18+0000"),
-        _none("May 19 07:08:57 ip-26-0-146-100 kernel: [680111.646286] NVRM:", M4_CHRONICLES + " (line 80)"),
-    ),
-)
-
-SYSLOG = Pattern(
-    name="syslog",
-    role=WALL_CLOCK,
-    about="syslog files and `journalctl -k` (`Mon dd hh:mm:ss host kernel:`, `--no-hostname` without the host; "
-    "the year is not given and is not guessed)",
-    regex=re.compile(
-        r"(?P<t>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?)"
-        r"(?: \S+)? kernel:"
-    ),
-    samples=(
-        _gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850", M4_CHRONICLES + " (line 80)",
-               t="May 19 07:08:57"),
-        _gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
-               t="Feb 23 16:24:18"),
-        _gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS, t="Feb 23 16:24:18"),
-        _none("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119", GPUD_XID119_LOG + " (line 3)"),
-    ),
-)
-
-MONOTONIC = Pattern(
-    name="monotonic",
-    role=UPTIME,
-    about="`dmesg` seconds since boot (`[ 94.571234]`, also after a `<4>` priority or a syslog prefix)",
-    regex=re.compile(r"\[\s*(?P<t>\d+\.\d+)\]"),
-    samples=(
-        _gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
-               t="171167.620236"),
-        _gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
-               + " (line 341)", t="1126.635824"),
-        _none("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119", GPUD_XID119_LOG + " (line 3)"),
+        gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
+        no_match("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        no_match("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        no_match("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
+        no_match("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
+                 "empty string added", TESTS),
+        no_match("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+                 "apparmor=\"DENIED\" operation=\"open\" name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\"", TESTS),
+        no_match("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+                 "with NULL argv: empty string added", TESTS),
+        no_match("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
+        no_match("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
+        no_match("               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
+                 "(PCI:0000:3b:00): 79, x", TESTS),
+        no_match("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
     ),
 )
 
 # --------------------------------------------------------------------------- the table
 
+# A new event, context or part pattern: its entry above and its name here. A new prefix: prefixes.py.
 PATTERNS: tuple[Pattern, ...] = (
     XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU, PROCESS, RECOVERY_ACTION, FATAL,
-    KMSG_RECORD, KMSG_CONTINUATION, MESSAGE_START, CTIME, ISO, SYSLOG, MONOTONIC,
-)
+) + RECORDS + (MESSAGE_START,) + CLOCKS
 
 EVENTS = tuple(p for p in PATTERNS if p.role == EVENT)  # tried in this order; the first match wins
 WALL_CLOCKS = tuple(p for p in PATTERNS if p.role == WALL_CLOCK)  # likewise
