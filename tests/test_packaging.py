@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from nodehealth_sim.driver import BRANCHES
 
+from nodehealth.faces import table
+
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'__version__ = "(.*)"', (ROOT / "nodehealth" / "__init__.py").read_text()).group(1)  # type: ignore[union-attr]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -23,7 +25,7 @@ HAVE_RPM = shutil.which("rpmbuild") is not None
 needs_deb = pytest.mark.skipif(not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, "
                                "dh-python, pybuild-plugin-pyproject)")
 needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian package rpm; make system-deps)")
-SCRIPTS = ("nodehealth", "nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
+SCRIPTS = tuple(table.scripts())  # the administrator's command and every face (nodehealth.faces.table)
 
 
 def run(*cmd: str, **kw: object) -> subprocess.CompletedProcess:
