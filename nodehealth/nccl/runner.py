@@ -357,7 +357,7 @@ def start(plan: Plan, gpus: Optional[int], timeout_s: float) -> Any:
     def body() -> tuple[NcclObservation, dict[tuple[Any, ...], bool]]:
         return gather(plan, gpus, timeout_s, check=watch), dict(_json_cache)
 
-    started = child.start(body)
+    started = child.start(body, parent_gone="raise")  # its cleanup ends the runner's group
     return PendingSelftest(plan, gpus, timeout_s, started)
 
 
