@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Timing
 from nodehealth_sim import driver
 
 from nodehealth import runner
@@ -108,8 +109,9 @@ def test_pcie_cards_without_bridges_are_not_drained(branch: int) -> None:
     assert report.status != Status.FAIL, {r.name: r.summary for r in report.results if r.status == Status.FAIL}
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("branch", driver.BRANCHES)
-def test_a_slow_driver_is_not_called_hung(branch: int) -> None:
+def test_a_slow_driver_is_not_called_hung(branch: int, timing: Timing) -> None:
     t0 = time.monotonic()
     report = _run(_node(branch, "").replace("[defaults]", "call_delay_ms = 10\n\n[defaults]"))
     wall = time.monotonic() - t0
@@ -117,7 +119,7 @@ def test_a_slow_driver_is_not_called_hung(branch: int) -> None:
     assert results["nvml"].status == Status.OK, results["nvml"].summary
     assert report.status != Status.FAIL
     # Before 525 every NVLink's state is a call of its own; from 525 one field-values call reads all.
-    assert wall < (8.0 if branch < 525 else 3.0), f"{wall:.2f} s"
+    assert wall < timing.slack(8.0 if branch < 525 else 3.0), f"{wall:.2f} s"  # a quiet machine's bound, scaled
 
 
 @pytest.mark.parametrize("branch", driver.BRANCHES)
