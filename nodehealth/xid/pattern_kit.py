@@ -79,34 +79,34 @@ CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action na
 # --------------------------------------------------------------------------- building blocks
 
 # A PCI address as the driver prints it: domain (4 digits, 8 in NVML's spelling), bus, device.
-_PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-_FALLEN_TEXT = "fallen off the bus"
+PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+FALLEN_TEXT = "fallen off the bus"
 # The driver's tag: every line of its messages starts with it.
 DRIVER_TAG = "NVRM:"
 
 # The clocks of the log formats (the wall clocks are also the ``t`` groups of CTIME, ISO, SYSLOG).
-_MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dmesg -d [ 94.57 < 0.01>]
-_CTIME_CLOCK = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
-_RELTIME_CLOCK = r"\[(?:[A-Z][a-z]{2} ?[ \d]\d \d\d:\d\d|\s*\+\s*\d+\.\d+)\]"  # dmesg -e
-_ISO_CLOCK = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-_SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
+MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dmesg -d [ 94.57 < 0.01>]
+CTIME_CLOCK = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+RELTIME_CLOCK = r"\[(?:[A-Z][a-z]{2} ?[ \d]\d \d\d:\d\d|\s*\+\s*\d+\.\d+)\]"  # dmesg -e
+ISO_CLOCK = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
                  r"(?:\.\d+)?")
-_KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
-_HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
+KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
+HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
 # journalctl --no-hostname (and -o short-iso --no-hostname): the kernel's tag right after the clock
-_MAYBE_HOST_KERNEL = r"(?:[ \t]+\S+)?[ \t]+kernel:"
+MAYBE_HOST_KERNEL = r"(?:[ \t]+\S+)?[ \t]+kernel:"
 # A shipper or an alert that kept only the kernel's tag: "kernel: NVRM: ...", "kernel: [ 94.57] NVRM: ..."
-_KERNEL_TAG = r"kernel:"
+KERNEL_TAG = r"kernel:"
 # A document's excerpt with the timestamp elided: "[…] NVRM: ...", "[...] NVRM: ..."
-_ELIDED_CLOCK = r"\[[ \t]*(?:\u2026|\.\.\.)[ \t]*\]"
+ELIDED_CLOCK = r"\[[ \t]*(?:\u2026|\.\.\.)[ \t]*\]"
 # A PCI token the reporter redacted: "(PCI:...)", "(PCI:…)": the XID counts, the GPU is unknown
-_REDACTED_PCI = r"(?:\.\.\.|\u2026)"
-_DMESG_LEVEL = r"[a-z]{2,8}[ \t]*:[a-z]{2,8}[ \t]*:[ \t]*"  # dmesg -x: "kern  :warn  : "
+REDACTED_PCI = r"(?:\.\.\.|\u2026)"
+DMESG_LEVEL = r"[a-z]{2,8}[ \t]*:[a-z]{2,8}[ \t]*:[ \t]*"  # dmesg -x: "kern  :warn  : "
 # Plain words before a quoted syslog line (a monitoring alert: "Xid errors on instance: h, Error:
 # "): no quote, bracket, parenthesis, "=", ";" or backslash, which every kernel record that quotes
 # a name has before the name, and no clock of its own (the first clock is the line's); like every
 # prefix they start the line (an indented line continues a record).
-_PLAIN_WORDS = r"(?:(?!" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")[^'\"`=()\[\]{}<>;\\\n])*"
-_KERNEL_STAMP = r"[ \t]*(?:" + _MONO_CLOCK + r"[ \t]*)?"  # syslog "kernel: [ 123.4] "
+PLAIN_WORDS = r"(?:(?!" + SYSLOG_CLOCK + "|" + ISO_CLOCK + r")[^'\"`=()\[\]{}<>;\\\n])*"
+KERNEL_STAMP = r"[ \t]*(?:" + MONO_CLOCK + r"[ \t]*)?"  # syslog "kernel: [ 123.4] "
 # A newline inside one record: escaped by /dev/kmsg, real in the journal, "#012" from rsyslog.
-_NEWLINE = r"(?:\\x0a|\n|#012)"
+NEWLINE = r"(?:\\x0a|\n|#012)"

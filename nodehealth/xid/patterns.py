@@ -33,38 +33,38 @@ import re
 
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID
 from nodehealth.xid.pattern_kit import (
-    _CTIME_CLOCK,
-    _DMESG_LEVEL,
-    _ELIDED_CLOCK,
-    _FALLEN_TEXT,
-    _ISO_CLOCK,
-    _KERNEL_STAMP,
-    _KERNEL_TAG,
-    _KMSG_PREFIX,
-    _MAYBE_HOST_KERNEL,
-    _MONO_CLOCK,
-    _NEWLINE,
-    _PCI,
-    _PLAIN_WORDS,
-    _REDACTED_PCI,
-    _RELTIME_CLOCK,
-    _SYSLOG_CLOCK,
     CATALOG_NOTES,
-    DRIVER_TAG,
+    CTIME_CLOCK,
+    DMESG_LEVEL,
+    ELIDED_CLOCK,
+    FALLEN_TEXT,
     GPUD_KMSG_EXTENDED_TEST,
     GPUD_KMSG_TEST,
     GPUD_PSTORE,
     GPUD_XID119_LOG,
+    ISO_CLOCK,
+    KERNEL_STAMP,
+    KERNEL_TAG,
+    KMSG_PREFIX,
     M4_CHRONICLES,
+    MAYBE_HOST_KERNEL,
     ML_ENGINEERING,
+    MONO_CLOCK,
+    NEWLINE,
     NVIDIA_GA100,
     NVIDIA_XID_DOC,
     OGKM_1150,
+    PCI,
+    PLAIN_WORDS,
+    REDACTED_PCI,
+    RELTIME_CLOCK,
+    SYSLOG_CLOCK,
     TESTS,
     gives,
     no_match,
 )
 from nodehealth.xid.pattern_kit import CONTEXT as CONTEXT
+from nodehealth.xid.pattern_kit import DRIVER_TAG as DRIVER_TAG
 from nodehealth.xid.pattern_kit import EVENT as EVENT
 from nodehealth.xid.pattern_kit import KMSG_PATH as KMSG_PATH
 from nodehealth.xid.pattern_kit import PART as PART
@@ -92,7 +92,7 @@ XID_LINE = Pattern(
     "`PCI:...` or `PCI:…`, the XID with the GPU unknown). Only the first Xid counts: "
     "payloads name other XIDs (\"caused by previous Xid 149\"); the number must end at a comma or the line",
     regex=re.compile(
-        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>" + _PCI + r")(?:\.[0-7])?(?:\s[^)]*)?|" + _REDACTED_PCI
+        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>" + PCI + r")(?:\.[0-7])?(?:\s[^)]*)?|" + REDACTED_PCI
         + r")\):\s*"
         r"(?P<xid>\d{1,5})(?:\s*,\s*(?P<payload>.*)|\s*$)",
         re.DOTALL,
@@ -188,13 +188,13 @@ FALLEN_OFF_BUS = Pattern(
     # After the tag (its colon is not part of the payload): a function name, the GPU, the words.
     regex=re.compile(
         DRIVER_TAG + r"[ \t]*(?P<payload>(?:[A-Za-z_]\w*:[ \t]+)?"
-        r"(?:(?:The[ \t]+NVIDIA[ \t]+)?GPU[ \t]+(?:at[ \t]+)?(?:PCI:)?(?P<pci>" + _PCI + r")(?:\.[0-7])?"
+        r"(?:(?:The[ \t]+NVIDIA[ \t]+)?GPU[ \t]+(?:at[ \t]+)?(?:PCI:)?(?P<pci>" + PCI + r")(?:\.[0-7])?"
         r"(?::?[ \t]+(?:GPU[ \t]+)?has[ \t]+"
-        r"|" + _NEWLINE + DRIVER_TAG + r"[ \t]*\(PCI ID:[^)\\\n]{0,40}\)[^\\\n]{0,80}?has" + _NEWLINE
-        + DRIVER_TAG + r"[ \t]*))?" + _FALLEN_TEXT + r".*)",
+        r"|" + NEWLINE + DRIVER_TAG + r"[ \t]*\(PCI ID:[^)\\\n]{0,40}\)[^\\\n]{0,80}?has" + NEWLINE
+        + DRIVER_TAG + r"[ \t]*))?" + FALLEN_TEXT + r".*)",
         re.DOTALL,
     ),
-    needles=(DRIVER_TAG, _FALLEN_TEXT),
+    needles=(DRIVER_TAG, FALLEN_TEXT),
     kind=KIND_FALLEN_OFF_BUS,
     xid=FALLEN_OFF_BUS_XID,
     samples=(
@@ -241,7 +241,7 @@ NVIDIA_GPU = Pattern(
     role=CONTEXT,
     about="first line of the three-line \"fallen off the bus\" message in dmesg; `scan` gives its GPU to a "
     "`fallen_off_bus` line without one that follows within 3 lines",
-    regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + _PCI + r")(?:\.[0-7])?"),
+    regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + PCI + r")(?:\.[0-7])?"),
     needles=(DRIVER_TAG + " The NVIDIA GPU",),
     samples=(
         gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
@@ -325,13 +325,13 @@ MESSAGE_START = Pattern(
     "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
     "another program than the kernel logged",
     regex=re.compile(
-        r"^(?P<prefix>" + _KMSG_PREFIX
-        + r"|(?:" + _DMESG_LEVEL + r")?(?:<\d{1,3}>)?(?:(?:" + _MONO_CLOCK + r"|\[" + _CTIME_CLOCK + r"\]|"
-        + _RELTIME_CLOCK + "|" + _ISO_CLOCK + "|" + _ELIDED_CLOCK + r")(?:" + _MAYBE_HOST_KERNEL + r")?"
-        + _KERNEL_STAMP + r")?"
-        + r"|(?:<\d{1,3}>)?" + _KERNEL_TAG + _KERNEL_STAMP
-        + r"|(?:<\d{1,3}>)?(?![ \t])" + _PLAIN_WORDS + r"(?:" + _SYSLOG_CLOCK + "|" + _ISO_CLOCK + r")"
-        + _MAYBE_HOST_KERNEL + _KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
+        r"^(?P<prefix>" + KMSG_PREFIX
+        + r"|(?:" + DMESG_LEVEL + r")?(?:<\d{1,3}>)?(?:(?:" + MONO_CLOCK + r"|\[" + CTIME_CLOCK + r"\]|"
+        + RELTIME_CLOCK + "|" + ISO_CLOCK + "|" + ELIDED_CLOCK + r")(?:" + MAYBE_HOST_KERNEL + r")?"
+        + KERNEL_STAMP + r")?"
+        + r"|(?:<\d{1,3}>)?" + KERNEL_TAG + KERNEL_STAMP
+        + r"|(?:<\d{1,3}>)?(?![ \t])" + PLAIN_WORDS + r"(?:" + SYSLOG_CLOCK + "|" + ISO_CLOCK + r")"
+        + MAYBE_HOST_KERNEL + KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
     ),
     samples=(
         gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
