@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import pytest
+from conftest import Timing
 from nodehealth_sim import nvml as simnvml
 
 from nodehealth import cli, runner
@@ -180,8 +181,9 @@ def test_scenario_file_says_what_it_models_and_expects(path: Path) -> None:
     assert "# Expected" in header, "and the verdict it expects"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("row", ROWS, ids=_id)
-def test_scenario_verdict(row: Row) -> None:
+def test_scenario_verdict(row: Row, timing: Timing) -> None:
     cfg = _config(row)
     t0 = time.monotonic()
     report = runner.run(cfg, phase=row.phase, only=GPU_CHECKS, node="sim01")
@@ -196,10 +198,10 @@ def test_scenario_verdict(row: Row) -> None:
     if row.status == FAIL:
         assert report.status == FAIL
     if row.hangs:
-        assert wall <= HANG_TIMEOUT_S + 0.5, f"verdict took {wall:.2f} s"
+        assert wall <= HANG_TIMEOUT_S + timing.slack(0.5), f"verdict took {wall:.2f} s"
         assert res.details["stalled_call"] in ("nvmlDeviceGetFieldValues", "nvmlInit")
     else:
-        assert wall < row.max_wall_s, f"took {wall:.2f} s"
+        assert wall < timing.slack(row.max_wall_s), f"took {wall:.2f} s"
 
 
 def test_hung_call_names_the_gpu_and_call_and_keeps_what_was_read() -> None:
