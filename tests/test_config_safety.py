@@ -133,7 +133,7 @@ def test_a_last_good_config_that_no_longer_validates_is_not_used(tmp_path):
 
 
 def _probe_setup() -> Any:
-    from nodehealth.config.loader import probe_setup
+    from nodehealth.config.use import probe_setup
 
     return probe_setup
 

@@ -316,16 +316,3 @@ def phase_budget(cfg: Config, phase: str) -> float:
         raise ConfigError(f"unknown phase {phase!r}")
     budget: float = getattr(cfg.phases, phase).budget_s
     return budget
-
-
-def probe_setup(cfg: Config) -> None:
-    """What the probes need of a config (a scenario file that parses), as a ConfigError.
-
-    The ``check`` the faces and the daemon give ``load_safe``/``load_valid``.
-    """
-    from nodehealth.probes import ProbeSetupError, validate
-
-    try:
-        validate(cfg)
-    except ProbeSetupError as exc:
-        raise ConfigError(str(exc), "setup") from None

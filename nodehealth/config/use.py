@@ -21,7 +21,7 @@ import dataclasses
 import os
 from typing import Mapping, Optional
 
-from nodehealth.config.loader import ConfigError, Loaded, load, load_safe, probe_setup
+from nodehealth.config.loader import ConfigError, Loaded, load, load_safe
 from nodehealth.config.schema import Config
 
 FALLBACKS = ("defaults", "last_good", "none")
@@ -56,4 +56,18 @@ def simulated(cfg: Config, scenario: str) -> Config:
     return dataclasses.replace(cfg, nvml=dataclasses.replace(cfg.nvml, simulate=os.path.abspath(scenario)))
 
 
-__all__ = ["ConfigError", "Loaded", "simulated", "use"]
+def probe_setup(cfg: Config) -> None:
+    """What the probes need of a config (a scenario file that parses), as a ConfigError.
+
+    The ``check`` the faces and the daemon give ``load_safe``/``load_valid``. Here, not in the loader:
+    the loader is below the probes, this recipe above them.
+    """
+    from nodehealth.probes import ProbeSetupError, validate
+
+    try:
+        validate(cfg)
+    except ProbeSetupError as exc:
+        raise ConfigError(str(exc), "setup") from None
+
+
+__all__ = ["ConfigError", "Loaded", "probe_setup", "simulated", "use"]

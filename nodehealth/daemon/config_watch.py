@@ -15,8 +15,9 @@ import threading
 from typing import Any, Optional
 
 from nodehealth.config import lean
-from nodehealth.config.loader import ConfigError, load_valid, probe_setup
+from nodehealth.config.loader import ConfigError, load_valid
 from nodehealth.config.schema import Config
+from nodehealth.config.use import probe_setup
 from nodehealth.daemon.logs import Log
 from nodehealth.metrics import NodeMetrics
 
