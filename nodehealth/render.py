@@ -14,7 +14,7 @@ _COLORS = {Status.OK: "32", Status.SKIPPED: "2", Status.WARN: "33", Status.UNKNO
 def text(report: Report, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
     """One line per check (``quiet``: only those not OK or SKIPPED; ``verbose``: with details)."""
     width = max((len(r.name) for r in report.results), default=10)
-    lines = []
+    lines = [report.source] if report.source else []  # the header: where the GPUs were read from
     for r in report.results:
         if quiet and r.status < Status.WARN:
             continue

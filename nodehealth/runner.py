@@ -24,7 +24,7 @@ from nodehealth.config.loader import phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.model import CheckResult, Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
-from nodehealth.probes import PROBES, Probe, ProbeContext
+from nodehealth.probes import PROBES, Probe, ProbeContext, source
 from nodehealth.registry import CheckSpec, select
 
 GRACE_S = 0.25
@@ -111,7 +111,7 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
         ctx = Context(name=spec.name, phase=phase, node=name, expected_gpus=config.gpu.expected_count)
         results.append(_judge(spec, obs, config, ctx, slots, clock))
     report = Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
-                    version=__version__, started_at=started_wall)
+                    version=__version__, started_at=started_wall, source=source.label(config))
     return Judged(report, obs)
 
 

@@ -34,6 +34,7 @@ def normalise(report: dict) -> dict:
     report = dict(report)
     report["duration_s"] = report["started_at"] = 0
     report["version"] = "X"
+    report["source"] = report["source"].replace(str(ROOT), "<repo>")
     for check in report["checks"]:
         check["duration_s"] = 0
         for key in ("elapsed_s",):
@@ -123,7 +124,8 @@ def test_only_selects_checks_and_rejects_unknown_names():
     proc = run_cli("check", "--simulate", str(SCEN / "healthy-8x-h100.toml"), "--only", "gpu_ecc", "gpu_pcie")
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("config: ")  # which file the run used
-    names = [ln.split()[1] for ln in lines[1:-1]]
+    assert lines[1] == f"simulated: {SCEN / 'healthy-8x-h100.toml'}"  # the report's header: where the GPUs are
+    names = [ln.split()[1] for ln in lines[2:-1]]
     assert names == ["gpu_ecc", "gpu_pcie"]
     bad = run_cli("check", "--only", "gpu_nope")
     assert bad.returncode == 2 and "gpu_nope" in bad.stderr and "Traceback" not in bad.stderr
@@ -164,10 +166,11 @@ def test_gpu_selection_quiet_and_verbose():
     scen = str(SCEN / "fabric-not-registered.toml")
     proc = run_cli("check", "--simulate", scen, "-i", "2,3", "-q")
     lines = proc.stdout.strip().splitlines()
-    assert proc.returncode == 1 and lines[0].startswith("FAIL    gpu_fabric") and "GPU 2-3:" in lines[0]
+    assert lines[0] == f"simulated: {scen}"  # even with -q: a simulated verdict never passes for a real one
+    assert proc.returncode == 1 and lines[1].startswith("FAIL    gpu_fabric") and "GPU 2-3:" in lines[1]
     assert not any(ln.startswith(("OK", "SKIPPED", "config:")) for ln in lines)  # -q: only what is not OK
     ok = run_cli("check", "--simulate", str(SCEN / "row-remap-pending.toml"), "--gpu", "0,2")  # the fault is GPU 1
     assert ok.returncode == 0, ok.stdout
     verbose = run_cli("check", "--simulate", str(SCEN / "healthy-8x-h100.toml"), "--only", "nvml", "-v")
-    assert '"simulated": true' in verbose.stdout
+    assert f"simulated: {SCEN / 'healthy-8x-h100.toml'}" in verbose.stdout.splitlines()  # the header says so
     assert run_cli("check", "-i", "two").returncode == 2

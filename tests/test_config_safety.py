@@ -124,9 +124,9 @@ def test_a_last_good_config_that_no_longer_validates_is_not_used(tmp_path):
     check = _probe_setup()
     assert C.load_safe(path, check=check).valid
     scen.write_text("[[gpu]]\npower_w = nan\n")  # the scenario it names broke since
-    from nodehealth.probes import _scenario
+    from nodehealth.probes import source
 
-    _scenario.cache_clear()
+    source.forget()
     Path(path).write_text(Path(path).read_text() + "colour = 1\n")
     loaded = C.load_safe(path, check=check)
     assert loaded.using == "defaults" and "no longer does" in loaded.note and "power_w" in loaded.note

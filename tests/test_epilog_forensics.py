@@ -200,10 +200,10 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def rewrite(f: Any, text: str) -> None:
-    from nodehealth.probes import _scenario
+    from nodehealth.probes import source
 
     f.scenario.write_text(text)
-    _scenario.cache_clear()
+    source.forget()
 
 
 def test_prolog_records_the_baseline_epilog_consumes_it(fake: Any) -> None:

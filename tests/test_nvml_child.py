@@ -21,7 +21,7 @@ def scenario(tmp_path: Path, text: str):
 def test_a_hang_in_shutdown_after_all_data_costs_only_the_grace(tmp_path):
     loader = scenario(tmp_path, '[[gpu]]\n[[gpu]]\n[[faults.hangs]]\ncall = "nvmlShutdown"\n')
     t0 = time.monotonic()
-    snap = nvml.start(loader, timeout_s=5.0, simulated=True).collect()
+    snap = nvml.start(loader, timeout_s=5.0).collect()
     elapsed = time.monotonic() - t0
     assert isinstance(snap, NvmlSnapshot) and snap.complete and len(snap.gpus) == 2
     assert elapsed < nvml.SHUTDOWN_GRACE_S + 0.5
@@ -31,7 +31,7 @@ def test_a_hang_mid_node_keeps_what_was_read_and_names_the_call(tmp_path):
     loader = scenario(tmp_path, '[[gpu]]\n[[gpu]]\n[[gpu]]\n[[faults.hangs]]\ncall = "nvmlDeviceGetEccMode"\ngpu = 2\n')
     # The budget is far beyond the call's deadline: whatever the machine's load, the call's own
     # deadline ends the read ("hung"), never the budget.
-    pending = nvml.start(loader, timeout_s=120.0, simulated=True, call_timeout_s=1.0)
+    pending = nvml.start(loader, timeout_s=120.0, call_timeout_s=1.0)
     snap = pending.collect()
     assert isinstance(snap, NvmlSnapshot) and not snap.complete and snap.stop == "hung"
     assert [g.index for g in snap.gpus] == [0, 1]
@@ -77,14 +77,14 @@ def test_a_slow_gpu_open_that_makes_progress_is_not_hung(tmp_path):
     """Without persistence mode each first open brings the GPU up (1.5 s here, mapping memory as
     it goes): past its 0.5 s deadline, but never without progress for 0.5 s, so the read finishes."""
     loader = scenario(tmp_path, "[defaults]\npersistence_mode = false\ninit_ms = 1500\n[[gpu]]\n[[gpu]]\n")
-    snap = nvml.start(loader, timeout_s=120.0, simulated=True, slow_call_timeout_s=0.5).collect()
+    snap = nvml.start(loader, timeout_s=120.0, slow_call_timeout_s=0.5).collect()
     assert isinstance(snap, NvmlSnapshot) and snap.complete, snap
     assert [g.persistence_mode for g in snap.gpus] == [False, False]
 
 
 def test_a_stuck_gpu_open_is_hung_after_its_deadline_without_progress(tmp_path):
     loader = scenario(tmp_path, '[[gpu]]\n[[gpu]]\n[[faults.hangs]]\ncall = "nvmlDeviceGetHandleByIndex"\ngpu = 1\n')
-    snap = nvml.start(loader, timeout_s=120.0, simulated=True, slow_call_timeout_s=0.5).collect()
+    snap = nvml.start(loader, timeout_s=120.0, slow_call_timeout_s=0.5).collect()
     assert isinstance(snap, NvmlSnapshot) and snap.stop == "hung"
     assert (snap.stalled_gpu, snap.stalled_call, snap.call_timeout_s) == (1, "nvmlDeviceGetHandleByIndex", 0.5)
     assert [g.index for g in snap.gpus] == [0]
@@ -99,7 +99,7 @@ def test_the_reader_starting_slowly_does_not_count_against_its_first_call(tmp_pa
         time.sleep(1.0)  # longer than either deadline below
         return inner()
 
-    snap = nvml.start(slow_start, timeout_s=120.0, simulated=True, call_timeout_s=0.3,
+    snap = nvml.start(slow_start, timeout_s=120.0, call_timeout_s=0.3,
                       slow_call_timeout_s=0.3).collect()
     assert isinstance(snap, NvmlSnapshot) and snap.stop == "hung", snap
     assert snap.stalled_call == "nvmlInit" and snap.stalled_gpu is None
@@ -109,6 +109,6 @@ def test_a_budget_that_ends_inside_a_slow_init_is_slow_not_hung(tmp_path):
     """nvmlInit still within its own deadline when the read's budget ends: the driver is slow;
     however much of the budget the call took, nothing says it is stuck."""
     loader = scenario(tmp_path, '[[gpu]]\n[[faults.slow]]\ncall = "nvmlInit"\nms = 60000\n')
-    snap = nvml.start(loader, timeout_s=5.0, simulated=True, slow_call_timeout_s=120.0).collect()
+    snap = nvml.start(loader, timeout_s=5.0, slow_call_timeout_s=120.0).collect()
     assert isinstance(snap, NvmlSnapshot) and snap.stop == "budget", snap
     assert snap.device_count is None and snap.stalled_call in ("nvmlInit", None)

@@ -19,7 +19,9 @@ import pytest
 from nodehealth_sim import nvml as simnvml
 
 from nodehealth.observations import NvmlSnapshot
-from nodehealth.probes import nvml
+from nodehealth.probes import nvml, nvml_h, nvml_lib, nvml_read
+
+PROBE_MODULES = (nvml, nvml_h, nvml_lib, nvml_read)  # the probe, split by what each part owns
 
 HEALTHY = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "healthy-8x-h100.toml"
 MATRIX = Path(__file__).resolve().parent.parent / ".matrix"
@@ -59,8 +61,9 @@ def test_older_wheels_lack_only_what_the_probe_treats_as_optional() -> None:
 
 def _names_in_probe(pattern: str) -> set[str]:
     found = set()
-    for match in re.finditer(pattern, inspect.getsource(nvml)):
-        found.update(g for g in match.groups() if g)
+    for module in PROBE_MODULES:
+        for match in re.finditer(pattern, inspect.getsource(module)):
+            found.update(g for g in match.groups() if g)
     return found
 
 
@@ -90,7 +93,8 @@ def test_return_codes_match_pynvml() -> None:
 
 
 def test_field_ids_match_pynvml() -> None:
-    for attr, value in vars(nvml).items():
+    assert sum(attr.startswith("FI_") for attr in vars(nvml_h)) > 10  # the field ids live there
+    for attr, value in vars(nvml_h).items():
         if attr.startswith("FI_") and hasattr(pynvml, f"NVML_FI_DEV_{attr[3:]}"):  # old wheels lack some
             assert getattr(pynvml, f"NVML_FI_DEV_{attr[3:]}") == value, attr
 
@@ -98,12 +102,12 @@ def test_field_ids_match_pynvml() -> None:
 def test_fabric_structures_have_the_nvml_h_layout() -> None:
     """nvml.h: 16-byte clusterUuid, nvmlReturn_t status, cliqueId, one-byte state at offset 24;
     the v2/v3 version words carry the structure's size (NVML_STRUCT_VERSION: size | v << 24)."""
-    assert nvml._FabricInfoV1.state.offset == 24 and nvml._FabricInfoV1.state.size == 1
-    for cls, version in nvml._FABRIC_VERSIONS:
+    assert nvml_h.FabricInfoV1.state.offset == 24 and nvml_h.FabricInfoV1.state.size == 1
+    for cls, version in nvml_h.FABRIC_VERSIONS:
         assert ctypes.sizeof(cls) == version & 0xFFFFFF, cls.__name__
         assert cls.state.offset == 28
-    assert nvml._FABRIC_VERSIONS[0][1] == getattr(pynvml, "nvmlGpuFabricInfo_v3", 0x3000028)
-    assert nvml._FABRIC_VERSIONS[1][1] == getattr(pynvml, "nvmlGpuFabricInfo_v2", 0x02000024)
+    assert nvml_h.FABRIC_VERSIONS[0][1] == getattr(pynvml, "nvmlGpuFabricInfo_v3", 0x3000028)
+    assert nvml_h.FABRIC_VERSIONS[1][1] == getattr(pynvml, "nvmlGpuFabricInfo_v2", 0x02000024)
 
 
 def test_older_wheels_misplace_the_fabric_state() -> None:
@@ -121,7 +125,7 @@ def test_older_wheels_misplace_the_fabric_state() -> None:
 def _read(text: str, tmp_path: Path) -> NvmlSnapshot:
     scenario = tmp_path / "s.toml"
     scenario.write_text(text, encoding="utf-8")
-    snap = nvml.start(simnvml.loader(simnvml.parse(str(scenario))), timeout_s=10.0, simulated=True).collect()
+    snap = nvml.start(simnvml.loader(simnvml.parse(str(scenario))), timeout_s=10.0).collect()
     assert isinstance(snap, NvmlSnapshot), snap
     return snap
 
@@ -158,9 +162,9 @@ def test_bus_ids_keep_every_significant_domain_digit() -> None:
         def __init__(self, bus: bytes) -> None:
             self.busId = bus
 
-    assert nvml._bus_id(Pci(b"00000000:18:00.0")) == "0000:18:00.0"
-    assert nvml._bus_id(Pci(b"00010000:E1:00.0")) == "10000:e1:00.0"
-    assert nvml._bus_id(Pci(b"0000000B:00:00.0")) == "000b:00:00.0"
+    assert nvml_read.bus_id(Pci(b"00000000:18:00.0")) == "0000:18:00.0"
+    assert nvml_read.bus_id(Pci(b"00010000:E1:00.0")) == "10000:e1:00.0"
+    assert nvml_read.bus_id(Pci(b"0000000B:00:00.0")) == "000b:00:00.0"
 
 
 def test_a_vendor_exception_that_is_not_an_nvml_error_is_a_kind() -> None:

@@ -71,9 +71,9 @@ class Node:
         """A real daemon-phase report of the healthy simulated node."""
         from nodehealth import runner
         from nodehealth.config.loader import load
-        from nodehealth.probes import _scenario
+        from nodehealth.probes import source
 
-        _scenario.cache_clear()
+        source.forget()
         report: dict[str, Any] = runner.run(load(str(self.config)), phase="daemon", node="n1").to_json()
         return report
 

@@ -175,7 +175,7 @@ def test_cli_bad_scenario_real_process_no_traceback(tmp_path: Path) -> None:
 def _read(tmp_path: Path, text: str, **limits: float) -> NvmlSnapshot:
     """The probe's snapshot of the scenario: pynvml over the simulated driver, in the child."""
     sc = simnvml.parse(_write(tmp_path, text, "s.toml"))
-    snap = nvml.start(simnvml.loader(sc), timeout_s=limits.pop("timeout_s", 10.0), simulated=True,
+    snap = nvml.start(simnvml.loader(sc), timeout_s=limits.pop("timeout_s", 10.0),
                       **limits).collect()
     assert isinstance(snap, NvmlSnapshot), snap
     return snap
@@ -222,7 +222,7 @@ def test_default_pci_bus_ids_and_uuids_are_distinct(tmp_path: Path) -> None:
     ("no_permission", "permission")])
 def test_nvml_states_fail_init(tmp_path: Path, state: str, kind: str) -> None:
     sc = simnvml.parse(_write(tmp_path, ONE_GPU + f"[faults]\nnvml = \"{state}\"\n"))
-    res = nvml.start(simnvml.loader(sc), timeout_s=5.0, simulated=True).collect()
+    res = nvml.start(simnvml.loader(sc), timeout_s=5.0).collect()
     assert isinstance(res, ProbeError) and res.kind == kind, res
 
 

@@ -352,20 +352,20 @@ def test_the_daemon_says_a_finding_once_per_change(tmp_path: Path) -> None:
 
     from nodehealth.daemon.core import Daemon
     from nodehealth.daemon.logs import Log
-    from nodehealth.probes import _scenario
+    from nodehealth.probes import source
 
     cfgp = write_config(tmp_path, "row-remap-pending", free_port())
     node = tmp_path / "node.toml"
     node.write_text((SCENARIOS / "row-remap-pending.toml").read_text())
     cfgp.write_text(cfgp.read_text().replace(str(SCENARIOS / "row-remap-pending.toml"), str(node)))
-    _scenario.cache_clear()
+    source.forget()
     d = Daemon(load(str(cfgp)), None, log=Log(stream=io.StringIO()), notify=lambda s: True, use_default_hooks=False)
     for _ in range(3):
         d.round()
     text = d.log.stream.getvalue()
     assert text.count("FAIL gpu_remapped_rows:") == 1, text
     node.write_text((SCENARIOS / "healthy-8x-h100.toml").read_text())
-    _scenario.cache_clear()
+    source.forget()
     d.round()
     d.round()
     text = d.log.stream.getvalue()

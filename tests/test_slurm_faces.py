@@ -13,7 +13,7 @@ import pytest
 from conftest import Timing
 
 from nodehealth.faces import epilog, healthcheck, prolog
-from nodehealth.probes import _scenario
+from nodehealth.probes import source
 from nodehealth.registry import CHECKS
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
@@ -72,7 +72,7 @@ class Fake:
     def use(self, scenario: str) -> None:
         """Switch the simulated node (each real face is a new process; here the parse cache must go)."""
         self.scenario.write_text((SCEN / scenario).read_text())
-        _scenario.cache_clear()
+        source.forget()
 
     def set_nodes(self, nodes: dict[str, Any]) -> None:
         (self.d / "nodes.json").write_text(json.dumps(nodes))

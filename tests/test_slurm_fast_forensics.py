@@ -20,10 +20,10 @@ def daemon_round_state(c: SlurmCluster) -> None:
     """One daemon-phase round of the node's checks, handed off with the daemon's own writer."""
     from nodehealth import runner
     from nodehealth.config.loader import load_valid
-    from nodehealth.probes import _scenario
+    from nodehealth.probes import source
     from nodehealth.statedir.files import write_atomic
 
-    _scenario.cache_clear()
+    source.forget()
     # load_valid records the config as this node's last validated one, as the daemon does at start.
     cfg, _ = load_valid(str(c.nh_config))
     report: dict[str, Any] = runner.run(cfg, phase="daemon", node=c.host).to_json()

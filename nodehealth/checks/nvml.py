@@ -85,5 +85,4 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
                       elapsed_s=round(snap.elapsed_s, 3))
     return result(ctx, Status.OK,
                   f"driver {snap.driver_version}, {snap.device_count} GPU(s), answered in {snap.elapsed_s:.2f} s",
-                  driver_version=snap.driver_version, elapsed_s=round(snap.elapsed_s, 4),
-                  simulated=snap.simulated)
+                  driver_version=snap.driver_version, elapsed_s=round(snap.elapsed_s, 4))

@@ -102,7 +102,6 @@ FAMILIES: tuple[Family, ...] = (
     _f(_C, "nodehealth_node_failing_checks", GAUGE, (), "Checks that FAILed in the last round"),
     # ---------------------------------------------------------------- GPUs (NVML)
     _f(_G, "nodehealth_nvml_devices", GAUGE, (), "GPUs NVML reported in the last round"),
-    _f(_G, "nodehealth_nvml_simulated", GAUGE, (), "1 when the GPUs are simulated (a scenario file)"),
     _f(_G, "nodehealth_nvml_probe_duration_seconds", GAUGE, (), "Time the NVML probe took in the last round",
        "seconds"),
     _f(_G, "nodehealth_gpu_info", INFO, (*GPU, "driver_version"), "One series per GPU NVML reported (value 1)"),

@@ -206,7 +206,6 @@ class NodeMetrics:
         obs = self.observations
         snap = obs.nvml if obs is not None and isinstance(obs.nvml, NvmlSnapshot) else None
         if snap is not None:
-            yield one("nodehealth_nvml_simulated", b(snap.simulated))
             yield one("nodehealth_nvml_probe_duration_seconds", snap.elapsed_s)
             yield from gpu_families(snap)
         yield job_family(self.jobs, snap)

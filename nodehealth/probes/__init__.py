@@ -8,18 +8,16 @@ only for the probes it runs. Vendor and OS errors are translated here, at the bo
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from nodehealth.observations import ProbeError
+from nodehealth.probes.source import ProbeSetupError, resolve
+
+__all__ = ["PROBES", "Probe", "ProbeContext", "ProbeSetupError", "validate"]
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
-
-
-class ProbeSetupError(Exception):
-    """The probes cannot be set up as configured (e.g. a bad scenario file): a usage error."""
 
 
 @dataclass(frozen=True)
@@ -45,43 +43,25 @@ class Probe:
     forks: bool = False
 
 
-@functools.lru_cache(maxsize=8)
-def _scenario(path: str) -> Any:
-    from nodehealth_sim import nvml as simnvml
-
-    try:
-        scenario = simnvml.parse(path)
-        simnvml.check_built(scenario)  # the simulated driver library of its branch
-    except simnvml.ScenarioError as exc:
-        raise ProbeSetupError(str(exc)) from None
-    return scenario
-
-
 def validate(config: Config) -> None:
     """Raise ProbeSetupError for a configuration the probes cannot run with."""
-    if config.nvml.simulate:
-        _scenario(config.nvml.simulate)
+    resolve(config)
 
 
 def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import nvml
 
-    simulate = ctx.config.nvml.simulate
-    call_s, init_s = ctx.config.nvml.call_timeout_s, ctx.config.nvml.init_timeout_s
-    if simulate:
-        from nodehealth_sim import nvml as simnvml
-
-        scenario = _scenario(simulate)
-        return nvml.start(simnvml.loader(scenario), timeout_s, simulated=True, call_timeout_s=call_s,
-                          slow_call_timeout_s=init_s)
-    return nvml.start(nvml.load_module, timeout_s, call_timeout_s=call_s, slow_call_timeout_s=init_s)
+    source = resolve(ctx.config)
+    return nvml.start(source.loader, timeout_s, call_timeout_s=ctx.config.nvml.call_timeout_s,
+                      slow_call_timeout_s=ctx.config.nvml.init_timeout_s)
 
 
 def _pci_gpus(ctx: ProbeContext, timeout_s: float) -> Any:
-    if ctx.config.nvml.simulate:
+    source = resolve(ctx.config)
+    if source.pci_bus_ids is not None:
         from nodehealth.observations import PciGpus
 
-        return PciGpus(_scenario(ctx.config.nvml.simulate).pci_bus_ids, "scenario")
+        return PciGpus(source.pci_bus_ids, "scenario")
     from nodehealth.probes import pci
 
     return pci.nvidia_gpus(ctx.config.paths.sysfs_root)
@@ -160,13 +140,8 @@ def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
     settings = ctx.config.checks["nccl_selftest"]
     gpus = getattr(settings, "gpus", 0)
     if not gpus:
-        if ctx.config.nvml.simulate:
-            gpus = len(_scenario(ctx.config.nvml.simulate).pci_bus_ids)
-        else:
-            from nodehealth.probes import pci
-
-            found = pci.nvidia_gpus(ctx.config.paths.sysfs_root)
-            gpus = len(found.bus_ids) if not isinstance(found, ProbeError) else 0
+        found = _pci_gpus(ctx, timeout_s)
+        gpus = len(found.bus_ids) if not isinstance(found, ProbeError) else 0
     # In a killable child: the deadline ends it with the runner's process group (nccl.runner.start).
     return nccl_runner.start(nccl_runner.Plan.from_settings(settings), gpus, timeout_s)
 

@@ -1,0 +1,89 @@
+"""Where the NVML probe's library comes from: the real driver, or a source injected by name.
+
+The probe reads through whatever module its source's ``loader`` returns (pynvml bound to a
+``libnvidia-ml.so.1``) and never knows which one. Production uses the real driver: ``REAL``,
+whose label is empty. ``[nvml] simulate = "<scenario>"`` asks the simulator for its source: the
+``nodehealth-sim`` distribution (package ``nodehealth_sim``, ``./sim`` in the source tree), which
+this module imports by name, so the product carries no import of it and runs without it. A
+simulated run is visible in one place: the report's header (``Report.source`` = the label).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from nodehealth.config.schema import Config
+
+SIM_PACKAGE = "nodehealth_sim"
+NEEDS_SIM = "--simulate needs the simulator: pip install nodehealth-sim (./sim in the source tree)"
+
+
+class ProbeSetupError(Exception):
+    """The probes cannot be set up as configured (e.g. a bad scenario file): a usage error."""
+
+
+def _real_loader() -> ModuleType:
+    from nodehealth.probes.nvml_lib import load_module
+
+    return load_module()
+
+
+@dataclass(frozen=True)
+class NvmlSource:
+    """The library the NVML probe reads through.
+
+    ``label``: "" for the real driver, else what the report's header says (e.g.
+    "simulated: /path/x.toml"). ``loader``: runs in the probe's child and returns the pynvml
+    module bound to the library to use. ``pci_bus_ids``: the NVIDIA GPUs on this source's PCI
+    bus; None to read them from sysfs (the real node).
+    """
+
+    label: str
+    loader: Callable[[], ModuleType]
+    pci_bus_ids: Optional[tuple[str, ...]] = None
+
+
+REAL = NvmlSource(label="", loader=_real_loader)
+
+
+def resolve(config: Config) -> NvmlSource:
+    """The NVML source ``config`` asks for: ``REAL`` unless ``[nvml] simulate`` is set.
+
+    ProbeSetupError when the simulator is not installed or its scenario does not validate.
+    One answer per scenario path for the life of the process (the scenario is parsed once)."""
+    path = config.nvml.simulate
+    return _simulated(path) if path else REAL
+
+
+def label(config: Config) -> str:
+    """The report header's word on the NVML source: its label ("" for the real driver)."""
+    try:
+        return resolve(config).label
+    except ProbeSetupError as exc:
+        return f"simulated: {config.nvml.simulate} (not usable: {exc})"
+
+
+@functools.lru_cache(maxsize=8)
+def _simulated(path: str) -> NvmlSource:
+    try:
+        sim = importlib.import_module(SIM_PACKAGE)
+    except ImportError:
+        raise ProbeSetupError(NEEDS_SIM) from None
+    try:
+        source = sim.nvml_source(path)
+    except sim.ScenarioError as exc:
+        raise ProbeSetupError(str(exc)) from None
+    if not isinstance(source, NvmlSource):
+        raise ProbeSetupError(f"{SIM_PACKAGE}.nvml_source gave {type(source).__name__}, not an NvmlSource")
+    return source
+
+
+def forget() -> None:
+    """Forget every simulated source resolved so far: a scenario file rewritten in place is read
+    again (the tests switch a node's scenario so)."""
+    _simulated.cache_clear()
