@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, load_safe, phase_budget, probe_setup
+from nodehealth.config.loader import ConfigError, load_safe, phase_budget
 from nodehealth.config.schema import Config
+from nodehealth.config.use import probe_setup
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
