@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate nodehealth/sim/fakenvml/symbols.tsv: which of the fake NVML's symbols each driver branch exports.
+"""Generate sim/nodehealth_sim/fakenvml/symbols.tsv: which of the fake NVML's symbols each driver branch exports.
 
-Usage: scripts/nvml-symbols.py <go-nvml git dir> > nodehealth/sim/fakenvml/symbols.tsv
+Usage: scripts/nvml-symbols.py <go-nvml git dir> > sim/nodehealth_sim/fakenvml/symbols.tsv
 
 The go-nvml repository (github.com/NVIDIA/go-nvml) keeps NVIDIA's nvml.h, one commit per CUDA release, at
 gen/nvml/nvml.h. A symbol counts as present in a branch when that branch's header declares it, after the header's
