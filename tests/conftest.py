@@ -6,6 +6,7 @@ tool) is turned into a failure: CI must install and start what those tests need.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -145,6 +146,8 @@ def _sandbox_root() -> tuple[str, bool]:
 
 
 SANDBOX_ROOT, _OWN_SANDBOX = _sandbox_root()
+if _OWN_SANDBOX:  # also when pytest ends without unconfiguring (an internal error, an interrupt)
+    atexit.register(shutil.rmtree, SANDBOX_ROOT, ignore_errors=True)
 os.environ[DEFAULT_ROOT_ENV] = SANDBOX_ROOT
 _GUARD_LOG = os.open(os.path.join(SANDBOX_ROOT, f"host-writes.{os.getpid()}.log"),
                      os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
