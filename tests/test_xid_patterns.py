@@ -103,3 +103,12 @@ def test_docs_pattern_table_is_generated_from_the_table(request: pytest.FixtureR
         DOC.write_text(text[:m.start(1)] + want + text[m.end(1):], encoding="utf-8")
     assert _doc_block(DOC.read_text(encoding="utf-8")).group(1) == want, \
         "docs/xid.md is out of date: pytest tests/test_xid_patterns.py --update-golden"
+
+
+def test_every_pattern_entry_is_in_the_table() -> None:
+    """An entry is the whole change: one defined in xid/ but missing from ``PATTERNS`` (or the prefixes'
+    ``RECORDS``/``CLOCKS``) would never be tried, so it fails here."""
+    from nodehealth.xid import pattern_kit, prefixes
+
+    defined = {v.name for m in (patterns, prefixes, pattern_kit) for v in vars(m).values() if isinstance(v, Pattern)}
+    assert defined == {p.name for p in PATTERNS}, defined ^ {p.name for p in PATTERNS}
