@@ -2,6 +2,13 @@
 
 Under CI (``CI`` set), a skipped test marked ``real`` (a real Slurm, Prometheus, systemd
 tool) is turned into a failure: CI must install and start what those tests need.
+
+The host's state dirs are out of reach: the defaults of ``[paths]`` lie in a sandbox of the run
+(``NODEHEALTH_DEFAULT_ROOT``) for this process and every program the tests start, and a guard fails a
+test whose own process (or a child it forked) changes ``/run/nodehealth`` or ``/var/lib/nodehealth``.
+
+Time budgets: the ``timing`` fixture scales a quiet machine's margins by the child start-up measured
+once per session; tests that depend on the scheduler are marked ``timing`` (``make test-busy``).
 """
 
 from __future__ import annotations
