@@ -128,7 +128,7 @@ def _as_face(args: argparse.Namespace) -> int:
     if args.format == "json":
         doc = json.loads(render.as_json(result.report)) if result.report is not None else {}
         doc["as"] = {"face": result.face, "source": result.source, "inputs": result.inputs,
-                     "decision": result.decision, "exit_code": result.exit_code,
+                     "decision": result.decision, "recorded": result.recorded, "exit_code": result.exit_code,
                      "config": config_file(args)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

@@ -5,7 +5,7 @@ checks under what is left of the phase budget, then hand the Report to the one d
 sequence (``nodehealth.slurm.act``) with the same deadline. The deadline starts when the
 process started, so config load, checks and every Slurm call fit in the one budget. A config
 file that does not validate is reported at error level and the checks run with the last
-configuration that validated on this node, else the built-in defaults (``loader.load_safe``):
+configuration that validated on this node, else the built-in defaults (``config.use.use``):
 a bad edit never turns the checks off. A bug in nodehealth is its own failure (UNKNOWN): by
 default it exits 0 with a loud log line, so it never drains a cluster.
 """
@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from nodehealth.config.lean import node_name
-from nodehealth.config.loader import ConfigError, load_safe, phase_budget
+from nodehealth.config.loader import phase_budget
 from nodehealth.config.schema import Config
-from nodehealth.config.use import probe_setup
+from nodehealth.config.use import ConfigError, use
 from nodehealth.faces.log import Log, notable_miss
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import act, jobenv, observe
-from nodehealth.slurm.client import Scontrol
+from nodehealth.slurm.client import Scontrol, SlurmClient
 from nodehealth.slurm.policy import scope_processes, worst_failure
 from nodehealth.statedir import counters, layout, ledger
 
@@ -48,16 +48,21 @@ class Run:
     boot_id: Optional[str]
     job_id: Optional[str] = None
 
-    def actor(self) -> act.Actor:
-        real = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
-                        self.environ)
-        client = observe.client(self.cfg, self.node, real, self.log)  # [slurm] mode = "observe": no update
+    def actor(self, client: Optional[SlurmClient] = None, store: Any = None, log: Optional[Callable[..., None]] = None
+              ) -> act.Actor:
+        """The act sequence's actor for this run: through ``scontrol`` (observe mode: ``observe.client``),
+        or, for a preview, through ``client`` with ``store`` and ``log`` of its own."""
+        if client is None:
+            real = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
+                            self.environ)
+            client = observe.client(self.cfg, self.node, real, self.log)  # [slurm] mode = "observe": no update
         # The prolog's job was just allocated on a node Slurm held schedulable: a drain recorded more
         # than a minute ago (before the allocation; the daemon may drain while it is under way) was
         # lifted since and is read back rather than trusted.
         after = time.time() - PROLOG_RECORD_SLACK_S if self.phase == "prolog" else None
         return act.Actor(cfg=self.cfg, node=self.node, phase=self.phase, client=client, deadline=self.deadline,
-                         log=self.log, boot_id=self.boot_id, job_id=self.job_id, record_trusted_after=after)
+                         log=log or self.log, boot_id=self.boot_id, job_id=self.job_id, record_trusted_after=after,
+                         store=store)
 
 
 def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None,
@@ -72,7 +77,7 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None,
     job = jobenv.job_id(env)
     log = Log(face, job)
     try:
-        loaded = load_safe(environ=env, check=probe_setup, remember=remember)
+        loaded = use(environ=env, remember=remember)
     except ConfigError as exc:
         log(f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
             notable=True)
@@ -182,12 +187,14 @@ def log_changes(run: Run, report: Report) -> None:
                       min(1.0, max(0.1, run.deadline.left())), run.log)
 
 
-def exit_code(run: Run, report: Report) -> int:
-    """0 healthy; else the one drain sequence, then 1 (0 when the breaker held the drain back)."""
+def exit_code(run: Run, report: Report, actor: Optional[act.Actor] = None) -> int:
+    """0 healthy; else the one drain sequence, then 1 (0 when the breaker held the drain back).
+    ``actor``: a preview's (``faces.preview``); None: the run's own."""
     if worst_failure(report, run.cfg.policy.unknown) is None:
         return 0
-    code = 0 if act.on_fault(run.actor(), report).outcome == act.ActOutcome.HELD else 1
-    return observe.exit_code(run.cfg, code, run.log)
+    actor = actor or run.actor()
+    code = 0 if act.on_fault(actor, report).outcome == act.ActOutcome.HELD else 1
+    return observe.exit_code(run.cfg, code, actor.log)
 
 
 def guarded(face: str, body: Callable[[], int]) -> int:
@@ -252,16 +259,21 @@ def healthcheck_face() -> int:
     report, obs = run_outcome(run)
     save_counters(run, obs, "healthcheck")
     log_changes(run, report)
-    acted = act.after_check(run.actor(), report, obs.slurm_node)
+    return healthcheck_exit(run, report, obs.slurm_node)
+
+
+def healthcheck_exit(run: Run, report: Report, slurm_node: Any, actor: Optional[act.Actor] = None) -> int:
+    """The health check's sequence (``act.after_check``) on ``report`` and its exit code; ``actor``: a
+    preview's (``faces.preview``), None: the run's own."""
+    actor = actor or run.actor()
+    acted = act.after_check(actor, report, slurm_node)
     fault = worst_failure(report, run.cfg.policy.unknown)
     if fault is None:
         return 0
     # slurmd only logs a health check's exit status ("error: health_check failed: rc:1"), it acts on
     # none: once our own drain holds the node for this very fault, exit 1 on every run is noise.
     if acted.outcome == act.ActOutcome.ALREADY:
-        from nodehealth.statedir import slurmstate
-
-        rec = slurmstate.load(run.cfg.paths).drain
+        rec = actor.load().drain
         if rec is not None and rec.check == fault.name:
             return 0
-    return observe.exit_code(run.cfg, 1, run.log)
+    return observe.exit_code(run.cfg, 1, actor.log)

@@ -1,20 +1,20 @@
-"""What a face would decide, without acting: ``--dry-run`` on a face, and ``nodehealth check --as``.
+"""What a face would do, without acting: ``--dry-run`` on a face, and ``nodehealth check --as``.
 
-The same inputs as the face itself: the prolog's fast path first (the daemon's fresh verdict), else
-the face's phase with its budget, the job's environment (its GPUs scope ``gpu_processes``), the
-Slurm view the face reads (the cached one: the prolog and epilog never ask slurmctld). Nothing is
-written (no ledger record, no counters, no drain record) and no Slurm call is made; the decision
-is worded for a person, with where each expectation came from.
+The same inputs and the same code as the face itself: the prolog's fast path first (the daemon's fresh
+verdict), else the face's phase (``faces.table``) with its budget and the job's environment (its GPUs
+scope ``gpu_processes``); then the face's own exit-code function and the real ``slurm.act`` sequence,
+run against a ``RecordingClient`` (reads from the Slurm view the health check or the daemon cached,
+never a slurmctld call; drain, resume and reboot recorded, not sent) and a ``MemoryStore`` (the state
+dir as it is now, changed in memory only). What the sequence recorded and said is the decision;
+nothing is written (no ledger record, no counters, no drain record) and nothing is logged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional
 
 from nodehealth.model import Report
-
-PHASE = {"prolog": "prolog", "epilog": "epilog", "healthcheck": "healthcheck"}
 
 
 @dataclass
@@ -26,6 +26,8 @@ class Preview:
     decision: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     config: str = ""
+    # What the sequence would have asked of Slurm: {"action": "drain"|"resume"|"reboot", "node", "reason"}.
+    recorded: list[dict[str, Optional[str]]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"as the {self.face} would see it: {self.source}"]
@@ -44,59 +46,88 @@ def preview(face: str, environ: Mapping[str, str]) -> Preview:
     if face == "prolog":
         answer = fast.prolog(environ, act=False)
         if isinstance(answer, fast.Fault):
-            return _decide(face, answer.report, _verdict_source(answer.verdict), environ)
+            return _run(face, environ, _verdict_source(answer.verdict), fast_report=answer.report)
         if not isinstance(answer, (str, int)):  # the daemon's verdict: healthy, the job starts
             report = Report.from_json(answer.report)
             return Preview(face, report, _verdict_source(answer), 0,
                            ["exit 0 from the daemon's verdict: the job starts, no NVML call, no Slurm call"],
                            _inputs(report, environ))
         miss = answer if isinstance(answer, str) else "fast path not taken"
-        return _cold(face, environ, f"checks run now (fast path not taken: {miss})")
-    return _cold(face, environ, "checks run now")
+        return _run(face, environ, f"checks run now (fast path not taken: {miss})")
+    return _run(face, environ, "checks run now")
 
 
 def _verdict_source(verdict: Any) -> str:
     return f"the daemon's verdict (fast path; {verdict.age_s:.1f} s old, round {verdict.round})"
 
 
-def _cold(face: str, environ: Mapping[str, str], source: str) -> Preview:
-    from nodehealth.faces.common import run_outcome, start
+def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Optional[Report] = None) -> Preview:
+    """The face's cold path (or the fast path's fault) through its own exit-code function, acting on nothing."""
+    from nodehealth.faces.common import exit_code, healthcheck_exit, run_outcome, start
+    from nodehealth.faces.table import BY_NAME
+    from nodehealth.slurm import act
+    from nodehealth.slurm.policy import worst_failure
 
-    started = start(face, PHASE[face], environ, remember=False)
+    started = start(face, BY_NAME[face].phase, environ, remember=False)
     if isinstance(started, int):
         return Preview(face, None, "the configuration could not be loaded", started,
                        ["exit 0: not checking (see the error above)"])
-    report, _ = run_outcome(started, look_only=True)
-    return _decide(face, report, source, environ, started.cfg)
+    run = started
+    cfg = run.cfg
+    store = act.MemoryStore(cfg.paths)
+    client = act.RecordingClient.from_state(run.node, store.state)
+    said: list[str] = []
+    actor = run.actor(client=client, store=store, log=_collect(said))
+    slurm_node: Any = None
+    if fast_report is not None:
+        report = replace(fast_report, phase="prolog")
+    else:
+        report, obs = run_outcome(run, look_only=True)
+        slurm_node = obs.slurm_node
+    inputs = _inputs(report, environ) + _memory(cfg, store.state, client)
+    if face == "healthcheck":
+        code = healthcheck_exit(run, report, slurm_node, actor)
+    else:
+        code = exit_code(run, report, actor)
+    fault = worst_failure(report, cfg.policy.unknown)
+    decision = [r.describe() for r in client.recorded]
+    if not decision:
+        decision = [f"exit {code}: healthy, no Slurm call" if fault is None
+                    else f"exit {code}: no drain (the sequence's words below)"]
+    if fault is not None:
+        decision.append(f"worst fault: {fault.name} ({fault.status.name}, action {fault.action.value})")
+    if any(r.action == "drain" for r in client.recorded):
+        decision.append("the drain-storm breaker was counted on this node alone (a preview reads no cluster "
+                        "view): the real run may hold the drain back")
+    if face == "healthcheck" and fault is None and store.state.drain is not None and not client.recorded:
+        decision.append(f"a clean run, {store.state.clean_runs} of {cfg.resume.clean_runs} toward resuming the "
+                        "node it drained (reboot-class faults resume only after a reboot)")
+    decision += [f"would log: {line}" for line in said]
+    return Preview(face, report, source, code, decision, inputs,
+                   recorded=[{"action": r.action, "node": r.node, "reason": r.reason} for r in client.recorded])
 
 
-def _decide(face: str, report: Report, source: str, environ: Mapping[str, str], cfg: Any = None) -> Preview:
-    from nodehealth.config.loader import load_safe
-    from nodehealth.slurm import policy
-    from nodehealth.statedir import slurmstate
+def _collect(said: list[str]) -> Callable[..., None]:
+    def log(message: str, notable: bool = False, **fields: Any) -> None:
+        said.append(message)
+    return log
 
-    if cfg is None:
-        cfg = load_safe(environ=environ, remember=False).cfg
-    inputs = _inputs(report, environ)
-    state = slurmstate.load(cfg.paths)
+
+def _memory(cfg: Any, state: Any, client: Any) -> list[str]:
+    """What the sequence starts from: our drain record and the Slurm view it reads."""
+    out = []
     if state.drain is not None:
-        inputs.append(f"drain record of ours: {state.drain.reason!r} ({state.drain.check}, since "
-                      f"{_when(state.drain.time)}); clean runs {state.clean_runs} of {cfg.resume.clean_runs}")
-    fault = policy.worst_failure(report, cfg.policy.unknown)
-    if fault is None:
-        if face == "healthcheck" and state.drain is not None:
-            return Preview(face, report, source, 0, [
-                f"exit 0: a clean run, {state.clean_runs + 1} of {cfg.resume.clean_runs} toward resuming the "
-                "node it drained (reboot-class faults resume only after a reboot)"], inputs)
-        return Preview(face, report, source, 0, ["exit 0: healthy, no Slurm call"], inputs)
-    reason = policy.format_reason(fault, cfg.drain.reason_max_len, policy.fault_count(report, cfg.policy.unknown) - 1)
-    lines = [f"drain the node with reason {reason!r}" if cfg.drain.enabled
-             else "not drain ([drain] enabled = false)"]
-    lines.append(f"worst fault: {fault.name} ({fault.status.name}, action {fault.action.value})")
-    if cfg.drain.enabled:
-        lines.append("unless the drain-storm breaker holds it back, or a drain of ours already holds the node "
-                     "for a fault at least as severe (its reason stays)")
-    return Preview(face, report, source, 1, lines, inputs)
+        out.append(f"drain record of ours: {state.drain.reason!r} ({state.drain.check}, since "
+                   f"{_when(state.drain.time)}); clean runs {state.clean_runs} of {cfg.resume.clean_runs}")
+    view = client.view
+    if client.assumed:
+        taken = "our drain record says" if view.drained else "in service"
+        out.append(f"Slurm view: none cached; {view.name} taken as {taken} ({view.state.text})")
+    else:
+        seen = f", read {_when(view.seen_at)}" if view.seen_at else ""
+        out.append(f"Slurm view (cached{seen}): {view.state.text}"
+                   + (f", reason {view.reason.full!r}" if view.reason else ""))
+    return out
 
 
 def _inputs(report: Report, environ: Mapping[str, str]) -> list[str]:

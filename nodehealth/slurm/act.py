@@ -36,13 +36,55 @@ from nodehealth.model import Report
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy, reboot
-from nodehealth.slurm.client import SlurmClient
+from nodehealth.slurm.client import SlurmClient, UpdateOutcome
 from nodehealth.slurm.client import me as read_node
 from nodehealth.slurm.nodes import REBOOT_FLAGS, NodeInfo, parse_reason, parse_state, reconcile_after_s
-from nodehealth.statedir import slurmstate
+from nodehealth.statedir import records, slurmstate
 from nodehealth.statedir.slurmstate import DrainRecord, State
 
 Log = Callable[..., None]  # log(message, notable=False)
+
+
+class FileStore:
+    """The sequence's memory in the state dir: the Slurm state file and the small JSON records."""
+
+    def __init__(self, paths: Any) -> None:
+        self.paths = paths
+
+    def load(self) -> State:
+        return slurmstate.load(self.paths)
+
+    def update(self, change: Callable[[State], State], lock_timeout_s: float, log: Log) -> Optional[State]:
+        return slurmstate.update(self.paths, change, lock_timeout_s, log)
+
+    def update_doc(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
+                   lock_timeout_s: float) -> dict[str, Any]:
+        return records.update_doc(self.paths, name, change, lock_timeout_s)
+
+
+class MemoryStore:
+    """The sequence's memory for a preview: what the state dir holds now, changed in memory only.
+
+    Starts from the state file with nothing marked as said (a preview shows every line the run
+    would say); changes and records (the reboot count) stay in this object, the files untouched."""
+
+    def __init__(self, paths: Any) -> None:
+        self.paths = paths
+        self.state = replace(slurmstate.load(paths), logged=None)
+        self.docs: dict[str, dict[str, Any]] = {}
+
+    def load(self) -> State:
+        return self.state
+
+    def update(self, change: Callable[[State], State], lock_timeout_s: float, log: Log) -> Optional[State]:
+        self.state = change(self.state)
+        return self.state
+
+    def update_doc(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
+                   lock_timeout_s: float) -> dict[str, Any]:
+        doc = dict(self.docs[name]) if name in self.docs else records.read_doc(self.paths, name)
+        self.docs[name] = change(doc)
+        return self.docs[name]
 
 
 class ActOutcome(str, enum.Enum):
@@ -61,6 +103,72 @@ class ActOutcome(str, enum.Enum):
     @property
     def drained_by_us(self) -> bool:
         return self in (ActOutcome.DRAINED, ActOutcome.ALREADY)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One change a ``RecordingClient`` was asked for: ``drain``/``resume`` (``scontrol update``) or ``reboot``."""
+
+    action: str
+    node: str
+    reason: Optional[str] = None
+
+    def describe(self) -> str:
+        if self.action == "drain":
+            return f"drain the node with reason {self.reason!r}"
+        if self.action == "resume":
+            return "resume the node (scontrol update state=resume)"
+        if self.action == "reboot":
+            return f"ask Slurm to reboot the node (ASAP, nextstate=RESUME): {self.reason}"
+        return f"set the node {self.action}"
+
+
+class RecordingClient:
+    """A ``SlurmClient`` that acts on nothing, for ``--dry-run`` and ``check --as``: the real sequence runs
+    against it and what it would have changed is in ``recorded``.
+
+    Reads never reach slurmctld: this node's view is the one the health check or the daemon cached
+    (``cached``; None: the node as Slurm shows a node in service, which the one a job was just started on
+    is), and the cluster the breaker counts is that one node. ``update`` and ``reboot`` are recorded and
+    answered as done, and the view follows them (a drain shows ``+DRAIN`` and its reason), so the read
+    that confirms a resume sees it. ``calls`` stays 0."""
+
+    def __init__(self, node: str, cached: Optional[NodeInfo] = None) -> None:
+        self.node = node
+        self.assumed = cached is None or cached.name != node
+        self.view = NodeInfo(name=node, state=parse_state("IDLE")) if self.assumed or cached is None else cached
+        self.recorded: list[Recorded] = []
+        self.calls = 0
+
+    @classmethod
+    def from_state(cls, node: str, state: State) -> RecordingClient:
+        """Over the state file's cached view, with our drain record laid over a view that predates it (the
+        drain cleared the view's time: the next real read would have confirmed it)."""
+        cached = NodeInfo.from_json(state.slurm_node)
+        client = cls(node, cached)
+        rec = state.drain
+        if rec is not None and (client.assumed or (client.view.seen_at or 0.0) < rec.time):
+            view = client.view
+            flags = view.state.text if view.drained else f"{view.state.text}+DRAIN"
+            client.view = replace(view, state=parse_state(flags), reason=parse_reason(rec.reason))
+        return client
+
+    def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
+        return [self.view] if node in (None, self.node) else []
+
+    def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
+        self.recorded.append(Recorded(state, node, reason))
+        if node == self.node and state == "drain" and reason:
+            flags = self.view.state.text if self.view.drained else f"{self.view.state.text}+DRAIN"
+            self.view = replace(self.view, state=parse_state(flags), reason=parse_reason(reason))
+        elif node == self.node and state == "resume":
+            base = self.view.state.text.split("+")[0]
+            self.view = replace(self.view, state=parse_state(base), reason=None)
+        return UpdateOutcome(True, "recorded, not sent")
+
+    def reboot(self, node: str, reason: str) -> UpdateOutcome:
+        self.recorded.append(Recorded("reboot", node, reason))
+        return UpdateOutcome(True, "recorded, not sent")
 
 
 @dataclass(frozen=True)
@@ -85,18 +193,36 @@ class Actor:
     # runs only on a node Slurm let a job start on, so a drain of ours recorded before the job
     # was allocated has been lifted since (a person resumed the node). None: trust the record.
     record_trusted_after: Optional[float] = None
+    # Where the sequence keeps what it remembers (None: the state dir, ``FileStore``); a preview's
+    # ``MemoryStore`` changes nothing on disk.
+    store: Any = None
+
+    def __post_init__(self) -> None:
+        if self.store is None:
+            self.store = FileStore(self.cfg.paths)
 
     def lock_timeout(self) -> float:
         return min(1.0, max(0.1, self.deadline.left()))
 
+    def load(self) -> State:
+        """The Slurm state as the sequence remembers it."""
+        state: State = self.store.load()
+        return state
+
     def save(self, change: Callable[[State], State]) -> Optional[State]:
-        return slurmstate.update(self.cfg.paths, change, self.lock_timeout(), self.log)
+        saved: Optional[State] = self.store.update(change, self.lock_timeout(), self.log)
+        return saved
+
+    def update_doc(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """One of the sequence's small JSON records (``statedir.records``); OSError when not written."""
+        doc: dict[str, Any] = self.store.update_doc(name, change, self.lock_timeout())
+        return doc
 
     def say(self, text: str, notable: bool = False) -> None:
         """Log ``text`` unless it is what this face last said of the node's drain (once per drain and
         change: a drained faulty node checked every 5 s says it once, not 17,000 times a day)."""
         key = f"{self.phase}~act"
-        state = slurmstate.load(self.cfg.paths)
+        state = self.load()
         mark = f"{state.drain.time if state.drain else 0}|{text}"[:slurmstate.MAX_LOGGED_CHARS]
         if (state.logged or {}).get(key, {}).get("said") == mark:
             return
@@ -174,7 +300,7 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
 
     if not cfg.drain.enabled:
         return not_drained(ActOutcome.DISABLED, "[drain] enabled = false: not draining", me)
-    state = slurmstate.load(cfg.paths)
+    state = actor.load()
     window = cfg.resume.flap_window_s
     drains = policy.drains_within(state.history, fault.name, now, window) + 1
     held = policy.flapping(drains, cfg.resume.flap_drains)
@@ -234,7 +360,7 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         actor.save(lambda s: replace(s, slurm_node=cache))
     if state.drain is not None and me is not None and not policy.owns(me, state):
         _disown(actor, me, state)
-        state = slurmstate.load(cfg.paths)
+        state = actor.load()
     orphan = _orphan(actor, me, state)
     decision = policy.decide_drain(me, state, fault, reason)
     if decision.action != "drain":
@@ -278,7 +404,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     cfg = actor.cfg
     now = time.time()
     state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) \
-        or slurmstate.load(cfg.paths)
+        or actor.load()
     node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
     if node is not None and node.name != actor.node:
         node = None

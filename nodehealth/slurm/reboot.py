@@ -124,7 +124,7 @@ def after_drain(actor: Any, check: str, action: str, reason: str) -> Optional[st
         return None
     if d.action == "escalate":  # also over a flapping hold: the reason then says the reboots did not help
         return _escalate(actor, check, reason, d, now)
-    rec = slurmstate.load(cfg.paths).drain
+    rec = actor.load().drain
     if rec is not None and rec.flapping:  # a reboot with nextstate=RESUME would lift a hold for a person
         actor.log(f"no reboot asked for {actor.node}: its drain is held for a person ({rec.reason})")
         return None
@@ -200,6 +200,6 @@ def _escalate(actor: Any, check: str, reason: str, d: Decision, now: float) -> O
 
 def _write(actor: Any, change: Any) -> None:
     try:
-        update_doc(actor.cfg.paths, FILE_NAME, change, actor.lock_timeout())
+        actor.update_doc(FILE_NAME, change)  # the state dir, or a preview's memory
     except OSError as exc:
         actor.log(f"cannot write the reboot count: {exc}", notable=True)
