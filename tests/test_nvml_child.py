@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+from conftest import Timing
 from nodehealth_sim import nvml as simnvml
 
 from nodehealth.observations import NvmlSnapshot, ProbeError
@@ -18,13 +20,14 @@ def scenario(tmp_path: Path, text: str):
     return simnvml.loader(simnvml.parse(str(path)))
 
 
-def test_a_hang_in_shutdown_after_all_data_costs_only_the_grace(tmp_path):
+@pytest.mark.timing
+def test_a_hang_in_shutdown_after_all_data_costs_only_the_grace(tmp_path, timing: Timing):
     loader = scenario(tmp_path, '[[gpu]]\n[[gpu]]\n[[faults.hangs]]\ncall = "nvmlShutdown"\n')
     t0 = time.monotonic()
     snap = nvml.start(loader, timeout_s=5.0).collect()
     elapsed = time.monotonic() - t0
     assert isinstance(snap, NvmlSnapshot) and snap.complete and len(snap.gpus) == 2
-    assert elapsed < nvml.SHUTDOWN_GRACE_S + 0.5
+    assert elapsed < nvml.SHUTDOWN_GRACE_S + timing.slack(0.5), elapsed
 
 
 def test_a_hang_mid_node_keeps_what_was_read_and_names_the_call(tmp_path):
@@ -36,13 +39,24 @@ def test_a_hang_mid_node_keeps_what_was_read_and_names_the_call(tmp_path):
     assert isinstance(snap, NvmlSnapshot) and not snap.complete and snap.stop == "hung"
     assert [g.index for g in snap.gpus] == [0, 1]
     assert (snap.stalled_gpu, snap.stalled_call) == (2, "nvmlDeviceGetEccMode")
-    # The child was killed; it is gone (or a zombie about to be reaped), never left running.
-    time.sleep(0.1)
-    try:
-        os.waitpid(pending.pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-    assert not Path(f"/proc/{pending.pid}").exists() or "Z" in Path(f"/proc/{pending.pid}/stat").read_text().split()[2]
+    # The child was killed; it is gone (or a zombie about to be reaped), never left running. A killed
+    # process may wait for a CPU before it is gone: poll, the deadline only stops a broken test.
+    stat = Path(f"/proc/{pending.pid}/stat")
+
+    def ended() -> bool:
+        try:
+            os.waitpid(pending.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        try:
+            return "Z" in stat.read_text().split()[2]
+        except FileNotFoundError:
+            return True
+
+    end = time.monotonic() + 60
+    while not ended() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert ended()
 
 
 def test_a_crashing_loader_is_a_probe_error_not_an_exception():
