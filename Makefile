@@ -92,7 +92,10 @@ bench: $(STAMP) fakenvml
 # only what its sources made stale), without pip.
 SIM_STAMP := $(VENV)/.sim-installed
 
-$(SIM_STAMP): sim/setup.py sim/pyproject.toml | $(STAMP)
+# No dependency on the venv's own stamp: the tests run `make fakenvml`, which must never reinstall the venv
+# (the targets that need both list $(STAMP) first).
+$(SIM_STAMP): sim/setup.py sim/pyproject.toml
+	@test -x $(BIN)/python || { echo "no venv at $(VENV): make demo or make test first" >&2; exit 1; }
 	$(BIN)/python -m pip install -q --no-deps -e ./sim
 	@touch $@
 
