@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nodehealth.platform import evidence, ground
+from nodehealth.probes import source
 from nodehealth.validation import elf, record, report
 
 SYMBOLS_FILE = "symbols.json"
@@ -34,9 +35,10 @@ SMI_FILE = "nvidia-smi-q.txt"
 NVRM_FILE = "nvrm.txt"
 SMI_TIMEOUT_S = 60.0
 KERNEL_LINE = re.compile(r"NVRM|Xid|nvidia", re.IGNORECASE)
-# The simulator's distribution, imported by name only (the product has no static import of it).
-SIM_PACKAGE = "nodehealth_sim"
-SIM_REPLAY = "nodehealth_sim.validation.replay"
+# The simulator's distribution, imported by name only (the product has no static import of it), as the
+# NVML probe's source does (nodehealth.probes.source: the same package and the same words).
+SIM_PACKAGE = source.SIM_PACKAGE
+SIM_REPLAY = f"{SIM_PACKAGE}.validation.replay"
 INSTALL_SIM = "pip install nodehealth-sim (./sim in the source tree)"
 
 
@@ -56,12 +58,12 @@ def simulated_loader(path: str) -> tuple[Callable[[], Any], tuple[str, ...]]:
     try:
         sim: Any = importlib.import_module(SIM_PACKAGE)
     except ImportError:
-        raise SimulatorMissing(f"--simulate needs the simulator: {INSTALL_SIM}") from None
+        raise SimulatorMissing(source.NEEDS_SIM) from None
     try:
-        source = sim.nvml_source(path)
+        simulated = sim.nvml_source(path)
     except sim.ScenarioError as exc:
         raise ScenarioRefused(str(exc)) from None
-    return source.loader, tuple(source.pci_bus_ids or ())
+    return simulated.loader, tuple(simulated.pci_bus_ids or ())
 
 
 def files_in(out_fd: int) -> list[str]:

@@ -366,7 +366,7 @@ def _call_name(table: dict[str, Any], key: str, err: Any) -> str:
     call = table.get("call")
     if not isinstance(call, str) or not call.startswith("nvml"):
         raise err(key, f"expected an NVML function name such as \"nvmlDeviceGetTemperature\", got {call!r}")
-    from nodehealth.probes.nvml import NVML_FUNCTIONS
+    from nodehealth.probes.nvml_h import NVML_FUNCTIONS
 
     if call not in NVML_FUNCTIONS and call not in FIELD_CALLS:
         raise err(key, f"{call!r} is not a call the NVML probe makes, so it would never fire")
@@ -404,7 +404,7 @@ def loader(scenario: Scenario) -> Callable[[], types.ModuleType]:
     spec = compile_spec(scenario)
 
     def load() -> types.ModuleType:
-        from nodehealth.probes.nvml import load_module
+        from nodehealth.probes.nvml_lib import load_module
         from nodehealth_sim import driver
 
         os.environ[driver.SPEC_ENV] = spec
