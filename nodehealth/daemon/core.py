@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Optional
 
 from nodehealth import runner
+from nodehealth.checks.gpu_xid import CHECK as XID_CHECK
 from nodehealth.config import lean
 from nodehealth.config.lean import node_name
 from nodehealth.config.loader import Loaded
@@ -35,7 +36,6 @@ from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.registry import BY_NAME
 from nodehealth.statedir import counters
 from nodehealth.statedir import verdict as state_file
-from nodehealth.checks.gpu_xid import CHECK as XID_CHECK
 
 
 class StartError(Exception):
