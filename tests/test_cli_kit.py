@@ -143,3 +143,25 @@ def test_use_applies_simulate_and_its_fallbacks(tmp_path: Path, monkeypatch: pyt
         os.path.join(str(tmp_path), "x.toml")
     with pytest.raises(ConfigError):  # a scenario that is not there is a setup error, not a fallback
         use(str(good), fallback="last_good", simulate="missing.toml", remember=False)
+
+
+def journal_imports(tree: ast.AST) -> int:
+    """``from systemd import journal`` / ``import systemd.journal``: looking for the journal."""
+    return sum(1 for n in ast.walk(tree)
+               if (isinstance(n, ast.ImportFrom) and n.module == "systemd"
+                   and any(a.name == "journal" for a in n.names))
+               or (isinstance(n, ast.Import) and any(a.name == "systemd.journal" for a in n.names)))
+
+
+def test_one_log_for_faces_and_daemon_and_one_journal_lookup() -> None:
+    from nodehealth.daemon import hooks
+    from nodehealth.daemon.logs import Log as DaemonLog
+    from nodehealth.faces.log import Log as FaceLog
+    from nodehealth.platform.log import Log
+
+    assert FaceLog is Log and DaemonLog is Log
+    assert not hasattr(hooks.ActSlurm, "_act_log"), "the act sequence takes the daemon's Log as it is"
+    # probes/ read the kernel log from the journal (a probe's job); writing to it is looked up in one place
+    where = [rel for rel, tree in _modules() if journal_imports(tree) and not rel.startswith("probes/")]
+    assert where == ["platform/sdnotify.py"], where
+    assert journal_imports(ast.parse("from systemd import journal")) == 1

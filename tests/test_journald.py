@@ -1,4 +1,4 @@
-"""Journal logging with structured fields (nodehealth/faces/log.py, nodehealth/daemon/logs.py).
+"""Journal logging with structured fields: the one Log of the faces and the daemon (nodehealth/platform/log.py).
 
 The real-library tests run Debian's python3-systemd (sd_journal_sendv in libsystemd) in a private mount
 namespace (``unshare -m``, root) where a test socket stands at /run/systemd/journal/socket, journald's
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from nodehealth.daemon.logs import Log as DaemonLog
-from nodehealth.faces import log as facelog
+from nodehealth.platform import log as facelog
+from nodehealth.platform import sdnotify
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -63,7 +64,7 @@ def test_face_fields_from_a_result_line():
 
 
 def test_face_without_the_journal_writes_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(facelog, "JOURNAL_SOCKET", "/nonexistent/socket")
+    monkeypatch.setattr(sdnotify, "JOURNAL_SOCKET", "/nonexistent/socket")
     facelog.Log("prolog", "9")("FAIL gpu_ecc: GPU 0: bad")
     assert capsys.readouterr().err == "nodehealth-prolog[job 9]: FAIL gpu_ecc: GPU 0: bad\n"
 
@@ -75,7 +76,7 @@ def test_daemon_fields_and_priority_by_status():
     log("round done")
     (m1, f1), (_, f2) = sent
     assert f1["NODEHEALTH_CHECK"] == "gpu_ecc" and f1["NODEHEALTH_GPU"] == "2" and f1["NODEHEALTH_JOB"] == "5"
-    assert f1["PRIORITY"] == 3 and f2["PRIORITY"] == 6
+    assert f1["PRIORITY"] == "3" and f2["PRIORITY"] == "6"  # journal fields are strings, a face's and the daemon's
     stream = io.StringIO()
     DaemonLog(stream=stream)("WARN gpu_pcie: x8", check="gpu_pcie", status="WARN")
     assert stream.getvalue() == "nodehealth-daemon: warning: WARN gpu_pcie: x8 [check=gpu_pcie status=WARN]\n"

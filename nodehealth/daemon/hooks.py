@@ -53,12 +53,9 @@ class ActSlurm:
 
         deadline = Deadline(max(1.0, 3 * cfg.slurm.timeout_s))
         real = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf)
-        client = observe.client(cfg, node, real, self._act_log)  # [slurm] mode = "observe": no update
-        return act.Actor(cfg=cfg, node=node, phase="daemon", client=client, deadline=deadline, log=self._act_log,
+        client = observe.client(cfg, node, real, self.log)  # [slurm] mode = "observe": no update
+        return act.Actor(cfg=cfg, node=node, phase="daemon", client=client, deadline=deadline, log=self.log,
                          boot_id=boot_id)
-
-    def _act_log(self, message: str, notable: bool = False) -> None:
-        self.log(message, "warning" if notable else "info")
 
     def on_fault(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         from nodehealth.slurm import act
@@ -110,8 +107,9 @@ def with_loop(view: SlurmView, cfg: Config, node: str) -> SlurmView:
     import dataclasses
 
     from nodehealth.slurm import observe, reboot
+    from nodehealth.statedir.records import read_doc
 
-    would = observe.would_counts(observe.read_doc(cfg.paths, observe.FILE_NAME))
+    would = observe.would_counts(read_doc(cfg.paths, observe.FILE_NAME))
     loop = reboot.status(cfg, node)
     if observe.observing(cfg) and observe.effective(cfg.paths, node) is not None:
         # The act sequence saw its would-be drain; Slurm has the node in service (no reason of its own there).

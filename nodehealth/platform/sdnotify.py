@@ -3,14 +3,19 @@
 ``notify("READY=1")`` uses the systemd bindings (``python3-systemd``) when importable, else
 sends the protocol's one datagram to ``$NOTIFY_SOCKET`` itself (a path, or an abstract
 socket when it starts with ``@``). Outside systemd (no ``$NOTIFY_SOCKET``) it does nothing.
-``journal_sender()`` returns the bindings' ``journal.send`` (structured fields) or None.
+``journal_sender()`` returns the bindings' ``journal.send`` (structured fields) or None: the one place
+that looks for the journal (``platform.log.Log`` asks it at its first event).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-from typing import Any, Callable, Mapping, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the faces import this at their first log line: no typing at run time
+    from typing import Any, Callable, Mapping, Optional
+
+JOURNAL_SOCKET = "/run/systemd/journal/socket"
 
 
 def _bindings() -> Any:
@@ -33,6 +38,8 @@ def notify(state: str, environ: Optional[Mapping[str, str]] = None, use_bindings
             return bool(daemon.notify(state))
         except Exception:  # noqa: BLE001 - fall back to the datagram
             pass
+    import socket
+
     address = "\0" + target[1:] if target.startswith("@") else target
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
@@ -55,7 +62,7 @@ def watchdog_interval_s(environ: Optional[Mapping[str, str]] = None) -> Optional
 
 def journal_sender() -> Optional[Callable[..., Any]]:
     """``systemd.journal.send`` when the bindings are importable and journald listens, else None."""
-    if not os.path.exists("/run/systemd/journal/socket"):
+    if not os.path.exists(JOURNAL_SOCKET):
         return None
     try:
         from systemd import journal
