@@ -1,5 +1,5 @@
 """``--dry-run`` and ``check --as`` run the real ``slurm.act`` sequence against a client that records instead of
-acting (``act.RecordingClient``) and a memory that changes nothing on disk (``act.MemoryStore``).
+acting (``observe.RecordingClient``) and a memory that changes nothing on disk (``act.MemoryStore``).
 
 The guards: the Fake's logging ``scontrol`` (every call is a line in calls.jsonl), a ``Scontrol`` whose every
 call raises, and the state dir's bytes before and after. The by-hand runs of the faces
@@ -21,7 +21,7 @@ from nodehealth.faces import healthcheck
 from nodehealth.faces.preview import preview
 from nodehealth.model import Action, CheckResult, Report, Status
 from nodehealth.platform.deadline import Deadline
-from nodehealth.slurm import act
+from nodehealth.slurm import act, observe
 from nodehealth.slurm.client import Scontrol
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
 from nodehealth.statedir import slurmstate
@@ -95,7 +95,7 @@ def _fault() -> Report:
 
 def test_the_recording_client_reads_the_cached_view_and_records_changes() -> None:
     cached = NodeInfo(name="n1", state=parse_state("MIXED"), seen_at=1.0)
-    c = act.RecordingClient("n1", cached)
+    c = observe.RecordingClient("n1", cached)
     assert not c.assumed and c.show(None) == [cached] and c.show("n1") == [cached] and c.show("n2") == []
     assert c.update("n1", "drain", "nh:ecc GPU6 x").ok
     (node,) = c.show("n1")  # type: ignore[misc]
@@ -104,14 +104,15 @@ def test_the_recording_client_reads_the_cached_view_and_records_changes() -> Non
     (node,) = c.show("n1")  # type: ignore[misc]
     assert not node.drained and node.reason is None
     assert [r.action for r in c.recorded] == ["drain", "resume", "reboot"] and c.calls == 0
-    assert act.RecordingClient("n1", None).assumed and act.RecordingClient("n1", None).view.state.text == "IDLE"
+    blank = observe.RecordingClient("n1", None)
+    assert blank.assumed and blank.view.state.text == "IDLE"
 
 
 def test_the_sequence_on_memory_drains_in_memory_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Fake(tmp_path, monkeypatch)
     cfg = load()
     before = _files(tmp_path / "state")
-    client, store, said = act.RecordingClient("n1"), act.MemoryStore(cfg.paths), []
+    client, store, said = observe.RecordingClient("n1"), act.MemoryStore(cfg.paths), []
     actor = act.Actor(cfg=cfg, node="n1", phase="healthcheck", client=client, deadline=Deadline(30),
                       log=lambda m, **k: said.append(m), boot_id="boot-1", store=store)
     assert act.after_check(actor, _fault()).outcome == act.ActOutcome.DRAINED

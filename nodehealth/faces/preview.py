@@ -65,7 +65,7 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
     """The face's cold path (or the fast path's fault) through its own exit-code function, acting on nothing."""
     from nodehealth.faces.common import exit_code, healthcheck_exit, run_outcome, start
     from nodehealth.faces.table import BY_NAME
-    from nodehealth.slurm import act
+    from nodehealth.slurm import act, observe
     from nodehealth.slurm.policy import worst_failure
 
     started = start(face, BY_NAME[face].phase, environ, remember=False)
@@ -75,7 +75,7 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
     run = started
     cfg = run.cfg
     store = act.MemoryStore(cfg.paths)
-    client = act.RecordingClient.from_state(run.node, store.state)
+    client = observe.RecordingClient.from_state(run.node, store.state)
     said: list[str] = []
     actor = run.actor(client=client, store=store, log=_collect(said))
     slurm_node: Any = None
@@ -83,7 +83,7 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
         report = replace(fast_report, phase="prolog")
     else:
         report, obs = run_outcome(run, look_only=True)
-        slurm_node = obs.slurm_node
+        slurm_node = _as_read(face, obs.slurm_node, client, cfg, run.node)
     inputs = _inputs(report, environ) + _memory(cfg, store.state, client)
     if face == "healthcheck":
         code = healthcheck_exit(run, report, slurm_node, actor)
@@ -105,6 +105,24 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
     decision += [f"would log: {line}" for line in said]
     return Preview(face, report, source, code, decision, inputs,
                    recorded=[{"action": r.action, "node": r.node, "reason": r.reason} for r in client.recorded])
+
+
+def _as_read(face: str, got: Any, client: Any, cfg: Any, node: str) -> Any:
+    """What the ``slurm_node`` probe would have given the face: the cached view while it is fresh, else (the
+    health check reads the node once its view is older than ``[slurm] reconcile_s``) the view the recording
+    client holds, as a read made now (a preview asks slurmctld nothing)."""
+    import time
+
+    from nodehealth.faces.table import BY_NAME
+    from nodehealth.probes.slurm import NO_CALL_PHASES
+    from nodehealth.slurm.nodes import NodeInfo, reconcile_after_s
+
+    now = time.time()
+    if BY_NAME[face].phase in NO_CALL_PHASES:
+        return got
+    if isinstance(got, NodeInfo) and got.fresh(now, reconcile_after_s(node, cfg.slurm.reconcile_s)):
+        return got
+    return replace(client.view, seen_at=now)
 
 
 def _collect(said: list[str]) -> Callable[..., None]:

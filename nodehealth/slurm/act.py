@@ -36,7 +36,7 @@ from nodehealth.model import Report
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy, reboot
-from nodehealth.slurm.client import SlurmClient, UpdateOutcome
+from nodehealth.slurm.client import SlurmClient
 from nodehealth.slurm.client import me as read_node
 from nodehealth.slurm.nodes import REBOOT_FLAGS, NodeInfo, parse_reason, parse_state, reconcile_after_s
 from nodehealth.statedir import records, slurmstate
@@ -103,72 +103,6 @@ class ActOutcome(str, enum.Enum):
     @property
     def drained_by_us(self) -> bool:
         return self in (ActOutcome.DRAINED, ActOutcome.ALREADY)
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """One change a ``RecordingClient`` was asked for: ``drain``/``resume`` (``scontrol update``) or ``reboot``."""
-
-    action: str
-    node: str
-    reason: Optional[str] = None
-
-    def describe(self) -> str:
-        if self.action == "drain":
-            return f"drain the node with reason {self.reason!r}"
-        if self.action == "resume":
-            return "resume the node (scontrol update state=resume)"
-        if self.action == "reboot":
-            return f"ask Slurm to reboot the node (ASAP, nextstate=RESUME): {self.reason}"
-        return f"set the node {self.action}"
-
-
-class RecordingClient:
-    """A ``SlurmClient`` that acts on nothing, for ``--dry-run`` and ``check --as``: the real sequence runs
-    against it and what it would have changed is in ``recorded``.
-
-    Reads never reach slurmctld: this node's view is the one the health check or the daemon cached
-    (``cached``; None: the node as Slurm shows a node in service, which the one a job was just started on
-    is), and the cluster the breaker counts is that one node. ``update`` and ``reboot`` are recorded and
-    answered as done, and the view follows them (a drain shows ``+DRAIN`` and its reason), so the read
-    that confirms a resume sees it. ``calls`` stays 0."""
-
-    def __init__(self, node: str, cached: Optional[NodeInfo] = None) -> None:
-        self.node = node
-        self.assumed = cached is None or cached.name != node
-        self.view = NodeInfo(name=node, state=parse_state("IDLE")) if self.assumed or cached is None else cached
-        self.recorded: list[Recorded] = []
-        self.calls = 0
-
-    @classmethod
-    def from_state(cls, node: str, state: State) -> RecordingClient:
-        """Over the state file's cached view, with our drain record laid over a view that predates it (the
-        drain cleared the view's time: the next real read would have confirmed it)."""
-        cached = NodeInfo.from_json(state.slurm_node)
-        client = cls(node, cached)
-        rec = state.drain
-        if rec is not None and (client.assumed or (client.view.seen_at or 0.0) < rec.time):
-            view = client.view
-            flags = view.state.text if view.drained else f"{view.state.text}+DRAIN"
-            client.view = replace(view, state=parse_state(flags), reason=parse_reason(rec.reason))
-        return client
-
-    def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
-        return [self.view] if node in (None, self.node) else []
-
-    def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
-        self.recorded.append(Recorded(state, node, reason))
-        if node == self.node and state == "drain" and reason:
-            flags = self.view.state.text if self.view.drained else f"{self.view.state.text}+DRAIN"
-            self.view = replace(self.view, state=parse_state(flags), reason=parse_reason(reason))
-        elif node == self.node and state == "resume":
-            base = self.view.state.text.split("+")[0]
-            self.view = replace(self.view, state=parse_state(base), reason=None)
-        return UpdateOutcome(True, "recorded, not sent")
-
-    def reboot(self, node: str, reason: str) -> UpdateOutcome:
-        self.recorded.append(Recorded("reboot", node, reason))
-        return UpdateOutcome(True, "recorded, not sent")
 
 
 @dataclass(frozen=True)
