@@ -114,14 +114,16 @@ def unprivileged_python(tree: Path = ROOT) -> Optional[tuple[str, dict[str, str]
     environment; None when there is none. A Python under root's home is not searchable by
     others: then the system's of the same version, given this one's site-packages."""
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    env["PYTHONPATH"] = str(tree)
+    # The simulator is its own distribution in tree/sim (installed editable: a .pth file, which a
+    # PYTHONPATH entry does not run), so it goes on the path beside the agent.
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "sim")])
     mine = os.path.realpath(sys.executable)
     if _searchable_by_all(mine):
         return mine, env
     system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(system) or not _searchable_by_all(system):
         return None
-    return system, dict(env, PYTHONPATH=os.pathsep.join([str(tree), *site.getsitepackages()]))
+    return system, dict(env, PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], *site.getsitepackages()]))
 
 
 def as_nobody_with_tasks(tasks: int):  # type: ignore[no-untyped-def]
