@@ -20,6 +20,7 @@ from nodehealth.model import Action
 from nodehealth.xid.catalog import Catalog, enrich
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
 from nodehealth.xid.parse import wall_clock_time
+from nodehealth.xid.patterns import EVENTS
 from nodehealth.xid.text import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable, printable_or_none
 
 FORMAT = 1
@@ -31,7 +32,8 @@ MAX_XID = 99999  # the parser reads at most five digits
 MAX_PID = (1 << 31) - 1
 
 _EVENT_KEYS = ("xid", "pci", "kind", "pid", "process", "job_id", "message", "time", "uptime_s", "seq")
-_KINDS = (KIND_XID, KIND_FALLEN_OFF_BUS)
+# The kinds a stored event may have: those of the event patterns (a new pattern's kind is kept as it is).
+_KINDS = frozenset({KIND_XID, KIND_FALLEN_OFF_BUS, *(p.kind for p in EVENTS if p.kind)})
 _PCI_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}")
 _SEVERITIES = frozenset(s.value for s in Severity)
 _ACTIONS = frozenset(a.value for a in Action)
