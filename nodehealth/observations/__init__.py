@@ -152,7 +152,6 @@ class NvmlSnapshot:
     timeout_s: Optional[float] = None
     stalled_gpu: Optional[int] = None
     stalled_call: Optional[str] = None
-    simulated: bool = False
     # Why an incomplete read stopped: "hung" (one call passed its own deadline, call_timeout_s)
     # or "budget" (the read's budget, timeout_s, ended while NVML was still answering).
     stop: Optional[str] = None
