@@ -114,7 +114,7 @@ clean:
 # Distribution packages (docs/install.md). The tree git tracks (uncommitted edits included) is staged
 # into build/pkg/; packaging/vendor.sh fetches the pinned nvidia-ml-py and python-hostlist (and, for
 # RHEL 9, tomli) from PyPI at build time, or copies them from NODEHEALTH_VENDOR_FROM=DIR.
-# DEB_VERSION=0.1.0+1 adds a changelog entry (a rebuild at a higher version, as CI's upgrade check does).
+# DEB_VERSION=0.2.0+1 adds a changelog entry (a rebuild at a higher version, as CI's upgrade check does).
 PKG_BUILD   := build/pkg
 PKG_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' nodehealth/__init__.py)
 DEB_VERSION ?=

@@ -11,7 +11,7 @@ from typing import Any
 
 from nodehealth_sim.nvml import ScenarioError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["ScenarioError", "nvml_source"]
 
 
