@@ -21,9 +21,9 @@ from test_slurm_faces import Fake
 from nodehealth.commands.check import check_names
 from nodehealth.commands.common import UsageError
 from nodehealth.faces import epilog, prolog
+from nodehealth.probes.process_job import job_from_cgroup, job_from_environ
 from nodehealth.slurm import jobenv
 from nodehealth.statedir import counters, layout, ledger
-from nodehealth.probes.process_job import job_from_cgroup, job_from_environ
 
 BIN = Path(sys.executable).parent
 ATTACKS = {

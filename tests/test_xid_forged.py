@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodehealth.probes.xid_store import XidStore
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS
 from nodehealth.xid.parse import parse_line, scan
-from nodehealth.probes.xid_store import XidStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 

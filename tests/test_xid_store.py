@@ -205,8 +205,8 @@ def test_a_poisoned_store_is_rewritten_even_when_the_log_brings_nothing_new(node
 def test_the_daemons_follower_logs_what_the_store_ignored(node: Node) -> None:
     from types import SimpleNamespace
 
-    from nodehealth.probes.xid_follower import StoreXidFollower
     from nodehealth.checks.gpu_xid import XidSettings
+    from nodehealth.probes.xid_follower import StoreXidFollower
 
     node.poison(_store(events=5, kmsg_seq=10 ** 30))
     cfg = SimpleNamespace(checks={"gpu_xid": XidSettings(kmsg_path=str(node.kmsg))},

@@ -20,10 +20,10 @@ from nodehealth.checks import gpu_xid
 from nodehealth.checks.base import Context
 from nodehealth.commands import xid as xid_cmd
 from nodehealth.observations import Observations, XidObservation, XidRecord
+from nodehealth.probes.xid_store import XidStore, load_state
 from nodehealth.xid.catalog import enrich, load_catalog
 from nodehealth.xid.events import XidEvent
 from nodehealth.xid.parse import parse_line, scan
-from nodehealth.probes.xid_store import XidStore, load_state
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 # What a terminal acts on: C0 controls (ESC, \r, backspace, BEL ...), DEL, C1 controls (CSI

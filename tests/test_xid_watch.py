@@ -18,11 +18,11 @@ from nodehealth.checks.base import Context
 from nodehealth.cli import main
 from nodehealth.model import Action, Status
 from nodehealth.observations import GpuObservation, NvmlSnapshot, ProbeError, XidObservation, XidRecord
-from nodehealth.statedir import ledger
 from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader
-from nodehealth.xid.parse import ScanStats, scan
 from nodehealth.probes.process_job import job_from_cgroup, job_from_environ, live_job
 from nodehealth.probes.xid_store import StoreState, XidStore, boot_id, gather, load_state, save_state, store_path
+from nodehealth.statedir import ledger
+from nodehealth.xid.parse import ScanStats, scan
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 NO_XID_LOG = FIXTURES / "xid_logs" / "hf_m4logs_jeanzay_dmesg_T_no_xid.log"
@@ -203,8 +203,8 @@ def test_reboot_clears_reboot_and_reset_class_but_not_inspect_class(node: Node) 
 
 def test_concurrent_readers_share_the_position(node: Node) -> None:
     """Events another reader already stored (position past them) are not added twice."""
-    from nodehealth.xid.parse import parse_line
     from nodehealth.probes.xid_store import add_events, catalog_for
+    from nodehealth.xid.parse import parse_line
 
     node.log(record(1, XID_79) + record(2, XID_119))
     assert node.store().sync().added == 2

@@ -21,14 +21,14 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
+from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.commands.options import ExitCode, add_config, add_format
+from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
 from nodehealth.xid.events import XidEvent
-from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.parse import ScanStats, scan, split_lines
 from nodehealth.xid.patterns import KMSG_PATH
-from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 if TYPE_CHECKING:
@@ -234,8 +234,8 @@ def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
     """GPU index/UUID from NVML; for this node's live log also the job (live process, ledger)."""
     if not live:
         return lambda event: attribute(event, gpus)
-    from nodehealth.statedir import ledger as job_ledger
     from nodehealth.probes.process_job import live_job
+    from nodehealth.statedir import ledger as job_ledger
 
     btime = boot_time(cfg.paths.procfs_root)
     ledger = job_ledger.entries(job_ledger.read(cfg.paths.state_dir))

@@ -119,9 +119,9 @@ def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
 
 
 def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.checks.gpu_xid import xid_settings
     from nodehealth.probes import xid_store
     from nodehealth.xid.patterns import KMSG_PATH
-    from nodehealth.checks.gpu_xid import xid_settings
 
     settings = xid_settings(ctx.config)
     if ctx.config.nvml.simulate and settings.kmsg_path == KMSG_PATH:

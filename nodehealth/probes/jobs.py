@@ -12,8 +12,8 @@ import os
 from typing import Union
 
 from nodehealth.observations import NodeJobs, ProbeError
-from nodehealth.statedir import files, layout, ledger
 from nodehealth.probes.process_job import job_from_cgroup
+from nodehealth.statedir import files, layout, ledger
 
 MAX_PIDS = 65536  # /proc entries looked at; a node with more is not scanned further
 
