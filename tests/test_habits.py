@@ -87,8 +87,19 @@ def test_rule_timing_marker_can_fail(tmp_path: Path) -> None:
 @pytest.mark.timing
 def test_the_timing_fixture_measures_this_machine(timing) -> None:  # type: ignore[no-untyped-def]
     assert 0 < timing.startup_s < 60 and 0 < timing.fork_s < 60
-    assert 1.0 <= timing.scale <= 20.0
     assert timing.slack(0.5) == 0.5 * timing.scale
+
+
+def test_the_scale_is_the_slower_of_start_up_and_fork_and_clamped() -> None:
+    """The margins grow with whichever of the two measurements is slower than a quiet machine's, never
+    shrink below a quiet machine's, and stop at MAX_SCALE."""
+    from conftest import MAX_SCALE, QUIET_FORK_S, QUIET_STARTUP_S, Timing
+
+    assert Timing(QUIET_STARTUP_S * 3, QUIET_FORK_S).scale == pytest.approx(3.0)
+    assert Timing(QUIET_STARTUP_S, QUIET_FORK_S * 5).scale == pytest.approx(5.0)
+    assert Timing(QUIET_STARTUP_S / 10, QUIET_FORK_S / 10).scale == 1.0
+    assert Timing(QUIET_STARTUP_S * 1000, QUIET_FORK_S).scale == MAX_SCALE
+    assert Timing(QUIET_STARTUP_S * 4, QUIET_FORK_S).slack(0.5) == pytest.approx(2.0)
 
 
 def test_busy_runs_the_command_with_a_hog_per_core_and_ends_them(tmp_path: Path) -> None:
