@@ -35,6 +35,7 @@ demo: $(STAMP) fakenvml
 
 lint: $(STAMP)
 	$(BIN)/ruff check nodehealth sim tests bench
+	$(BIN)/ruff format --check nodehealth sim tests bench scripts packaging
 
 types: $(STAMP)
 	$(BIN)/mypy

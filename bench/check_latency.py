@@ -40,20 +40,52 @@ def main() -> int:
     env = dict(os.environ, NO_COLOR="1")
     with tempfile.TemporaryDirectory() as tmp:
         hang_cfg = Path(tmp) / "hang.toml"
-        gpu_checks = ("nvml", "gpu_count", "gpu_driver", "gpu_temperature", "gpu_ecc", "gpu_retired_pages",
-                      "gpu_remapped_rows", "gpu_pcie", "gpu_nvlink", "gpu_fabric", "gpu_recovery_action",
-                      "gpu_persistence", "gpu_processes")
+        gpu_checks = (
+            "nvml",
+            "gpu_count",
+            "gpu_driver",
+            "gpu_temperature",
+            "gpu_ecc",
+            "gpu_retired_pages",
+            "gpu_remapped_rows",
+            "gpu_pcie",
+            "gpu_nvlink",
+            "gpu_fabric",
+            "gpu_recovery_action",
+            "gpu_persistence",
+            "gpu_processes",
+        )
         hang_cfg.write_text("".join(f"[checks.{n}]\ntimeout_s = 2.0\n" for n in gpu_checks))
         empty_cfg = Path(tmp) / "empty.toml"
         empty_cfg.write_text("")
         cases = {
             "python -c pass": ([sys.executable, "-c", "pass"], 0),
             "check, healthy 8x H100, prolog checks": (
-                [*NODEHEALTH, "check", "--config", str(empty_cfg), "--phase", "prolog",
-                 "--simulate", str(SCEN / "healthy-8x-h100.toml")], 0),
+                [
+                    *NODEHEALTH,
+                    "check",
+                    "--config",
+                    str(empty_cfg),
+                    "--phase",
+                    "prolog",
+                    "--simulate",
+                    str(SCEN / "healthy-8x-h100.toml"),
+                ],
+                0,
+            ),
             "check, hung NVML call, GPU deadline 2 s": (
-                [*NODEHEALTH, "check", "--config", str(hang_cfg), "--phase", "prolog",
-                 "--simulate", str(SCEN / "hung-nvml-call.toml")], 1),
+                [
+                    *NODEHEALTH,
+                    "check",
+                    "--config",
+                    str(hang_cfg),
+                    "--phase",
+                    "prolog",
+                    "--simulate",
+                    str(SCEN / "hung-nvml-call.toml"),
+                ],
+                1,
+            ),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for argv, _ in cases.values():  # warm the page cache and .pyc files
@@ -74,8 +106,10 @@ def main() -> int:
         "|---|---|---|---|",
     ]
     for name, values in times.items():
-        lines.append(f"| {name} | {statistics.median(values) * 1000:.0f} ms | {min(values) * 1000:.0f} ms "
-                     f"| {max(values) * 1000:.0f} ms |")
+        lines.append(
+            f"| {name} | {statistics.median(values) * 1000:.0f} ms | {min(values) * 1000:.0f} ms "
+            f"| {max(values) * 1000:.0f} ms |"
+        )
     base = statistics.median(times["python -c pass"])
     healthy = statistics.median(times["check, healthy 8x H100, prolog checks"])
     lines += ["", f"healthy check minus interpreter start: {(healthy - base) * 1000:.0f} ms"]

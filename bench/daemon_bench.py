@@ -43,8 +43,10 @@ def proc_stats(pid: int) -> tuple[float, int]:
 
 
 def fast_path(state_dir: str, n: int = 30) -> tuple[float, float]:
-    code = (f"from nodehealth.statedir import verdict as state; s, why = state.read({state_dir!r}, 3600); "
-            "assert s is not None, why")
+    code = (
+        f"from nodehealth.statedir import verdict as state; s, why = state.read({state_dir!r}, 3600); "
+        "assert s is not None, why"
+    )
     times = {"pass": [], "read": []}
     for _ in range(n):
         for key, c in (("pass", "pass"), ("read", code)):
@@ -59,8 +61,11 @@ def scrape(url: str, gzip_ok: bool) -> tuple[int, float, int]:
     server's and the loopback's, not a heavy HTTP client's."""
     hostport = url.split("/")[2]
     host, port = hostport.rsplit(":", 1)
-    request = (f"GET /metrics HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
-               + ("Accept-Encoding: gzip\r\n" if gzip_ok else "") + "\r\n").encode()
+    request = (
+        f"GET /metrics HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
+        + ("Accept-Encoding: gzip\r\n" if gzip_ok else "")
+        + "\r\n"
+    ).encode()
     t0 = time.perf_counter()
     with socket.create_connection((host, int(port)), timeout=2) as conn:
         conn.sendall(request)
@@ -125,16 +130,24 @@ def main() -> int:
         def p(lat: list[float], q: float) -> float:
             return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
 
-        print(f"steady state: {elapsed:.0f} s with 8 simulated GPUs, rounds every {args.interval:g} s, "
-              "a scrape every 15 s")
-        print(f"RSS: median {statistics.median(rss) / 2**20:.1f} MiB, max {max(rss) / 2**20:.1f} MiB, "
-              f"end {rss_end / 2**20:.1f} MiB")
+        print(
+            f"steady state: {elapsed:.0f} s with 8 simulated GPUs, rounds every {args.interval:g} s, "
+            "a scrape every 15 s"
+        )
+        print(
+            f"RSS: median {statistics.median(rss) / 2**20:.1f} MiB, max {max(rss) / 2**20:.1f} MiB, "
+            f"end {rss_end / 2**20:.1f} MiB"
+        )
         print(f"CPU: {100 * (cpu1 - cpu0) / elapsed:.3f} % of a core (daemon + probe children)")
         for name, lat, size in (("gzip (as Prometheus asks)", zipped, zsize), ("plain", plain, psize)):
-            print(f"/metrics at {args.rate:g}/s for {args.latency_seconds:g} s, {name}: p50 {p(lat, 0.5):.2f} ms, "
-                  f"p99 {p(lat, 0.99):.2f} ms, max {lat[-1] * 1000:.2f} ms ({size} bytes, {len(lat)} requests)")
-        print(f"fast path: python -c pass {base * 1000:.1f} ms, state read {read * 1000:.1f} ms "
-              f"(+{(read - base) * 1000:.1f} ms), medians of 30")
+            print(
+                f"/metrics at {args.rate:g}/s for {args.latency_seconds:g} s, {name}: p50 {p(lat, 0.5):.2f} ms, "
+                f"p99 {p(lat, 0.99):.2f} ms, max {lat[-1] * 1000:.2f} ms ({size} bytes, {len(lat)} requests)"
+            )
+        print(
+            f"fast path: python -c pass {base * 1000:.1f} ms, state read {read * 1000:.1f} ms "
+            f"(+{(read - base) * 1000:.1f} ms), medians of 30"
+        )
     finally:
         stop(proc)
     return 0

@@ -40,28 +40,65 @@ def prepare(d: Path, old_style: bool) -> dict[str, str]:
     else:
         cfg.write_text(f'[paths]\nstate_dir = "{state}"\nprocfs_root = "{d / "proc"}"\n')
         # As the daemon does at start: the fast path answers only for the config file that last validated.
-        subprocess.run([sys.executable, "-c", "import sys; from nodehealth.config import loader; "
-                        "loader.load_valid(sys.argv[1])", str(cfg)], check=True, cwd=str(ROOT))
-    report = {"node": "bench", "phase": "daemon", "status": "OK", "duration_s": 0.1, "version": "0",
-              "started_at": time.time(), "checks": [{"name": "nvml", "status": "OK", "summary": "8 GPUs",
-                                                     "action": "none", "gpu": None, "details": {}}]}
-    (state / "daemon-state.json").write_text(json.dumps({
-        "v": 1, "kind": "nodehealth-daemon-state", "boot_id": BOOT, "written_at": time.time(),
-        "interval_s": 30.0, "pid": os.getpid(), "pid_start": start_ticks(os.getpid()), "round": 1,
-        "xid": {"follower": "alive", "since": None}, "report": report}))
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from nodehealth.config import loader; loader.load_valid(sys.argv[1])",
+                str(cfg),
+            ],
+            check=True,
+            cwd=str(ROOT),
+        )
+    report = {
+        "node": "bench",
+        "phase": "daemon",
+        "status": "OK",
+        "duration_s": 0.1,
+        "version": "0",
+        "started_at": time.time(),
+        "checks": [{"name": "nvml", "status": "OK", "summary": "8 GPUs", "action": "none", "gpu": None, "details": {}}],
+    }
+    (state / "daemon-state.json").write_text(
+        json.dumps(
+            {
+                "v": 1,
+                "kind": "nodehealth-daemon-state",
+                "boot_id": BOOT,
+                "written_at": time.time(),
+                "interval_s": 30.0,
+                "pid": os.getpid(),
+                "pid_start": start_ticks(os.getpid()),
+                "round": 1,
+                "xid": {"follower": "alive", "since": None},
+                "report": report,
+            }
+        )
+    )
     return {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}
 
 
 def run(tree: Path, env: dict[str, str]) -> tuple[int, dict[str, int]]:
-    res = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c",
-                          "from nodehealth.faces import prolog; raise SystemExit(prolog.main())"],
-                         env=dict(env, PYTHONPATH=str(tree)), capture_output=True, text=True, cwd=str(tree))
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-X",
+            "importtime",
+            "-c",
+            "from nodehealth.faces import prolog; raise SystemExit(prolog.main())",
+        ],
+        env=dict(env, PYTHONPATH=str(tree)),
+        capture_output=True,
+        text=True,
+        cwd=str(tree),
+    )
     if res.returncode != 0 or "fast path not taken" in res.stderr:
         raise SystemExit(f"{tree}: fast-path prolog exit {res.returncode}: {res.stderr[-2000:]}")
     mods: dict[str, int] = {}
     for text in res.stderr.splitlines():
         if text.startswith("import time:") and "|" in text and "cumulative" not in text:
-            own, _, name = (x.strip() for x in text[len("import time:"):].split("|"))
+            own, _, name = (x.strip() for x in text[len("import time:") :].split("|"))
             mods[name] = int(own)
     return res.returncode, mods
 
@@ -74,8 +111,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         old_tree = t / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old_tree), args.rev],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old_tree), args.rev], check=True
+        )
         try:
             # The old tree reads the boot id from [resume] boot_id_path; this one from [paths] procfs_root.
             envs = {"old": prepare(t / "o", old_style=True), "new": prepare(t / "n", old_style=False)}
@@ -93,9 +131,11 @@ def main() -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], check=False)
     for k, label in (("old", f"at {args.rev}"), ("new", "this tree")):
         ours = sorted(n for n in mods[k] if n.startswith("nodehealth"))
-        print(f"{label}: exit codes {sorted(codes[k])}, {len(mods[k])} modules "
-              f"({len(ours)} of nodehealth), summed import time median "
-              f"{statistics.median(totals[k]):.2f} ms (min {min(totals[k]):.2f}, max {max(totals[k]):.2f})")
+        print(
+            f"{label}: exit codes {sorted(codes[k])}, {len(mods[k])} modules "
+            f"({len(ours)} of nodehealth), summed import time median "
+            f"{statistics.median(totals[k]):.2f} ms (min {min(totals[k]):.2f}, max {max(totals[k]):.2f})"
+        )
         print("   nodehealth modules:", " ".join(ours))
     only_new = sorted(set(mods["new"]) - set(mods["old"]))
     only_old = sorted(set(mods["old"]) - set(mods["new"]))

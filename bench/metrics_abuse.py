@@ -250,8 +250,14 @@ def measure(tree: Path, runs: int, attackers: int) -> dict[str, Any]:
             for p in (tmp, tmp / "kmsg"):
                 os.chown(p, NOBODY, NOBODY)
     err = open(tmp / "daemon.err", "wb")
-    proc = subprocess.Popen([python, "-m", "nodehealth", "daemon", "--config", str(cfg)], cwd=str(tree), env=env,
-                            stdout=subprocess.DEVNULL, stderr=err, preexec_fn=preexec)
+    proc = subprocess.Popen(
+        [python, "-m", "nodehealth", "daemon", "--config", str(cfg)],
+        cwd=str(tree),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        preexec_fn=preexec,
+    )
     result: dict[str, Any] = {"tree": str(tree), "limits": limits, "attackers": attackers}
     try:
         wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"nodehealth_rounds_total 1.0" in b, timeout=30)
@@ -284,9 +290,15 @@ def measure(tree: Path, runs: int, attackers: int) -> dict[str, Any]:
         sampler_stop.set()
         sampler.join(5)
         attack.stop()
-        result.update(tasks_attacked_max=most[0], scrapes_ok_s=scrapes["ok"], scrapes_failed=len(scrapes["failed"]),
-                      cut=len(attack.held_s), held_s=attack.held_s, refused=attack.refused,
-                      alive=proc.poll() is None)
+        result.update(
+            tasks_attacked_max=most[0],
+            scrapes_ok_s=scrapes["ok"],
+            scrapes_failed=len(scrapes["failed"]),
+            cut=len(attack.held_s),
+            held_s=attack.held_s,
+            refused=attack.refused,
+            alive=proc.poll() is None,
+        )
     finally:
         if proc.poll() is None:
             proc.terminate()

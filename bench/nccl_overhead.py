@@ -54,12 +54,22 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="nccl-bench-"))
     settings = {"all_reduce_perf": str(FAKE), "gpus": 8, "gpu_model": "NVIDIA A100-SXM4-80GB", "env": fake_env}
-    cfgs = {mode: resolve({"paths": {"state_dir": str(tmp / "state")}, "gpu": {"expected_count": 8},
-                           "checks": {"nccl_selftest": {**settings, "modes": list(modes)}}}, "<bench>")
-            for mode, modes in (("nvlink", ("nvlink",)), ("both", ("nvlink", "ib_loopback")))}
+    cfgs = {
+        mode: resolve(
+            {
+                "paths": {"state_dir": str(tmp / "state")},
+                "gpu": {"expected_count": 8},
+                "checks": {"nccl_selftest": {**settings, "modes": list(modes)}},
+            },
+            "<bench>",
+        )
+        for mode, modes in (("nvlink", ("nvlink",)), ("both", ("nvlink", "ib_loopback")))
+    }
     cfg_file = tmp / "nodehealth.toml"
-    cfg_file.write_text(f'[paths]\nstate_dir = "{tmp}/state"\n[gpu]\nexpected_count = 8\n[checks.nccl_selftest]\n'
-                        + "".join(f'{k} = {v!r}\n'.replace("'", '"') for k, v in settings.items()))
+    cfg_file.write_text(
+        f'[paths]\nstate_dir = "{tmp}/state"\n[gpu]\nexpected_count = 8\n[checks.nccl_selftest]\n'
+        + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in settings.items())
+    )
     env = dict(os.environ)
     from nodehealth.platform.proc import BASE_ENV
 
@@ -69,8 +79,9 @@ def main() -> int:
     def alone() -> float:
         (tmp / "j.json").unlink(missing_ok=True)
         t0 = time.perf_counter()
-        subprocess.run(double, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=runner_env, cwd="/",
-                       check=True)
+        subprocess.run(
+            double, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=runner_env, cwd="/", check=True
+        )
         return time.perf_counter() - t0
 
     def in_process(mode: str) -> float:
@@ -105,17 +116,24 @@ def main() -> int:
     both = statistics.median(times[names[2]]) - 2 * one
     cmd = statistics.median(times[names[4]]) - 2 * one  # the -J probe (-h) and the run: two runner processes
     cmd_less_python = cmd - statistics.median(times[names[3]])
-    lines = [f"Runs: {args.runs}, interleaved; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs.", "",
-             "| case | median | min | max |", "|---|---|---|---|"]
+    lines = [
+        f"Runs: {args.runs}, interleaved; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs.",
+        "",
+        "| case | median | min | max |",
+        "|---|---|---|---|",
+    ]
     for name in names:
         v = times[name]
         lines.append(f"| {name} | {_ms(v)} | {min(v) * 1000:.1f} ms | {max(v) * 1000:.1f} ms |")
-    lines += ["", "| overhead beyond the runner's time | median | goal |", "|---|---|---|",
-              f"| in process (the daemon), nvlink | {nv * 1000:.1f} ms | {GOAL_MS:.0f} ms |",
-              f"| in process, both modes | {both * 1000:.1f} ms | {GOAL_MS:.0f} ms |",
-              f"| the command (2 runner processes: the -J probe, the run), with interpreter start | "
-              f"{cmd * 1000:.1f} ms | |",
-              f"| the command, less `python -c pass` | {cmd_less_python * 1000:.1f} ms | {GOAL_MS:.0f} ms |"]
+    lines += [
+        "",
+        "| overhead beyond the runner's time | median | goal |",
+        "|---|---|---|",
+        f"| in process (the daemon), nvlink | {nv * 1000:.1f} ms | {GOAL_MS:.0f} ms |",
+        f"| in process, both modes | {both * 1000:.1f} ms | {GOAL_MS:.0f} ms |",
+        f"| the command (2 runner processes: the -J probe, the run), with interpreter start | {cmd * 1000:.1f} ms | |",
+        f"| the command, less `python -c pass` | {cmd_less_python * 1000:.1f} ms | {GOAL_MS:.0f} ms |",
+    ]
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).write_text(text)

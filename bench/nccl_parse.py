@@ -75,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         mb = len(text.encode()) / 1e6
         times = _time(fn, text, args.runs)
         med = statistics.median(times)
-        results[name] = {"input_mb": round(mb, 1), "lines": text.count("\n"), "median_s": round(med, 3),
-                         "min_s": round(min(times), 3), "mb_per_s": round(mb / med, 1)}
+        results[name] = {
+            "input_mb": round(mb, 1),
+            "lines": text.count("\n"),
+            "median_s": round(med, 3),
+            "min_s": round(min(times), 3),
+            "mb_per_s": round(mb / med, 1),
+        }
 
     if args.json:
         report = json.dumps(results, indent=2) + "\n"
@@ -90,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name, r in results.items():
             ok = "met" if r["mb_per_s"] >= GOAL_MB_S else "NOT met"
-            lines.append(f"| `{name}` | {r['input_mb']} MB | {r['lines']:,} | {r['median_s']} s | "
-                         f"**{r['mb_per_s']}** | {GOAL_MB_S:g} MB/s ({ok}) |")
+            lines.append(
+                f"| `{name}` | {r['input_mb']} MB | {r['lines']:,} | {r['median_s']} s | "
+                f"**{r['mb_per_s']}** | {GOAL_MB_S:g} MB/s ({ok}) |"
+            )
         report = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(report, encoding="utf-8")

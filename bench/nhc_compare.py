@@ -79,8 +79,18 @@ def main() -> int:
         incdir = nhc.parent / "scripts" if (nhc.parent / "scripts").is_dir() else Path("/etc/nhc/scripts")
         helpers = nhc.parent / "helpers" if (nhc.parent / "helpers").is_dir() else Path("/usr/libexec/nhc")
         nhc_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NHC_RM": "none"}
-        nhc_base = [str(nhc), "-D", str(tmp / "nhc"), "-c", str(tmp / "nhc" / "nhc.conf"), "-l", "/dev/null",
-                    f"INCDIR={incdir}", f"HELPERDIR={helpers}", "MARK_OFFLINE=0"]
+        nhc_base = [
+            str(nhc),
+            "-D",
+            str(tmp / "nhc"),
+            "-c",
+            str(tmp / "nhc" / "nhc.conf"),
+            "-l",
+            "/dev/null",
+            f"INCDIR={incdir}",
+            f"HELPERDIR={helpers}",
+            "MARK_OFFLINE=0",
+        ]
 
         # nodehealth: a daemon with simulated GPUs keeps the verdict fresh.
         state, cold_state = tmp / "state", tmp / "cold-state"
@@ -88,23 +98,30 @@ def main() -> int:
         cold_state.mkdir()
         kmsg = tmp / "kmsg"
         kmsg.write_text("")
-        common = (f'[nvml]\nsimulate = "{ROOT / "examples/scenarios/healthy-8x-h100.toml"}"\n'
-                  f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
-                  '[checks.host_infiniband]\nenabled = false\n')
+        common = (
+            f'[nvml]\nsimulate = "{ROOT / "examples/scenarios/healthy-8x-h100.toml"}"\n'
+            f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
+            "[checks.host_infiniband]\nenabled = false\n"
+        )
         warm = tmp / "fast.toml"
-        warm.write_text(f'[paths]\nstate_dir = "{state}"\n' + common +
-                        f'[daemon]\nlisten = "127.0.0.1:{free_port()}"\ninterval_s = 30\nslurm_actions = false\n')
+        warm.write_text(
+            f'[paths]\nstate_dir = "{state}"\n'
+            + common
+            + f'[daemon]\nlisten = "127.0.0.1:{free_port()}"\ninterval_s = 30\nslurm_actions = false\n'
+        )
         cold = tmp / "cold.toml"
         cold.write_text(f'[paths]\nstate_dir = "{cold_state}"\n' + common)
-        daemon = subprocess.Popen([str(BIN / "nodehealth"), "daemon", "--config", str(warm)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            [str(BIN / "nodehealth"), "daemon", "--config", str(warm)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while not (state / "daemon-state.json").exists():
             if time.monotonic() > deadline:
                 raise SystemExit("the daemon wrote no state within 30 s")
             time.sleep(0.1)
-        job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1",
-               "SLURMD_NODENAME": "gpu001"}
+        job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1", "SLURMD_NODENAME": "gpu001"}
         prolog = [str(BIN / "nodehealth-prolog")]
         cases = {
             "python -c pass": ([sys.executable, "-c", "pass"], {}),
@@ -131,9 +148,11 @@ def main() -> int:
     for name, values in times.items():
         print(f"| {name} | {med[name]:.1f} ms | {min(values) * 1000:.1f} ms | {max(values) * 1000:.1f} ms |")
     fast = med["nodehealth-prolog, fast path"]
-    print(f"\nfast path / NHC (-t 0): {fast / med['NHC 11 checks, -t 0']:.2f}x; "
-          f"fast path / NHC (default watchdog): {fast / med['NHC 11 checks, default watchdog']:.2f}x; "
-          f"fast path - python start-up: {fast - med['python -c pass']:.1f} ms")
+    print(
+        f"\nfast path / NHC (-t 0): {fast / med['NHC 11 checks, -t 0']:.2f}x; "
+        f"fast path / NHC (default watchdog): {fast / med['NHC 11 checks, default watchdog']:.2f}x; "
+        f"fast path - python start-up: {fast - med['python -c pass']:.1f} ms"
+    )
     return 0
 
 

@@ -46,8 +46,13 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
 
 def calls_per_gpu(argv: list[str], env: dict[str, str], log: Path) -> tuple[dict[int, int], collections.Counter]:
     log.unlink(missing_ok=True)
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-                   env=dict(env, **{driver.LOG_ENV: str(log)}))
+    subprocess.run(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+        env=dict(env, **{driver.LOG_ENV: str(log)}),
+    )
     per_gpu: dict[int, int] = collections.Counter()
     by_fn: collections.Counter = collections.Counter()
     for call in driver.read_log(str(log)):
@@ -69,19 +74,27 @@ def main() -> int:
         (t / "call2.toml").write_text("[nvml]\ncall_timeout_s = 2.0\n")
         (t / "budget2.toml").write_text("".join(f"[checks.{n}]\ntimeout_s = 2.0\n" for n in GPU_CHECKS))
         slow = t / "slow.toml"
-        slow.write_text((SCEN / "healthy-8x-h100.toml").read_text().replace(
-            "cuda_driver_version = 12080", "cuda_driver_version = 12080\ncall_delay_ms = 10", 1))
+        slow.write_text(
+            (SCEN / "healthy-8x-h100.toml")
+            .read_text()
+            .replace("cuda_driver_version = 12080", "cuda_driver_version = 12080\ncall_delay_ms = 10", 1)
+        )
         check = [*NODEHEALTH, "check", "--phase", "prolog", "--format", "json"]
         cases = {
             "python -c pass": ([sys.executable, "-c", "pass"], 0),
             "check --phase prolog, healthy 8x H100": (
-                [*check, "--config", str(t / "empty.toml"), "--simulate", str(SCEN / "healthy-8x-h100.toml")], 0),
-            "same, driver at 10 ms per call": (
-                [*check, "--config", str(t / "empty.toml"), "--simulate", str(slow)], 0),
+                [*check, "--config", str(t / "empty.toml"), "--simulate", str(SCEN / "healthy-8x-h100.toml")],
+                0,
+            ),
+            "same, driver at 10 ms per call": ([*check, "--config", str(t / "empty.toml"), "--simulate", str(slow)], 0),
             "hung call on GPU 4, call_timeout_s = 2": (
-                [*check, "--config", str(t / "call2.toml"), "--simulate", str(SCEN / "hung-nvml-call.toml")], 1),
+                [*check, "--config", str(t / "call2.toml"), "--simulate", str(SCEN / "hung-nvml-call.toml")],
+                1,
+            ),
             "hung call on GPU 4, GPU checks' timeout_s = 2": (
-                [*check, "--config", str(t / "budget2.toml"), "--simulate", str(SCEN / "hung-nvml-call.toml")], -1),
+                [*check, "--config", str(t / "budget2.toml"), "--simulate", str(SCEN / "hung-nvml-call.toml")],
+                -1,
+            ),
         }
         per_gpu, by_fn = calls_per_gpu(cases["check --phase prolog, healthy 8x H100"][0], env, t / "calls.log")
         times: dict[str, list[float]] = {name: [] for name in cases}
@@ -108,11 +121,17 @@ def main() -> int:
         "|---|---|---|---|---|",
     ]
     for name, values in times.items():
-        lines.append(f"| {name} | {statistics.median(values) * 1000:.0f} ms | {min(values) * 1000:.0f} ms "
-                     f"| {max(values) * 1000:.0f} ms | {verdicts.get(name, '')} |")
+        lines.append(
+            f"| {name} | {statistics.median(values) * 1000:.0f} ms | {min(values) * 1000:.0f} ms "
+            f"| {max(values) * 1000:.0f} ms | {verdicts.get(name, '')} |"
+        )
     counts = sorted(per_gpu.values())
-    lines += ["", f"NVML calls per GPU (healthy 8x H100, driver 570): {counts[0]}..{counts[-1]} "
-              f"(max {max(counts)}), by function over all GPUs:", ""]
+    lines += [
+        "",
+        f"NVML calls per GPU (healthy 8x H100, driver 570): {counts[0]}..{counts[-1]} "
+        f"(max {max(counts)}), by function over all GPUs:",
+        "",
+    ]
     lines += [f"- `{fn}`: {n}" for fn, n in sorted(by_fn.items(), key=lambda kv: (-kv[1], kv[0]))]
     text = "\n".join(lines) + "\n"
     if args.out:

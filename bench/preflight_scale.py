@@ -32,8 +32,9 @@ def worker(shared: str, timeout: float, ops_file: str) -> int:
         return preflight(None, rank, opts, os.environ, out=out)
 
 
-def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
-        skip: Optional[int] = None) -> dict[str, Any]:
+def run(
+    n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None, skip: Optional[int] = None
+) -> dict[str, Any]:
     """Start ``n`` ranks (``skip``: never started; ``kill``: SIGKILLed once its report is written)."""
     ops_dir = tempfile.mkdtemp(prefix="nh-pf-ops.")
     nodes = f"node[{0:04d}-{n - 1:04d}]" if n > 1 else "node0000"
@@ -41,12 +42,23 @@ def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
     t0 = time.monotonic()
 
     def start(r: int) -> None:
-        env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS=str(n), SLURM_NODEID=str(r),
-                   SLURMD_NODENAME=f"node{r:04d}", SLURM_JOB_ID="4242", SLURM_STEP_ID="0",
-                   SLURM_JOB_NODELIST=nodes, SLURM_NNODES=str(n))
-        procs[r] = subprocess.Popen([sys.executable, __file__, "--worker", shared, str(timeout),
-                                     os.path.join(ops_dir, f"{r}.json")], env=env,
-                                    stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True)
+        env = dict(
+            os.environ,
+            SLURM_PROCID=str(r),
+            SLURM_NTASKS=str(n),
+            SLURM_NODEID=str(r),
+            SLURMD_NODENAME=f"node{r:04d}",
+            SLURM_JOB_ID="4242",
+            SLURM_STEP_ID="0",
+            SLURM_JOB_NODELIST=nodes,
+            SLURM_NNODES=str(n),
+        )
+        procs[r] = subprocess.Popen(
+            [sys.executable, __file__, "--worker", shared, str(timeout), os.path.join(ops_dir, f"{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
+            text=True,
+        )
 
     # The killed rank must die between its report and what it saw of its peers: its next peer in
     # the ring starts only after the kill, so the killed rank cannot have finished first.
@@ -71,11 +83,17 @@ def run(n: int, shared: str, timeout: float = 10.0, kill: Optional[int] = None,
         ops[doc["rank"]] = doc
     shutil.rmtree(ops_dir, ignore_errors=True)
     others = [d for r, d in ops.items() if r != 0]
-    return {"ranks": n, "wall_s": round(wall, 3), "codes": codes, "report": report,
-            "left": sorted(os.listdir(shared)),
-            "rank0_ops": ops.get(0), "other_ops_max": max((d["total"] - d["polls"] for d in others), default=0),
-            "other_polls_max": max((d["polls"] for d in others), default=0),
-            "other_ops_total_max": max((d["total"] for d in others), default=0)}
+    return {
+        "ranks": n,
+        "wall_s": round(wall, 3),
+        "codes": codes,
+        "report": report,
+        "left": sorted(os.listdir(shared)),
+        "rank0_ops": ops.get(0),
+        "other_ops_max": max((d["total"] - d["polls"] for d in others), default=0),
+        "other_polls_max": max((d["polls"] for d in others), default=0),
+        "other_ops_total_max": max((d["total"] for d in others), default=0),
+    }
 
 
 def _report_written(shared: str, rank: int) -> bool:
@@ -103,8 +121,11 @@ def main() -> int:
         shared = args.dir or tempfile.mkdtemp(prefix="nh-pf-shared.")
         res = run(n, shared, args.timeout)
         r0 = res["rank0_ops"] or {}
-        print(f"| {n} | {res['wall_s']:.2f} | {r0.get('total')} ({r0.get('polls')}) | {res['other_ops_max']} | "
-              f"{res['other_polls_max']} | {len(res['left'])} |", flush=True)
+        print(
+            f"| {n} | {res['wall_s']:.2f} | {r0.get('total')} ({r0.get('polls')}) | {res['other_ops_max']} | "
+            f"{res['other_polls_max']} | {len(res['left'])} |",
+            flush=True,
+        )
         if not args.dir:
             shutil.rmtree(shared, ignore_errors=True)
     return 0

@@ -50,12 +50,23 @@ def write_config(d: Path, scenario: str, budget: float, slurm_timeout: float) ->
     from nodehealth.registry import CHECKS
 
     conf = d / "slurm.conf"
-    conf.write_text(f"ClusterName=bench\nSlurmctldHost=bench(127.0.0.1)\nSlurmctldPort={free_port()}\n"
-                    "AuthType=auth/none\nNodeName=bench NodeAddr=127.0.0.1 CPUs=1\n"
-                    "PartitionName=p Nodes=ALL Default=YES\n")
-    lines = ['node_name = "bench"', "[phases.prolog]", f"budget_s = {budget}",
-             "[nvml]", f'simulate = "{SCENARIOS / scenario}"', "[paths]", f'state_dir = "{d / "state"}"',
-             "[slurm]", f"timeout_s = {slurm_timeout}", f'conf = "{conf}"']
+    conf.write_text(
+        f"ClusterName=bench\nSlurmctldHost=bench(127.0.0.1)\nSlurmctldPort={free_port()}\n"
+        "AuthType=auth/none\nNodeName=bench NodeAddr=127.0.0.1 CPUs=1\n"
+        "PartitionName=p Nodes=ALL Default=YES\n"
+    )
+    lines = [
+        'node_name = "bench"',
+        "[phases.prolog]",
+        f"budget_s = {budget}",
+        "[nvml]",
+        f'simulate = "{SCENARIOS / scenario}"',
+        "[paths]",
+        f'state_dir = "{d / "state"}"',
+        "[slurm]",
+        f"timeout_s = {slurm_timeout}",
+        f'conf = "{conf}"',
+    ]
     for spec in CHECKS:
         lines += [f"[checks.{spec.name}]", f"timeout_s = {min(budget, 10.0)}"]
     cfg = d / f"{scenario}.nodehealth.toml"
@@ -74,8 +85,10 @@ def write_daemon_state(cfg: Path) -> None:
     c = load(str(cfg))
     report = runner.run(c, phase="daemon", node="bench").to_json()
     boot = layout.read_boot_id(c.paths.procfs_root) or "unknown"
-    write_atomic(daemon_state.path_in(c.paths.state_dir),
-                 daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1))
+    write_atomic(
+        daemon_state.path_in(c.paths.state_dir),
+        daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1),
+    )
 
 
 def bare(runs: int) -> list[float]:
@@ -89,8 +102,10 @@ def bare(runs: int) -> list[float]:
 
 def line(name: str, times: list[float], codes: set[int], extra: str = "") -> str:
     times = sorted(times)
-    return (f"{name}: runs={len(times)} median={statistics.median(times) * 1000:.1f} ms "
-            f"min={times[0] * 1000:.1f} ms max={times[-1] * 1000:.1f} ms exit codes={sorted(codes)}{extra}")
+    return (
+        f"{name}: runs={len(times)} median={statistics.median(times) * 1000:.1f} ms "
+        f"min={times[0] * 1000:.1f} ms max={times[-1] * 1000:.1f} ms exit codes={sorted(codes)}{extra}"
+    )
 
 
 def side_by_side(d: Path, runs: int) -> None:
@@ -116,24 +131,44 @@ def side_by_side(d: Path, runs: int) -> None:
     base = bare(runs)
     floor = statistics.median(base)
     print(line("python -c pass (bare start-up)", base, {0}))
-    print(line("healthy node, fast path (daemon verdict)", fast_t, fast_c,
-               f" (+{(statistics.median(fast_t) - floor) * 1000:.1f} ms over bare start-up)"))
-    print(line("healthy node, cold path", cold_t, cold_c,
-               f" (+{(statistics.median(cold_t) - floor) * 1000:.1f} ms over bare start-up)"))
+    print(
+        line(
+            "healthy node, fast path (daemon verdict)",
+            fast_t,
+            fast_c,
+            f" (+{(statistics.median(fast_t) - floor) * 1000:.1f} ms over bare start-up)",
+        )
+    )
+    print(
+        line(
+            "healthy node, cold path",
+            cold_t,
+            cold_c,
+            f" (+{(statistics.median(cold_t) - floor) * 1000:.1f} ms over bare start-up)",
+        )
+    )
 
 
 def importtime(d: Path) -> None:
     cfg = write_config(d, "healthy.toml", 20.0, 3.0)
     write_daemon_state(cfg)
-    env = {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1",
-           "SLURM_JOB_GPUS": "0,1"}
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c",
-                          "from nodehealth.faces import prolog; raise SystemExit(prolog.main())"],
-                         env=env, capture_output=True, text=True)
+    env = {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            "from nodehealth.faces import prolog; raise SystemExit(prolog.main())",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     rows = []
     for text in res.stderr.splitlines():
         if text.startswith("import time:") and "|" in text and "cumulative" not in text:
-            self_us, cum_us, name = (x.strip() for x in text[len("import time:"):].split("|"))
+            self_us, cum_us, name = (x.strip() for x in text[len("import time:") :].split("|"))
             rows.append((int(cum_us), int(self_us), name))
     print(f"fast-path prolog exit code {res.returncode}; {len(rows)} modules imported; slowest (cumulative us):")
     for cum, own, name in sorted(rows, reverse=True)[:15]:
@@ -141,12 +176,26 @@ def importtime(d: Path) -> None:
 
 
 def run_once(cfg: Path, conf: Path, job: int) -> tuple[float, int]:
-    env = {"NODEHEALTH_CONFIG": str(cfg), "SLURM_CONF": str(conf), "SLURMD_NODENAME": "bench",
-           "SLURM_JOB_ID": str(job), "SLURM_JOB_USER": "bench", "SLURM_JOB_UID": "1000",
-           "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    env = {
+        "NODEHEALTH_CONFIG": str(cfg),
+        "SLURM_CONF": str(conf),
+        "SLURMD_NODENAME": "bench",
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_USER": "bench",
+        "SLURM_JOB_UID": "1000",
+        "SLURM_JOB_GPUS": "0,1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+    }
     t0 = time.perf_counter()
-    res = subprocess.run([str(PROLOG)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, timeout=120)
+    res = subprocess.run(
+        [str(PROLOG)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
     return time.perf_counter() - t0, res.returncode
 
 
@@ -158,9 +207,11 @@ def case(name: str, d: Path, scenario: str, budget: float, slurm_timeout: float,
         times.append(dt)
         codes.add(rc)
     times.sort()
-    print(f"{name}: runs={runs} median={statistics.median(times) * 1000:.0f} ms "
-          f"min={times[0] * 1000:.0f} ms max={times[-1] * 1000:.0f} ms exit codes={sorted(codes)}"
-          + (f" (budget {budget:g} s, scontrol deadline {slurm_timeout:g} s)" if "unreachable" in name else ""))
+    print(
+        f"{name}: runs={runs} median={statistics.median(times) * 1000:.0f} ms "
+        f"min={times[0] * 1000:.0f} ms max={times[-1] * 1000:.0f} ms exit codes={sorted(codes)}"
+        + (f" (budget {budget:g} s, scontrol deadline {slurm_timeout:g} s)" if "unreachable" in name else "")
+    )
 
 
 def main() -> int:

@@ -51,8 +51,11 @@ def watch(c: Cluster, job_id: str, seconds: float, until: Callable[[dict[str, st
         state = job(c, job_id)
         key = tuple(state[k] for k in ("JobState", "Reason", "Priority", "NodeList"))
         if key != last:
-            print(f"  +{time.monotonic() - start:6.1f} s  job {job_id}: "
-                  + " ".join(f"{k}={v}" for k, v in state.items()), flush=True)
+            print(
+                f"  +{time.monotonic() - start:6.1f} s  job {job_id}: "
+                + " ".join(f"{k}={v}" for k, v in state.items()),
+                flush=True,
+            )
             last = key
         if until(state):
             break
@@ -61,8 +64,11 @@ def watch(c: Cluster, job_id: str, seconds: float, until: Callable[[dict[str, st
 
 
 def submit(c: Cluster) -> str:
-    return c.run("/usr/bin/sbatch", "--parsable", "-N1", "-o", f"{c.root}/out/%j.out",
-                 "--wrap", "hostname").stdout.strip().split(";")[0]
+    return (
+        c.run("/usr/bin/sbatch", "--parsable", "-N1", "-o", f"{c.root}/out/%j.out", "--wrap", "hostname")
+        .stdout.strip()
+        .split(";")[0]
+    )
 
 
 def prolog(root: Path) -> None:
@@ -80,16 +86,25 @@ def prolog(root: Path) -> None:
         for call in c.calls():
             if call["face"] == "prolog":
                 print("   ", call["line"])
-        conf = c.conf.read_text().replace(f"SchedulerParameters={c.sched_params}",
-                                          f"SchedulerParameters={c.sched_params},nohold_on_prolog_fail")
+        conf = c.conf.read_text().replace(
+            f"SchedulerParameters={c.sched_params}", f"SchedulerParameters={c.sched_params},nohold_on_prolog_fail"
+        )
         c.conf.write_text(conf)
         print("scontrol reconfigure ->", c.run(SCONTROL, "reconfigure").returncode)
         time.sleep(3)
-        print(" ", next(line.strip() for line in c.run(SCONTROL, "show", "config").stdout.splitlines()
-                        if line.startswith("SchedulerParameters")))
+        print(
+            " ",
+            next(
+                line.strip()
+                for line in c.run(SCONTROL, "show", "config").stdout.splitlines()
+                if line.startswith("SchedulerParameters")
+            ),
+        )
         # A person resumes n1 while its fault is still there: the next job lands on it again.
-        print("scontrol update nodename=n1 state=resume ->",
-              c.run(SCONTROL, "update", "nodename=n1", "state=resume").returncode)
+        print(
+            "scontrol update nodename=n1 state=resume ->",
+            c.run(SCONTROL, "update", "nodename=n1", "state=resume").returncode,
+        )
         wait_for(lambda: c.states().get("n1") == "IDLE", 30, "n1 idle")
         second = submit(c)
         watch(c, second, 200, lambda s: s["JobState"] in ("COMPLETED", "FAILED", "CANCELLED"))
@@ -114,10 +129,11 @@ def healthcheck(root: Path) -> None:
     # Quick at slurmd's start (it runs before registration), then 90 s long once the flag exists.
     (root / "bin" / "nodehealth-healthcheck").write_text(
         "#!/bin/sh\n"
-        f"echo \"$(/bin/date +%s.%N) start $$\" >> {log}\n"
+        f'echo "$(/bin/date +%s.%N) start $$" >> {log}\n'
         f"trap 'echo \"$(/bin/date +%s.%N) got SIGTERM $$\" >> {log}; exit 143' TERM\n"
         f"if [ -e {flag} ]; then /bin/sleep 90 & wait $!; fi\n"
-        f"echo \"$(/bin/date +%s.%N) end $$\" >> {log}\n")
+        f'echo "$(/bin/date +%s.%N) end $$" >> {log}\n'
+    )
     c._write = lambda: None  # type: ignore[method-assign]  # keep the program written above
     c.start()
     try:

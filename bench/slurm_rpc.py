@@ -80,8 +80,11 @@ def kind(call: dict[str, Any]) -> str:
 
 
 def rpc_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))
-            if after.get(k, 0) - before.get(k, 0)}
+    return {
+        k: after.get(k, 0) - before.get(k, 0)
+        for k in sorted(set(before) | set(after))
+        if after.get(k, 0) - before.get(k, 0)
+    }
 
 
 class Window:
@@ -128,9 +131,15 @@ class Window:
         return sum(2 if kind(c).startswith(("show", "sinfo")) else 1 for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "seconds": round(self.seconds, 1), "rpcs": self.rpcs, "sdiag": self.sdiag,
-                "jobs": len(self.jobs),
-                "calls": [c["line"] for c in self.calls], "notes": self.notes}
+        return {
+            "name": self.name,
+            "seconds": round(self.seconds, 1),
+            "rpcs": self.rpcs,
+            "sdiag": self.sdiag,
+            "jobs": len(self.jobs),
+            "calls": [c["line"] for c in self.calls],
+            "notes": self.notes,
+        }
 
 
 def spread_jobs(c: Cluster, w: Window, jobs: int, seconds: float) -> None:
@@ -157,8 +166,11 @@ def run_mode(root: Path, args: argparse.Namespace, daemons: bool) -> dict[str, A
         warm = Window(c, "warm-up").begin()
         wait_for(lambda: all(c.nh_state(n).get("slurm_node") for n in c.names), 120, "every node's cached view")
         if daemons:
-            wait_for(lambda: all((c.state_dir(n) / "daemon-state.json").exists() for n in c.names), 60,
-                     "every daemon's first verdict")
+            wait_for(
+                lambda: all((c.state_dir(n) / "daemon-state.json").exists() for n in c.names),
+                60,
+                "every daemon's first verdict",
+            )
         time.sleep(max(args.hc_interval, 2 * args.daemon_interval) + 2)
         result["windows"].append(warm.end().to_json())
 
@@ -167,8 +179,9 @@ def run_mode(root: Path, args: argparse.Namespace, daemons: bool) -> dict[str, A
         spread_jobs(c, steady, args.jobs, args.minutes * 60)
         steady.end()
         outs = sorted((root / "out").glob("slurm-*.out"))
-        steady.notes.append(f"{len(outs)} job output files, hosts: "
-                            f"{dict(Counter(p.read_text().strip() for p in outs))}")
+        steady.notes.append(
+            f"{len(outs)} job output files, hosts: {dict(Counter(p.read_text().strip() for p in outs))}"
+        )
         result["windows"].append(steady.to_json())
         result["steady"] = summarize_steady(c, steady, args)
 
@@ -178,8 +191,10 @@ def run_mode(root: Path, args: argparse.Namespace, daemons: bool) -> dict[str, A
         c.use_scenario(victim, FIXTURES / args.fault_scenario)
         t_fault = time.time()
         wait_for(lambda: bool(c.nh_state(victim).get("drain")), 300, f"{victim} drained by nodehealth", every=0.1)
-        fault.notes.append(f"drain recorded {time.time() - t_fault:.1f} s after the scenario switch, "
-                           f"by the {c.nh_state(victim)['drain'].get('phase')}")
+        fault.notes.append(
+            f"drain recorded {time.time() - t_fault:.1f} s after the scenario switch, "
+            f"by the {c.nh_state(victim)['drain'].get('phase')}"
+        )
         time.sleep(2 * args.hc_interval + 2)  # the drained node's health checks and rounds go on
         fault.end()
         fault.notes.append(f"Slurm: {c.show(victim)}")
@@ -216,13 +231,22 @@ def measure_scale(root: Path, ghosts: int, calls: int) -> dict[str, Any]:
     c.start()
     out: dict[str, Any] = {"nodes": ghosts + 1, "calls": calls}
     try:
-        cases = {"show node -o n1": [SCONTROL, "show", "node", "-o", "n1"],
-                 "show node -o (all)": [SCONTROL, "show", "node", "-o"],
-                 "update drain": [SCONTROL, "update", "nodename=g1", "state=drain", "reason=nh:bench bench"],
-                 # nodehealth's read of one node: sinfo asks for that node alone (REQUEST_NODE_INFO_SINGLE).
-                 "sinfo -n n1 -O (nodehealth's read)": [SINFO, "-h", "-N", "-n", "n1", "-O",
-                                                        sinfo_format("@nh0123456789abcdef@")],
-                 "sinfo -n n1 -o": [SINFO, "-h", "-N", "-n", "n1", "-o", "%N|%T|%E|%G"]}
+        cases = {
+            "show node -o n1": [SCONTROL, "show", "node", "-o", "n1"],
+            "show node -o (all)": [SCONTROL, "show", "node", "-o"],
+            "update drain": [SCONTROL, "update", "nodename=g1", "state=drain", "reason=nh:bench bench"],
+            # nodehealth's read of one node: sinfo asks for that node alone (REQUEST_NODE_INFO_SINGLE).
+            "sinfo -n n1 -O (nodehealth's read)": [
+                SINFO,
+                "-h",
+                "-N",
+                "-n",
+                "n1",
+                "-O",
+                sinfo_format("@nh0123456789abcdef@"),
+            ],
+            "sinfo -n n1 -o": [SINFO, "-h", "-N", "-n", "n1", "-o", "%N|%T|%E|%G"],
+        }
         for name, argv in cases.items():
             n0, t0 = c.sdiag(), c.sdiag(3)
             walls, own, size = [], [], 0
@@ -241,11 +265,15 @@ def measure_scale(root: Path, ghosts: int, calls: int) -> dict[str, Any]:
                     per_type[t] = {"count": k, "ms_each": round((t1.get(t, 0) - t0.get(t, 0)) / k / 1000, 2)}
             walls.sort()
             own.sort()
-            out[name] = {"wall_ms_median": round(walls[len(walls) // 2] * 1000, 1), "stdout_bytes": size,
-                         "slurmctld_ms_median": round(own[len(own) // 2], 2),
-                         "rpcs": per_type,
-                         "slurmctld_ms_per_call": round(sum(v["count"] * v["ms_each"] for v in per_type.values())
-                                                        / len(walls), 2)}
+            out[name] = {
+                "wall_ms_median": round(walls[len(walls) // 2] * 1000, 1),
+                "stdout_bytes": size,
+                "slurmctld_ms_median": round(own[len(own) // 2], 2),
+                "rpcs": per_type,
+                "slurmctld_ms_per_call": round(
+                    sum(v["count"] * v["ms_each"] for v in per_type.values()) / len(walls), 2
+                ),
+            }
     finally:
         c.stop()
     return out
@@ -268,10 +296,15 @@ def summarize_steady(c: Cluster, w: Window, args: argparse.Namespace) -> dict[st
     rpc_per_call = (w.node_rpcs() / calls) if calls else 2.0
     rpc_h_default = calls_h_default * rpc_per_call
     return {
-        "seconds": round(w.seconds, 1), "jobs": len(w.jobs), "calls": calls, "calls_per_node": per_node,
-        "reconcile_reads": reconcile, "other_calls": other,
+        "seconds": round(w.seconds, 1),
+        "jobs": len(w.jobs),
+        "calls": calls,
+        "calls_per_node": per_node,
+        "reconcile_reads": reconcile,
+        "other_calls": other,
         "calls_per_node_hour": round(calls / n / hours, 2),
-        "node_rpcs": w.node_rpcs(), "node_rpcs_expected": w.rpcs_expected(),
+        "node_rpcs": w.node_rpcs(),
+        "node_rpcs_expected": w.rpcs_expected(),
         "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES),
         "node_rpcs_per_node_hour": round(w.node_rpcs() / n / hours, 2),
         "rpcs_per_call": round(rpc_per_call, 3),
@@ -286,43 +319,63 @@ def summarize_steady(c: Cluster, w: Window, args: argparse.Namespace) -> dict[st
 def summarize_event(w: Window, victim: str) -> dict[str, Any]:
     mine = [c for c in w.calls if c["node"] == victim]
     others = [c for c in w.calls if c["node"] != victim]
-    return {"seconds": round(w.seconds, 1), "calls": len(mine),
-            "kinds": dict(Counter(f"{c['face']}: {kind(c)}" for c in mine)),
-            "rpcs_expected": sum(2 if kind(c).startswith(("show", "sinfo")) else 1 for c in mine),
-            "other_nodes_calls": dict(Counter(f"{c['node']} {c['face']}: {kind(c)}" for c in others)),
-            "node_rpcs": w.node_rpcs(), "node_rpcs_expected": w.rpcs_expected(),
-            "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES)}
+    return {
+        "seconds": round(w.seconds, 1),
+        "calls": len(mine),
+        "kinds": dict(Counter(f"{c['face']}: {kind(c)}" for c in mine)),
+        "rpcs_expected": sum(2 if kind(c).startswith(("show", "sinfo")) else 1 for c in mine),
+        "other_nodes_calls": dict(Counter(f"{c['node']} {c['face']}: {kind(c)}" for c in others)),
+        "node_rpcs": w.node_rpcs(),
+        "node_rpcs_expected": w.rpcs_expected(),
+        "node_rpcs_sdiag": sum(w.sdiag.get(t, 0) for t in NODE_TYPES),
+    }
 
 
 def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [f"# nodehealth's slurmctld cost (bench/slurm_rpc.py), {datetime.date.today().isoformat()}",
-             f"{slurm_version()}, {platform.node()}, {os.cpu_count()} CPUs; {args.nodes} nodes, "
-             f"HealthCheckInterval={args.hc_interval} s, [daemon] interval_s={args.daemon_interval:g} s, "
-             f"[slurm] reconcile_s={args.reconcile_s:g} s, [resume] clean_runs={args.clean_runs}",
-             "calls: the scontrol wrapper's log; node RPCs: " + ", ".join(NODE_TYPES) +
-             " received by slurmctld in the window (its log, DebugFlags=Protocol; sdiag's deltas beside)", ""]
+    lines = [
+        f"# nodehealth's slurmctld cost (bench/slurm_rpc.py), {datetime.date.today().isoformat()}",
+        f"{slurm_version()}, {platform.node()}, {os.cpu_count()} CPUs; {args.nodes} nodes, "
+        f"HealthCheckInterval={args.hc_interval} s, [daemon] interval_s={args.daemon_interval:g} s, "
+        f"[slurm] reconcile_s={args.reconcile_s:g} s, [resume] clean_runs={args.clean_runs}",
+        "calls: the scontrol wrapper's log; node RPCs: "
+        + ", ".join(NODE_TYPES)
+        + " received by slurmctld in the window (its log, DebugFlags=Protocol; sdiag's deltas beside)",
+        "",
+    ]
     for res in results:
         s = res["steady"]
-        lines += [f"## mode: {res['mode']}" + (" (one nodehealth daemon per node)" if res["mode"] == "daemon"
-                                                else " (prolog, epilog, health check; no daemon)"), ""]
-        lines += [f"steady state, {s['seconds']:.0f} s, {s['jobs']} jobs, every node healthy:",
-                  f"  scontrol calls: {s['calls']} ({s['reconcile_reads']} reconciliation reads "
-                  f"of one node, `sinfo -n NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
-                  f"  node RPCs: {s['node_rpcs']} (sdiag: {s['node_rpcs_sdiag']}); the calls account for "
-                  f"{s['node_rpcs_expected']} (2 per read, 1 per update)",
-                  f"  per node per hour at reconcile_s={args.reconcile_s:g}: {s['calls_per_node_hour']} calls, "
-                  f"{s['node_rpcs_per_node_hour']} node RPCs ({s['bench_rpc_per_s_10k']} RPC/s at "
-                  f"{TARGET_NODES:,} nodes)",
-                  f"  reconciliation reads per node per reconcile_s period: {s['reconcile_reads_per_node_period']}",
-                  f"  extrapolated to reconcile_s=3600 (the default): {s['default_calls_per_node_hour']} calls and "
-                  f"{s['default_rpcs_per_node_hour']} RPCs per node per hour -> {s['default_rpc_per_s_10k']} RPC/s "
-                  f"at {TARGET_NODES:,} nodes (goal: <= 1 call per node per hour, <= 10 RPC/s)", ""]
+        lines += [
+            f"## mode: {res['mode']}"
+            + (
+                " (one nodehealth daemon per node)"
+                if res["mode"] == "daemon"
+                else " (prolog, epilog, health check; no daemon)"
+            ),
+            "",
+        ]
+        lines += [
+            f"steady state, {s['seconds']:.0f} s, {s['jobs']} jobs, every node healthy:",
+            f"  scontrol calls: {s['calls']} ({s['reconcile_reads']} reconciliation reads "
+            f"of one node, `sinfo -n NODE`, {s['other_calls']} other); per node: {s['calls_per_node']}",
+            f"  node RPCs: {s['node_rpcs']} (sdiag: {s['node_rpcs_sdiag']}); the calls account for "
+            f"{s['node_rpcs_expected']} (2 per read, 1 per update)",
+            f"  per node per hour at reconcile_s={args.reconcile_s:g}: {s['calls_per_node_hour']} calls, "
+            f"{s['node_rpcs_per_node_hour']} node RPCs ({s['bench_rpc_per_s_10k']} RPC/s at "
+            f"{TARGET_NODES:,} nodes)",
+            f"  reconciliation reads per node per reconcile_s period: {s['reconcile_reads_per_node_period']}",
+            f"  extrapolated to reconcile_s=3600 (the default): {s['default_calls_per_node_hour']} calls and "
+            f"{s['default_rpcs_per_node_hour']} RPCs per node per hour -> {s['default_rpc_per_s_10k']} RPC/s "
+            f"at {TARGET_NODES:,} nodes (goal: <= 1 call per node per hour, <= 10 RPC/s)",
+            "",
+        ]
         for ev in ("fault", "resume"):
             e = res[ev]
-            lines += [f"{ev} on {res['victim']} ({e['seconds']:.0f} s window): {e['calls']} calls "
-                      f"{e['kinds']} = {e['rpcs_expected']} RPCs; all node RPCs in the window: {e['node_rpcs']} "
-                      f"(sdiag: {e['node_rpcs_sdiag']}), other nodes' calls in it: {e['other_nodes_calls'] or 'none'}"
-                      f" = {e['node_rpcs_expected'] - e['rpcs_expected']} RPCs"]
+            lines += [
+                f"{ev} on {res['victim']} ({e['seconds']:.0f} s window): {e['calls']} calls "
+                f"{e['kinds']} = {e['rpcs_expected']} RPCs; all node RPCs in the window: {e['node_rpcs']} "
+                f"(sdiag: {e['node_rpcs_sdiag']}), other nodes' calls in it: {e['other_nodes_calls'] or 'none'}"
+                f" = {e['node_rpcs_expected'] - e['rpcs_expected']} RPCs"
+            ]
         lines.append("")
         for w in res["windows"]:
             lines.append(f"### window {w['name']} ({w['seconds']} s, {w['jobs']} jobs)")
@@ -333,13 +386,20 @@ def report(results: list[dict[str, Any]], sc: Optional[dict[str, Any]], args: ar
             lines.append("")
     if sc:
         lines += [f"## one call's cost with {sc['nodes']:,} nodes declared (1 registered), median of {sc['calls']}", ""]
-        for name in ("show node -o n1", "show node -o (all)", "update drain", "sinfo -n n1 -O (nodehealth's read)",
-                     "sinfo -n n1 -o"):
+        for name in (
+            "show node -o n1",
+            "show node -o (all)",
+            "update drain",
+            "sinfo -n n1 -O (nodehealth's read)",
+            "sinfo -n n1 -o",
+        ):
             v = sc[name]
             cmd = name if name.startswith("sinfo") else f"scontrol {name}"
-            lines.append(f"  {cmd}: wall {v['wall_ms_median']} ms, output {v['stdout_bytes']:,} bytes, "
-                         f"slurmctld median {v['slurmctld_ms_median']} ms, mean {v['slurmctld_ms_per_call']} ms "
-                         f"per call {v['rpcs']}")
+            lines.append(
+                f"  {cmd}: wall {v['wall_ms_median']} ms, output {v['stdout_bytes']:,} bytes, "
+                f"slurmctld median {v['slurmctld_ms_median']} ms, mean {v['slurmctld_ms_per_call']} ms "
+                f"per call {v['rpcs']}"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -361,10 +421,15 @@ def main() -> int:
     ap.add_argument("--reconcile-s", type=float, default=60.0, help="[slurm] reconcile_s (minimum 60)")
     ap.add_argument("--clean-runs", type=int, default=3, help="[resume] clean_runs")
     ap.add_argument("--fault-scenario", default="remap-pending.toml", help="under tests/fixtures/slurm")
-    ap.add_argument("--mode", choices=("daemon", "faces", "both", "scale"), default="both",
-                    help="scale: only the one-call cost with --scale nodes")
-    ap.add_argument("--scale", type=int, default=10_000,
-                    help="also time one call with this many nodes declared (0: skip)")
+    ap.add_argument(
+        "--mode",
+        choices=("daemon", "faces", "both", "scale"),
+        default="both",
+        help="scale: only the one-call cost with --scale nodes",
+    )
+    ap.add_argument(
+        "--scale", type=int, default=10_000, help="also time one call with this many nodes declared (0: skip)"
+    )
     ap.add_argument("--report", default="/tmp/nodehealth-slurm-rpc.txt")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, state dirs)")
     args = ap.parse_args()

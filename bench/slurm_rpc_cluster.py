@@ -36,9 +36,11 @@ SCONTROL = "/usr/bin/scontrol"
 SINFO = "/usr/bin/sinfo"
 FACES = ("nodehealth-prolog", "nodehealth-epilog", "nodehealth-healthcheck")
 RPC_LINE = re.compile(r"^\[(\S+?)\] \S*: received opcode (\w+) from", re.M)
-SDIAG_LINE = re.compile(r"^\s*(REQUEST_\w+|MESSAGE_\w+|RESPONSE_\w+)\s+\(\s*\d+\)\s+count:(\d+)"
-                        r"(?:\s+ave_time:\d+\s+total_time:(\d+))?", re.M)
-
+SDIAG_LINE = re.compile(
+    r"^\s*(REQUEST_\w+|MESSAGE_\w+|RESPONSE_\w+)\s+\(\s*\d+\)\s+count:(\d+)"
+    r"(?:\s+ave_time:\d+\s+total_time:(\d+))?",
+    re.M,
+)
 
 
 def missing() -> Optional[str]:
@@ -58,14 +60,30 @@ class Cluster(MultiNode):
     Prolog, Epilog and HealthCheckProgram, per-node scontrol/sinfo wrappers that log every call, a
     ``nodehealth daemon`` per node in daemon mode, slurmctld logging every RPC."""
 
-    def __init__(self, root: Path, nodes: int, hc_interval: int, daemon_interval: float, reconcile_s: float,
-                 clean_runs: int, daemons: bool, ghosts: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        nodes: int,
+        hc_interval: int,
+        daemon_interval: float,
+        reconcile_s: float,
+        clean_runs: int,
+        daemons: bool,
+        ghosts: int = 0,
+    ) -> None:
         names = [f"n{i}" for i in range(1, nodes + 1)]
         # Declared nodes that never register (g1..gN): a cluster of that size to slurmctld.
-        more = [f"NodeName=g[1-{ghosts}] NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
-                "RealMemory=1000 Gres=gpu:8 State=UNKNOWN"] if ghosts else []
-        super().__init__(names, root=root, node_opts=f"CPUs={os.cpu_count()} RealMemory=1000 Gres=gpu:8",
-                         more_nodes=more)
+        more = (
+            [
+                f"NodeName=g[1-{ghosts}] NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
+                "RealMemory=1000 Gres=gpu:8 State=UNKNOWN"
+            ]
+            if ghosts
+            else []
+        )
+        super().__init__(
+            names, root=root, node_opts=f"CPUs={os.cpu_count()} RealMemory=1000 Gres=gpu:8", more_nodes=more
+        )
         self.names = names
         self.hc_interval, self.daemon_interval, self.reconcile_s = hc_interval, daemon_interval, reconcile_s
         self.clean_runs, self.with_daemons = clean_runs, daemons
@@ -102,19 +120,37 @@ class Cluster(MultiNode):
     def _write_node_config(self, name: str, scenario: Path) -> None:
         nd = self.node_dir(name)
         tmp = nd / ".nodehealth.toml.tmp"
-        tmp.write_text("\n".join([
-            f'node_name = "{name}"',
-            "[phases.prolog]", "budget_s = 10",
-            "[phases.epilog]", "budget_s = 10",
-            "[phases.healthcheck]", "budget_s = 20",
-            "[nvml]", f'simulate = "{scenario}"',
-            "[paths]", f'state_dir = "{nd / "state"}"',
-            "[slurm]", f'scontrol = "{nd / "bin" / "scontrol"}"', "timeout_s = 3", f'conf = "{self.conf}"',
-            f"reconcile_s = {self.reconcile_s:g}",
-            "[resume]", f"clean_runs = {self.clean_runs}",
-            "[daemon]", f"interval_s = {self.daemon_interval:g}", 'listen = ""', "xid_follow = true",
-            "[checks.gpu_xid]", f'kmsg_path = "{nd / "kmsg"}"',
-        ]) + "\n")
+        tmp.write_text(
+            "\n".join(
+                [
+                    f'node_name = "{name}"',
+                    "[phases.prolog]",
+                    "budget_s = 10",
+                    "[phases.epilog]",
+                    "budget_s = 10",
+                    "[phases.healthcheck]",
+                    "budget_s = 20",
+                    "[nvml]",
+                    f'simulate = "{scenario}"',
+                    "[paths]",
+                    f'state_dir = "{nd / "state"}"',
+                    "[slurm]",
+                    f'scontrol = "{nd / "bin" / "scontrol"}"',
+                    "timeout_s = 3",
+                    f'conf = "{self.conf}"',
+                    f"reconcile_s = {self.reconcile_s:g}",
+                    "[resume]",
+                    f"clean_runs = {self.clean_runs}",
+                    "[daemon]",
+                    f"interval_s = {self.daemon_interval:g}",
+                    'listen = ""',
+                    "xid_follow = true",
+                    "[checks.gpu_xid]",
+                    f'kmsg_path = "{nd / "kmsg"}"',
+                ]
+            )
+            + "\n"
+        )
         os.replace(tmp, nd / "nodehealth.toml")
 
     def _script(self, path: Path, text: str) -> str:
@@ -135,25 +171,33 @@ class Cluster(MultiNode):
         # caller is read from the parent's command line (the face or the daemon that ran the command).
         for name in self.names:
             for prog, real, tag in (("scontrol", SCONTROL, ""), ("sinfo", SINFO, "\tsinfo")):
-                self._script(self.node_dir(name) / "bin" / prog, (
-                    "#!/bin/sh\n"
-                    "case \"$(tr '\\0' ' ' < /proc/$PPID/cmdline)\" in\n"
-                    "  *prolog*) face=prolog;; *epilog*) face=epilog;; *healthcheck*) face=healthcheck;;\n"
-                    "  *daemon*) face=daemon;; *) face=?;;\n"
-                    "esac\n"
-                    f"line=\"$(/bin/date +%s.%N)\t{name}\t$face\t$${tag}\"\n"
-                    "for a in \"$@\"; do line=\"$line\t$a\"; done\n"
-                    f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
-                    f"exec {real} \"$@\"\n"))
+                self._script(
+                    self.node_dir(name) / "bin" / prog,
+                    (
+                        "#!/bin/sh\n"
+                        "case \"$(tr '\\0' ' ' < /proc/$PPID/cmdline)\" in\n"
+                        "  *prolog*) face=prolog;; *epilog*) face=epilog;; *healthcheck*) face=healthcheck;;\n"
+                        "  *daemon*) face=daemon;; *) face=?;;\n"
+                        "esac\n"
+                        f'line="$(/bin/date +%s.%N)\t{name}\t$face\t$${tag}"\n'
+                        'for a in "$@"; do line="$line\t$a"; done\n'
+                        f"printf '%s\\n' \"$line\" >> {self.calls_log}\n"
+                        f'exec {real} "$@"\n'
+                    ),
+                )
         faces = {}
         for face in FACES:
             short = face.split("-", 1)[1]
-            faces[short] = self._script(r / "bin" / face, (
-                "#!/bin/sh\n"
-                f"NODEHEALTH_CONFIG={r}/nodes/$SLURMD_NODENAME/nodehealth.toml\n"
-                f"NH_NODE=$SLURMD_NODENAME NH_FACE={short}\n"
-                "export NODEHEALTH_CONFIG NH_NODE NH_FACE\n"
-                f"exec {BIN / face}\n"))
+            faces[short] = self._script(
+                r / "bin" / face,
+                (
+                    "#!/bin/sh\n"
+                    f"NODEHEALTH_CONFIG={r}/nodes/$SLURMD_NODENAME/nodehealth.toml\n"
+                    f"NH_NODE=$SLURMD_NODENAME NH_FACE={short}\n"
+                    "export NODEHEALTH_CONFIG NH_NODE NH_FACE\n"
+                    f"exec {BIN / face}\n"
+                ),
+            )
         gres = ["AutoDetect=off"]
         for name in self.names:
             nd = self.node_dir(name)
@@ -167,11 +211,17 @@ class Cluster(MultiNode):
         (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
         self.extra = [
             # DebugFlags=Protocol: slurmctld logs every RPC it receives, with its time (ms) and type.
-            "SlurmctldDebug=info", "DebugFlags=Protocol", "LogTimeFormat=iso8601_ms", "SlurmdDebug=info",
+            "SlurmctldDebug=info",
+            "DebugFlags=Protocol",
+            "LogTimeFormat=iso8601_ms",
+            "SlurmdDebug=info",
             "GresTypes=gpu",
-            f"Prolog={faces['prolog']}", f"Epilog={faces['epilog']}", "PrologFlags=Alloc",
+            f"Prolog={faces['prolog']}",
+            f"Epilog={faces['epilog']}",
+            "PrologFlags=Alloc",
             "PrologEpilogTimeout=60",
-            f"HealthCheckProgram={faces['healthcheck']}", f"HealthCheckInterval={self.hc_interval}",
+            f"HealthCheckProgram={faces['healthcheck']}",
+            f"HealthCheckInterval={self.hc_interval}",
             "HealthCheckNodeState=ANY",
         ]
 
@@ -183,9 +233,12 @@ class Cluster(MultiNode):
         if self.with_daemons:
             for name in self.names:
                 env = dict(self.env, NH_NODE=name, NH_FACE="daemon")
-                self.procs[f"daemon-{name}"] = spawn(self.root, f"daemon-{name}", [
-                    str(BIN / "nodehealth"), "daemon", "--config", str(self.node_dir(name) / "nodehealth.toml")],
-                    env)
+                self.procs[f"daemon-{name}"] = spawn(
+                    self.root,
+                    f"daemon-{name}",
+                    [str(BIN / "nodehealth"), "daemon", "--config", str(self.node_dir(name) / "nodehealth.toml")],
+                    env,
+                )
         return self
 
     def stop(self) -> None:
@@ -220,8 +273,17 @@ class Cluster(MultiNode):
         return sum(int(m.group(3) or 0) for m in SDIAG_LINE.finditer(out) if m.group(1) != "REQUEST_STATS_INFO")
 
     def sbatch(self, node: str) -> str:
-        res = self.run("/usr/bin/sbatch", "--parsable", "-N1", "-w", node, "-o", f"{self.root}/out/slurm-%j.out",
-                       "--wrap", "hostname")
+        res = self.run(
+            "/usr/bin/sbatch",
+            "--parsable",
+            "-N1",
+            "-w",
+            node,
+            "-o",
+            f"{self.root}/out/slurm-%j.out",
+            "--wrap",
+            "hostname",
+        )
         return res.stdout.strip().split(";")[0]
 
     def ended_jobs(self) -> set[str]:
@@ -264,6 +326,14 @@ class Cluster(MultiNode):
             parts = line.split("\t")
             if len(parts) < 4:
                 continue
-            out.append({"time": float(parts[0]), "node": parts[1], "face": parts[2], "pid": parts[3],
-                        "argv": parts[4:], "line": line})
+            out.append(
+                {
+                    "time": float(parts[0]),
+                    "node": parts[1],
+                    "face": parts[2],
+                    "pid": parts[3],
+                    "argv": parts[4:],
+                    "line": line,
+                }
+            )
         return out

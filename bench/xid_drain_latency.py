@@ -32,8 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from slurm_cluster import SlurmCluster, _free_port, slurm_missing  # noqa: E402
 
 BIN = Path(sys.executable).parent
-LINE = ("NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, "
-        "GPU has fallen off the bus.")
+LINE = "NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
 def main() -> int:
@@ -67,14 +66,27 @@ def measure(tmp: Path, runs: int) -> list[float]:
         kmsg.write_text("")
         port = _free_port()
         cfg = cluster.nh_config
-        cfg.write_text(cfg.read_text() + "\n".join([
-            "[daemon]", f'listen = "127.0.0.1:{port}"', "interval_s = 600", "slurm_actions = true",
-            "xid_follow = true",
-            "[checks.gpu_xid]", f'kmsg_path = "{kmsg}"',
-        ]) + "\n")
+        cfg.write_text(
+            cfg.read_text()
+            + "\n".join(
+                [
+                    "[daemon]",
+                    f'listen = "127.0.0.1:{port}"',
+                    "interval_s = 600",
+                    "slurm_actions = true",
+                    "xid_follow = true",
+                    "[checks.gpu_xid]",
+                    f'kmsg_path = "{kmsg}"',
+                ]
+            )
+            + "\n"
+        )
         cluster.wait_node(lambda n: n["state"] == "idle", what="idle")
-        daemon = subprocess.Popen([str(BIN / "nodehealth"), "daemon", "--config", str(cfg)],
-                                  stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
+        daemon = subprocess.Popen(
+            [str(BIN / "nodehealth"), "daemon", "--config", str(cfg)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / "daemon.log", "w"),
+        )
         time.sleep(3)  # first round and the follower's backlog
         latencies = []
         seq = 1000
@@ -92,8 +104,12 @@ def measure(tmp: Path, runs: int) -> list[float]:
                     raise SystemExit(f"no drain within 10 s: {line}")
                 time.sleep(0.005)
             latencies.append(time.perf_counter() - t0)
-            subprocess.run([str(BIN / "nodehealth"), "xid", "clear", "--config", str(cfg)],
-                           check=True, stdout=subprocess.DEVNULL, env=dict(os.environ))
+            subprocess.run(
+                [str(BIN / "nodehealth"), "xid", "clear", "--config", str(cfg)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=dict(os.environ),
+            )
             cluster.run("/usr/bin/scontrol", "update", f"nodename={cluster.host}", "state=resume")
             cluster.wait_node(lambda n: "DRAIN" not in n["scontrol_state"], what="resumed")
             time.sleep(0.2)

@@ -112,13 +112,17 @@ def main() -> int:
             rows.append((name, path.stat().st_size / 1e6, lines, stats.events, chunk_rate, line_rate))
     ok = all(r[4] >= GOALS[r[0]] for r in rows)
     print("## XID scan throughput (bench/xid_scan.py)\n")
-    print(f"Python {platform.python_version()} on {platform.machine()}, {platform.processor() or 'cpu'}; "
-          f"median of {args.runs} runs; single thread.\n")
+    print(
+        f"Python {platform.python_version()} on {platform.machine()}, {platform.processor() or 'cpu'}; "
+        f"median of {args.runs} runs; single thread.\n"
+    )
     print("| log | size | lines | events | CLI path (1 MiB chunks) | line iteration | goal |")
     print("|---|---|---|---|---|---|---|")
     for name, mb, lines, events, chunk_rate, line_rate in rows:
-        print(f"| {name} | {mb:.1f} MB | {lines:,} | {events:,} | {chunk_rate:.0f} MB/s | {line_rate:.0f} MB/s "
-              f"| >= {GOALS[name]:.0f} MB/s |")
+        print(
+            f"| {name} | {mb:.1f} MB | {lines:,} | {events:,} | {chunk_rate:.0f} MB/s | {line_rate:.0f} MB/s "
+            f"| >= {GOALS[name]:.0f} MB/s |"
+        )
     print(f"\nGoals met: {'yes' if ok else 'NO'}.")
     return 0 if ok else 1
 

@@ -37,8 +37,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: Optional[str] = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: Optional[str] = None,
+    ) -> None:
         from nodehealth.commands.version import describe
 
         print(describe("nodehealth"))
@@ -47,8 +52,12 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nodehealth", description="Health checks for GPU nodes of a Slurm cluster.")
-    parser.add_argument("--version", action=_Version, nargs=0,
-                        help="print the version, commit, nvidia-ml-py and the NVIDIA driver, and exit")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="print the version, commit, nvidia-ml-py and the NVIDIA driver, and exit",
+    )
     parser.set_defaults(root_parser=parser)  # for `completion`, which describes the whole parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:

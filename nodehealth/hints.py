@@ -50,12 +50,12 @@ DETAIL_HINTS = {
     # ECC switched off, pending mode off too: not hardware, a setting; nvidia-smi -e takes
     # effect at the next reset or reboot (nvml.h, nvmlDeviceGetEccMode).
     ("gpu_ecc", "ecc_disabled"): "turn ECC back on: nvidia-smi -i {gpu} -e 1, then reset the GPU "
-                                 "(nvidia-smi -r -i {gpu}) or reboot",
+    "(nvidia-smi -r -i {gpu}) or reboot",
 }
 
 
 def hint(result: CheckResult) -> Optional[str]:
-    """"do: ...; back: ..." for a WARN, UNKNOWN or FAIL result; None for OK and SKIPPED."""
+    """ "do: ...; back: ..." for a WARN, UNKNOWN or FAIL result; None for OK and SKIPPED."""
     if result.status < Status.WARN:
         return None
     gpu = "<gpu>" if result.gpu is None else str(result.gpu)

@@ -110,8 +110,9 @@ def group_messages(messages: Sequence[str]) -> list[str]:
     return [f"GPU {gpu_ranges(groups[text])}: {text}" if per_gpu else text for text, per_gpu in order]
 
 
-def fold(name: str, findings: Sequence[Finding], ok_summary: str,
-         details: Optional[Mapping[str, Any]] = None) -> CheckResult:
+def fold(
+    name: str, findings: Sequence[Finding], ok_summary: str, details: Optional[Mapping[str, Any]] = None
+) -> CheckResult:
     """Fold per-GPU findings into one result: worst status, its first GPU, all messages.
 
     With no findings worse than OK the result is OK with ``ok_summary``.
@@ -163,14 +164,26 @@ class Report:
         results = []
         for c in raw.get("checks", ()):
             gpu = c.get("gpu")
-            results.append(CheckResult(name=str(c["name"]), status=Status[str(c["status"])],
-                                       summary=str(c["summary"]), action=Action(c.get("action", "none")),
-                                       gpu=gpu if isinstance(gpu, int) else None,
-                                       details=dict(c.get("details") or {}),
-                                       duration_s=float(c.get("duration_s", 0.0))))
-        return cls(node=str(raw.get("node", "")), phase=str(raw.get("phase", "daemon")), results=tuple(results),
-                   duration_s=float(raw.get("duration_s", 0.0)), version=str(raw.get("version", "")),
-                   started_at=float(raw.get("started_at", 0.0)), source=str(raw.get("source", "")))
+            results.append(
+                CheckResult(
+                    name=str(c["name"]),
+                    status=Status[str(c["status"])],
+                    summary=str(c["summary"]),
+                    action=Action(c.get("action", "none")),
+                    gpu=gpu if isinstance(gpu, int) else None,
+                    details=dict(c.get("details") or {}),
+                    duration_s=float(c.get("duration_s", 0.0)),
+                )
+            )
+        return cls(
+            node=str(raw.get("node", "")),
+            phase=str(raw.get("phase", "daemon")),
+            results=tuple(results),
+            duration_s=float(raw.get("duration_s", 0.0)),
+            version=str(raw.get("version", "")),
+            started_at=float(raw.get("started_at", 0.0)),
+            source=str(raw.get("source", "")),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -85,28 +85,28 @@ _GPU = ("nvml", "pci_gpus", "slurm_node")
 CHECKS: tuple[CheckSpec, ...] = (
     #         name                   module               needs          phases  default cost
     # The epilog's judgement of the job that just ended (first in its report, as its summary names the job).
-    CheckSpec("job_forensics",       job_forensics,       ("job", "xid"), EPILOG, True, "cheap", uses=("nvml",)),
-    CheckSpec("nvml",                nvml,                _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_count",           gpu_count,           _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_driver",          gpu_driver,          _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_temperature",     gpu_temperature,     _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_ecc",             gpu_ecc,             _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_retired_pages",   gpu_retired_pages,   _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_remapped_rows",   gpu_remapped_rows,   _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_pcie",            gpu_pcie,            _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_nvlink",          gpu_nvlink,          _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_fabric",          gpu_fabric,          _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_persistence",     gpu_persistence,     _GPU,          ALL,    True,   "cheap"),
-    CheckSpec("gpu_processes",       gpu_processes,       _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
-    CheckSpec("gpu_xid",             gpu_xid,             ("xid",),      ALL,    True,   "cheap", uses=("nvml",)),
-    CheckSpec("host_memory",         host_memory,         ("memory",),   ALL,    True,   "cheap"),
-    CheckSpec("host_mounts",         host_mounts,         ("mounts",),   ALL,    True,   "cheap"),
+    CheckSpec("job_forensics", job_forensics, ("job", "xid"), EPILOG, True, "cheap", uses=("nvml",)),
+    CheckSpec("nvml", nvml, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_count", gpu_count, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_driver", gpu_driver, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_temperature", gpu_temperature, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_ecc", gpu_ecc, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_retired_pages", gpu_retired_pages, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_remapped_rows", gpu_remapped_rows, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_pcie", gpu_pcie, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_nvlink", gpu_nvlink, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_fabric", gpu_fabric, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_persistence", gpu_persistence, _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_processes", gpu_processes, _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
+    CheckSpec("gpu_xid", gpu_xid, ("xid",), ALL, True, "cheap", uses=("nvml",)),
+    CheckSpec("host_memory", host_memory, ("memory",), ALL, True, "cheap"),
+    CheckSpec("host_mounts", host_mounts, ("mounts",), ALL, True, "cheap"),
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
-    CheckSpec("host_shared_dir",     host_shared_dir,     ("shared_dirs",), ALL, True,   "cheap"),
-    CheckSpec("host_infiniband",     host_infiniband,     ("infiniband",), ALL,  True,   "cheap"),
+    CheckSpec("host_shared_dir", host_shared_dir, ("shared_dirs",), ALL, True, "cheap"),
+    CheckSpec("host_infiniband", host_infiniband, ("infiniband",), ALL, True, "cheap"),
     # Off by default (seconds, the GPUs busy): enabled = true runs it in the epilog and `nodehealth check`.
-    CheckSpec("nccl_selftest",       nccl_selftest,       ("nccl",),     SELFTEST, False, "slow", uses=("nvml",)),
+    CheckSpec("nccl_selftest", nccl_selftest, ("nccl",), SELFTEST, False, "slow", uses=("nvml",)),
 )
 
 BY_NAME: dict[str, CheckSpec] = {spec.name: spec for spec in CHECKS}
@@ -116,5 +116,4 @@ def select(phase: str, enabled: dict[str, bool], only: tuple[str, ...] = ()) -> 
     """The checks to run in ``phase``: ``only`` if given (any phase), else the enabled ones."""
     if only:
         return tuple(spec for spec in CHECKS if spec.name in only)
-    return tuple(spec for spec in CHECKS
-                 if phase in spec.phases and enabled.get(spec.name, spec.default_enabled))
+    return tuple(spec for spec in CHECKS if phase in spec.phases and enabled.get(spec.name, spec.default_enabled))

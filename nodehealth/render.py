@@ -40,8 +40,7 @@ def verdict_line(report: Report, color: bool = False) -> str:
         first = report.failures[0]
         head = _paint("FAIL", status, color)
         more = f" (+{counts[Status.FAIL] - 1} more)" if counts[Status.FAIL] > 1 else ""
-        return (f"{report.node}: {head}: {first.name}: {first.summary} -> action {first.action.value}"
-                f"{more}; {tail}")
+        return f"{report.node}: {head}: {first.name}: {first.summary} -> action {first.action.value}{more}; {tail}"
     word = status.name  # one word per status, as in JSON: OK, WARN, UNKNOWN (FAIL above)
     extra = []
     for s in (Status.UNKNOWN, Status.WARN, Status.SKIPPED):

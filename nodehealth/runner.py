@@ -55,19 +55,34 @@ class Judged:
     observations: Observations
 
 
-def run(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
-        probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
-        clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time) -> Report:
+def run(
+    config: Config,
+    phase: str = "manual",
+    only: tuple[str, ...] = (),
+    probes: Optional[dict[str, Probe]] = None,
+    node: Optional[str] = None,
+    clock: Callable[[], float] = time.monotonic,
+    wallclock: Callable[[], float] = time.time,
+) -> Report:
     """Run the checks of ``phase`` (or just ``only``) and return the Report."""
     return execute(config, phase, only, probes, node, clock, wallclock).report
 
 
-def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
-            probes: Optional[dict[str, Probe]] = None, node: Optional[str] = None,
-            clock: Callable[[], float] = time.monotonic, wallclock: Callable[[], float] = time.time,
-            environ: Optional[Mapping[str, str]] = None, budget_s: Optional[float] = None,
-            look_only: bool = False, own_budget_s: Optional[float] = None,
-            gpus: Optional[tuple[int, ...]] = None, read_only: bool = False) -> Judged:
+def execute(
+    config: Config,
+    phase: str = "manual",
+    only: tuple[str, ...] = (),
+    probes: Optional[dict[str, Probe]] = None,
+    node: Optional[str] = None,
+    clock: Callable[[], float] = time.monotonic,
+    wallclock: Callable[[], float] = time.time,
+    environ: Optional[Mapping[str, str]] = None,
+    budget_s: Optional[float] = None,
+    look_only: bool = False,
+    own_budget_s: Optional[float] = None,
+    gpus: Optional[tuple[int, ...]] = None,
+    read_only: bool = False,
+) -> Judged:
     """Like ``run``, also returning the observations.
 
     ``environ``: the job's environment (the prolog's and epilog's; the ``job`` probe reads it).
@@ -85,8 +100,9 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     if own_budget_s is not None:
         budget = max(0.0, own_budget_s)
     else:
-        budget = phase_budget(config, phase) if budget_s is None else \
-            max(0.0, min(budget_s, phase_budget(config, phase)))
+        budget = (
+            phase_budget(config, phase) if budget_s is None else max(0.0, min(budget_s, phase_budget(config, phase)))
+        )
     name = node or node_name(config.node_name)
     specs = select(phase, config.enabled(), only)
     needed: dict[str, float] = {}
@@ -99,8 +115,14 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
             used[probe] = max(used.get(probe, 0.0), timeout)
     for probe, timeout in used.items():
         needed.setdefault(probe, timeout)  # a probe only used takes its users' deadline
-    pctx = ProbeContext(config=config, node=name, environ=dict(environ or {}), phase=phase, look_only=look_only,
-                        writes=not (read_only or look_only))
+    pctx = ProbeContext(
+        config=config,
+        node=name,
+        environ=dict(environ or {}),
+        phase=phase,
+        look_only=look_only,
+        writes=not (read_only or look_only),
+    )
     slots = _gather(table, needed, pctx, started, budget, clock)
     obs = Observations(**{n: s.value for n, s in slots.items()})
     if gpus is not None and isinstance(obs.nvml, NvmlSnapshot):
@@ -110,13 +132,26 @@ def execute(config: Config, phase: str = "manual", only: tuple[str, ...] = (),
     for spec in specs:
         ctx = Context(name=spec.name, phase=phase, node=name, expected_gpus=config.gpu.expected_count)
         results.append(_judge(spec, obs, config, ctx, slots, clock))
-    report = Report(node=name, phase=phase, results=tuple(results), duration_s=clock() - started,
-                    version=__version__, started_at=started_wall, source=source.label(config))
+    report = Report(
+        node=name,
+        phase=phase,
+        results=tuple(results),
+        duration_s=clock() - started,
+        version=__version__,
+        started_at=started_wall,
+        source=source.label(config),
+    )
     return Judged(report, obs)
 
 
-def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContext, started: float,
-            budget: float, clock: Callable[[], float]) -> dict[str, _Slot]:
+def _gather(
+    table: dict[str, Probe],
+    needed: dict[str, float],
+    pctx: ProbeContext,
+    started: float,
+    budget: float,
+    clock: Callable[[], float],
+) -> dict[str, _Slot]:
     slots: dict[str, _Slot] = {}
     ordered = sorted(needed, key=lambda n: not table[n].forks)  # forking probes first
     for name in ordered:
@@ -141,9 +176,12 @@ def _gather(table: dict[str, Probe], needed: dict[str, float], pctx: ProbeContex
     for slot in slots.values():
         left = slot.deadline - clock()
         if not slot.done.wait(max(0.0, left)):
-            slot.settle(ProbeError(slot.probe, "timeout",
-                                   f"{slot.probe} probe did not finish within {slot.deadline - started:.1f} s"),
-                        clock() - started)
+            slot.settle(
+                ProbeError(
+                    slot.probe, "timeout", f"{slot.probe} probe did not finish within {slot.deadline - started:.1f} s"
+                ),
+                clock() - started,
+            )
     return slots
 
 
@@ -159,8 +197,14 @@ def _thread(slot: _Slot, fn: Callable[[], Any], clock: Callable[[], float]) -> N
     threading.Thread(target=body, name=f"probe-{slot.probe}", daemon=True).start()
 
 
-def _judge(spec: CheckSpec, obs: Observations, config: Config, ctx: Context, slots: dict[str, _Slot],
-           clock: Callable[[], float]) -> CheckResult:
+def _judge(
+    spec: CheckSpec,
+    obs: Observations,
+    config: Config,
+    ctx: Context,
+    slots: dict[str, _Slot],
+    clock: Callable[[], float],
+) -> CheckResult:
     t0 = clock()
     gathered = max((slots[n].elapsed for n in spec.needs if n in slots), default=0.0)
     try:
@@ -169,5 +213,6 @@ def _judge(spec: CheckSpec, obs: Observations, config: Config, ctx: Context, slo
             raise TypeError(f"evaluate returned {type(res).__name__}, not CheckResult")
     except Exception as exc:  # noqa: BLE001 - a check bug is UNKNOWN, never a crash
         res = CheckResult(spec.name, Status.UNKNOWN, f"check failed: {type(exc).__name__}: {exc}")
-    return CheckResult(res.name, res.status, res.summary, res.action, res.gpu, res.details,
-                       duration_s=gathered + (clock() - t0))
+    return CheckResult(
+        res.name, res.status, res.summary, res.action, res.gpu, res.details, duration_s=gathered + (clock() - t0)
+    )

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write man pages generated from the argument parsers (argparse-manpage): nodehealth(8) and the faces.
 
-  python scripts/gen-man.py OUTDIR
+python scripts/gen-man.py OUTDIR
 """
 
 from __future__ import annotations
@@ -24,10 +24,15 @@ def face_parser(face: str) -> argparse.ArgumentParser:
     """The faces parse their few options by hand (nothing to import on the prolog's path); this is
     the same surface for the page, kept honest by tests/test_man_completion.py."""
     row = BY_NAME[face]
-    p = argparse.ArgumentParser(prog=row.script, description=usage(face)
-                                .split("\n\n", 1)[1].split("\n\n")[0].replace("\n", " "))
-    p.add_argument("--dry-run", action="store_true", help="decide as Slurm's run would and print it; change "
-                   "nothing (no drain, no resume, no state written, no Slurm call)")
+    p = argparse.ArgumentParser(
+        prog=row.script, description=usage(face).split("\n\n", 1)[1].split("\n\n")[0].replace("\n", " ")
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide as Slurm's run would and print it; change "
+        "nothing (no drain, no resume, no state written, no Slurm call)",
+    )
     p.add_argument("--config", metavar="FILE", help="the config file")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -42,9 +47,16 @@ def main() -> int:
     for name, parser in pages.items():
         parser.prog = name
         summary = titles.get(name, "node-health checks for the GPU nodes of a Slurm cluster")
-        page = Manpage(parser, _data={"project_name": "nodehealth", "version": __version__,
-                                      "manual_section": FACE_SECTION, "manual_title": "nodehealth",
-                                      "description": summary})
+        page = Manpage(
+            parser,
+            _data={
+                "project_name": "nodehealth",
+                "version": __version__,
+                "manual_section": FACE_SECTION,
+                "manual_title": "nodehealth",
+                "description": summary,
+            },
+        )
         (out / f"{name}.{FACE_SECTION}").write_text(str(page), encoding="utf-8")
     return 0
 

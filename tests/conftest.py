@@ -50,10 +50,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 @pytest.fixture
 def scenario():
     """Path of a shipped scenario by file stem."""
+
     def _get(name: str) -> str:
         path = SCENARIOS / f"{name}.toml"
         assert path.exists(), path
         return str(path)
+
     return _get
 
 
@@ -121,8 +123,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if measured_timing.cache_info().currsize:
         t = measured_timing()
-        terminalreporter.write_line(f"timing: child start-up {t.startup_s * 1000:.0f} ms, "
-                                    f"fork {t.fork_s * 1000:.1f} ms (margins x{t.scale:.1f})")
+        terminalreporter.write_line(
+            f"timing: child start-up {t.startup_s * 1000:.0f} ms, "
+            f"fork {t.fork_s * 1000:.1f} ms (margins x{t.scale:.1f})"
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -156,8 +160,11 @@ SANDBOX_ROOT, _OWN_SANDBOX = _sandbox_root()
 if _OWN_SANDBOX:  # also when pytest ends without unconfiguring (an internal error, an interrupt)
     atexit.register(shutil.rmtree, SANDBOX_ROOT, ignore_errors=True)
 os.environ[DEFAULT_ROOT_ENV] = SANDBOX_ROOT
-_GUARD_LOG = os.open(os.path.join(SANDBOX_ROOT, f"host-writes.{os.getpid()}.log"),
-                     os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+_GUARD_LOG = os.open(
+    os.path.join(SANDBOX_ROOT, f"host-writes.{os.getpid()}.log"),
+    os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+    0o600,
+)
 GUARDED = tuple(os.environ.get(GUARDED_ENV, ":".join(HOST_STATE_DIRS)).split(":"))
 hostguard.install(GUARDED, _GUARD_LOG)
 
@@ -173,5 +180,7 @@ def _host_state_dir_untouched(request: pytest.FixtureRequest):  # type: ignore[n
     start = os.fstat(_GUARD_LOG).st_size
     yield
     changes, _ = hostguard.taken(_GUARD_LOG, start)
-    assert not changes, (f"{request.node.nodeid} changed the host's state dirs "
-                         f"{', '.join(GUARDED)} (give it a state dir of its own):\n{changes}")
+    assert not changes, (
+        f"{request.node.nodeid} changed the host's state dirs "
+        f"{', '.join(GUARDED)} (give it a state dir of its own):\n{changes}"
+    )

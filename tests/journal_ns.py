@@ -27,15 +27,15 @@ def decode(datagram: bytes) -> dict[str, str]:
             i = nl + 1
         else:
             key = line
-            size = int.from_bytes(datagram[nl + 1:nl + 9], "little")
-            value = datagram[nl + 9:nl + 9 + size]
+            size = int.from_bytes(datagram[nl + 1 : nl + 9], "little")
+            value = datagram[nl + 9 : nl + 9 + size]
             i = nl + 9 + size + 1
         fields[key.decode()] = value.decode("utf-8", "replace")
     return fields
 
 
 def main() -> int:
-    cmd = sys.argv[sys.argv.index("--") + 1:]
+    cmd = sys.argv[sys.argv.index("--") + 1 :]
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)
     over = "/run/systemd" if os.path.isdir("/run/systemd") else "/run"
     subprocess.run(["mount", "-t", "tmpfs", "nodehealth-test", over], check=True)

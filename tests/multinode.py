@@ -20,9 +20,15 @@ from slurm_cluster import _free_port, spawn, stop_process, wait_for
 
 
 class MultiNode:
-    def __init__(self, nodes: Sequence[str], private: Sequence[str] = (), extra: Sequence[str] = (),
-                 root: Union[str, Path, None] = None, node_opts: str = "CPUs=2 RealMemory=1000",
-                 more_nodes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        private: Sequence[str] = (),
+        extra: Sequence[str] = (),
+        root: Union[str, Path, None] = None,
+        node_opts: str = "CPUs=2 RealMemory=1000",
+        more_nodes: Sequence[str] = (),
+    ) -> None:
         """``root``: the cluster's directory (a new one under /tmp by default; munged wants every
         directory above its socket searchable); ``node_opts``: the NodeName lines' resources
         (``Gres=gpu:8``...); ``more_nodes``: NodeName lines of nodes that never register (a
@@ -50,16 +56,34 @@ class MultiNode:
         key = r / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-        lines = ["ClusterName=nhmulti", "SlurmctldHost=vm(127.0.0.1)", f"SlurmctldPort={_free_port()}",
-                 "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/munge.socket",
-                 "CredType=cred/munge", f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
-                 f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-                 f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
-                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-                 "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
-                 "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
-                 "SchedulerParameters=batch_sched_delay=0", "MpiDefault=none", "MailProg=/bin/true",
-                 "ReturnToService=2"]
+        lines = [
+            "ClusterName=nhmulti",
+            "SlurmctldHost=vm(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={r}/munge/munge.socket",
+            "CredType=cred/munge",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid",
+            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=batch_sched_delay=0",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            "ReturnToService=2",
+        ]
         lines += self.extra
         for n in self.nodes:
             lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} {self.node_opts} State=UNKNOWN")
@@ -67,23 +91,43 @@ class MultiNode:
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         lines[1] = f"SlurmctldHost={os.uname().nodename.split('.')[0]}(127.0.0.1)"
         self.conf.write_text("\n".join(lines) + "\n")
-        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={r}/munge/munge.socket",
-                               f"--key-file={key}", f"--pid-file={r}/munge/munged.pid",
-                               f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
+        self._spawn(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "-F",
+                f"--socket={r}/munge/munge.socket",
+                f"--key-file={key}",
+                f"--pid-file={r}/munge/munged.pid",
+                f"--log-file={r}/munge/munged.log",
+                f"--seed-file={r}/munge/munged.seed",
+            ],
+        )
         wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
         wait_for(lambda: self.run("/usr/bin/scontrol", "ping").returncode == 0, 15, "slurmctld up")
         for n in self.nodes:
             if n in self.private:
-                argv = ["/usr/bin/unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-                        f"mount -t tmpfs -o size=1m nh-empty {self.shared} && hostname {n} && "
-                        f"exec /usr/sbin/slurmd -D -N {n}"]
+                argv = [
+                    "/usr/bin/unshare",
+                    "--uts",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    f"mount -t tmpfs -o size=1m nh-empty {self.shared} && hostname {n} && "
+                    f"exec /usr/sbin/slurmd -D -N {n}",
+                ]
             else:
                 argv = ["/usr/bin/unshare", "--uts", "sh", "-c", f"hostname {n} && exec /usr/sbin/slurmd -D -N {n}"]
             self._spawn(f"slurmd-{n}", argv)
         idle = ["idle", str(len(self.nodes))]
-        wait_for(lambda: self.run("/usr/bin/sinfo", "-h", "-n", ",".join(self.nodes), "-o", "%T %D").stdout.split()
-                 == idle, timeout, "all nodes idle")
+        wait_for(
+            lambda: self.run("/usr/bin/sinfo", "-h", "-n", ",".join(self.nodes), "-o", "%T %D").stdout.split() == idle,
+            timeout,
+            "all nodes idle",
+        )
         return self
 
     def run(self, *argv: str, timeout: float = 60, cwd: Optional[str] = None) -> subprocess.CompletedProcess[str]:

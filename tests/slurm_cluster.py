@@ -29,8 +29,14 @@ from typing import Any, Callable, Optional
 import pytest
 
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd"}
-CLIENTS = ("/usr/bin/scontrol", "/usr/bin/sbatch", "/usr/bin/squeue", "/usr/bin/sinfo", "/usr/bin/scancel",
-           "/usr/bin/sdiag")
+CLIENTS = (
+    "/usr/bin/scontrol",
+    "/usr/bin/sbatch",
+    "/usr/bin/squeue",
+    "/usr/bin/sinfo",
+    "/usr/bin/scancel",
+    "/usr/bin/sdiag",
+)
 BIN = Path(sys.executable).parent  # the venv's bin: nodehealth-prolog & co. live next to python
 SCENARIOS = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -67,8 +73,15 @@ class SlurmCluster:
     """One node (this host's short name) with ``ngpus`` fake GPUs, plus optional ghost nodes
     that are declared but never register (for the breaker)."""
 
-    def __init__(self, root: Path, scenario: str = "healthy.toml", ngpus: int = 8, hc_interval: int = 0,
-                 ghosts: int = 0, nodehealth: Optional[dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        scenario: str = "healthy.toml",
+        ngpus: int = 8,
+        hc_interval: int = 0,
+        ghosts: int = 0,
+        nodehealth: Optional[dict[str, Any]] = None,
+    ) -> None:
         self.root = Path(root).resolve()
         self.host = socket.gethostname().split(".")[0]
         self.ngpus, self.hc_interval, self.ghosts = ngpus, hc_interval, ghosts
@@ -107,15 +120,27 @@ class SlurmCluster:
         clean = self.nodehealth.get("clean_runs", 2)
         lines = [
             f'node_name = "{self.host}"',
-            "[phases.prolog]", f"budget_s = {prolog}",
-            "[phases.epilog]", "budget_s = 10",
-            "[phases.healthcheck]", "budget_s = 10",
-            "[nvml]", f'simulate = "{self.scenario_file}"',
-            "[paths]", f'state_dir = "{self.state_dir}"', f'procfs_root = "{self.procfs}"',
+            "[phases.prolog]",
+            f"budget_s = {prolog}",
+            "[phases.epilog]",
+            "budget_s = 10",
+            "[phases.healthcheck]",
+            "budget_s = 10",
+            "[nvml]",
+            f'simulate = "{self.scenario_file}"',
+            "[paths]",
+            f'state_dir = "{self.state_dir}"',
+            f'procfs_root = "{self.procfs}"',
             *([f'persistent_dir = "{self.persistent_dir}"'] if self.split else []),
-            "[slurm]", 'scontrol = "/usr/bin/scontrol"', f"timeout_s = {timeout}", f'conf = "{self.conf}"',
-            "[resume]", f"clean_runs = {clean}",
-            "[drain]", f"max_share = {self.nodehealth.get('max_share', 0.25)}", "breaker_min_drained = 3",
+            "[slurm]",
+            'scontrol = "/usr/bin/scontrol"',
+            f"timeout_s = {timeout}",
+            f'conf = "{self.conf}"',
+            "[resume]",
+            f"clean_runs = {clean}",
+            "[drain]",
+            f"max_share = {self.nodehealth.get('max_share', 0.25)}",
+            "breaker_min_drained = 3",
         ]
         # More [slurm] keys (mode, reboot, another scontrol...), each a TOML value already.
         slurm_keys = self.nodehealth.get("slurm", {})
@@ -142,8 +167,7 @@ class SlurmCluster:
     def _wrapper(self, face: str) -> str:
         path = self.root / "bin" / face
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"#!/bin/sh\nNODEHEALTH_CONFIG={self.nh_config}\nexport NODEHEALTH_CONFIG\n"
-                        f"exec {BIN / face}\n")
+        path.write_text(f"#!/bin/sh\nNODEHEALTH_CONFIG={self.nh_config}\nexport NODEHEALTH_CONFIG\nexec {BIN / face}\n")
         path.chmod(0o755)
         return str(path)
 
@@ -169,30 +193,52 @@ class SlurmCluster:
             f"SlurmctldHost={self.host}(127.0.0.1)",
             f"SlurmctldPort={_free_port()}",
             f"SlurmdPort={_free_port()}",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", f"AuthInfo=socket={r}/munge/munge.socket", "CredType=cred/munge",
-            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd.log",
-            "SlurmctldDebug=debug", "SlurmdDebug=debug2",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "SchedulerType=sched/backfill", "SchedulerParameters=batch_sched_delay=0", "MpiDefault=none",
-            "MailProg=/bin/true", "ReturnToService=2", "GresTypes=gpu",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={r}/munge/munge.socket",
+            "CredType=cred/munge",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid",
+            f"SlurmdPidFile={r}/run/slurmd.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd.log",
+            "SlurmctldDebug=debug",
+            "SlurmdDebug=debug2",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=batch_sched_delay=0",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            "ReturnToService=2",
+            "GresTypes=gpu",
             f"Prolog={self._wrapper('nodehealth-prolog')}",
             f"Epilog={self._wrapper('nodehealth-epilog')}",
             "PrologEpilogTimeout=60",
         ]
         if self.hc_interval:
-            lines += [f"HealthCheckProgram={self._wrapper('nodehealth-healthcheck')}",
-                      f"HealthCheckInterval={self.hc_interval}", "HealthCheckNodeState=ANY"]
+            lines += [
+                f"HealthCheckProgram={self._wrapper('nodehealth-healthcheck')}",
+                f"HealthCheckInterval={self.hc_interval}",
+                "HealthCheckNodeState=ANY",
+            ]
         lines += list(self.nodehealth.get("slurm_conf", ()))  # more slurm.conf lines (RebootProgram=...)
-        lines.append(f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 "
-                     f"Gres=gpu:{self.ngpus} State=UNKNOWN")
+        lines.append(
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 "
+            f"Gres=gpu:{self.ngpus} State=UNKNOWN"
+        )
         if self.ghosts:
-            lines.append(f"NodeName=ghost[1-{self.ghosts}] NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1 "
-                         f"RealMemory=100 Gres=gpu:8 State=UNKNOWN")
+            lines.append(
+                f"NodeName=ghost[1-{self.ghosts}] NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1 "
+                f"RealMemory=100 Gres=gpu:8 State=UNKNOWN"
+            )
             lines.append(f"PartitionName=ghosts Nodes=ghost[1-{self.ghosts}] Default=NO State=UP")
         lines.append(f"PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
@@ -207,15 +253,27 @@ class SlurmCluster:
     def start(self) -> SlurmCluster:
         self._write_config()
         r = self.root
-        self._spawn("munged", ["/usr/sbin/munged", "-F", f"--socket={r}/munge/munge.socket",
-                               f"--key-file={r}/munge/munge.key", f"--pid-file={r}/munge/munged.pid",
-                               f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
+        self._spawn(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "-F",
+                f"--socket={r}/munge/munge.socket",
+                f"--key-file={r}/munge/munge.key",
+                f"--pid-file={r}/munge/munged.pid",
+                f"--log-file={r}/munge/munged.log",
+                f"--seed-file={r}/munge/munged.seed",
+            ],
+        )
         wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
         self.start_slurmctld()
         self._spawn("slurmd", ["/usr/sbin/slurmd", "-D"])
         # Registered: idle, or drained already by a health check that ran before registration.
-        wait_for(lambda: self.node()["state"] not in ("", "unknown", "down", "idle*", "unknown*", "down*"),
-                 30, "node registered")
+        wait_for(
+            lambda: self.node()["state"] not in ("", "unknown", "down", "idle*", "unknown*", "down*"),
+            30,
+            "node registered",
+        )
         return self
 
     def start_slurmctld(self) -> None:
@@ -231,8 +289,7 @@ class SlurmCluster:
         if "slurmctld" in self.procs:
             self.run("/usr/bin/scancel", "--user=root", check=False)
             end = time.monotonic() + 15  # else slurmstepd and job processes are orphaned
-            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i",
-                                                      check=False).stdout.strip():
+            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i", check=False).stdout.strip():
                 time.sleep(0.1)
         for name in ("slurmd", "slurmctld", "munged"):
             self.stop_daemon(name)
@@ -240,8 +297,7 @@ class SlurmCluster:
     # -------------------------------------------------------------- helpers
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check,
-                              timeout=timeout)
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
 
     def node(self, name: Optional[str] = None) -> dict[str, str]:
         """State (sinfo's long word), reason text and the raw scontrol line of one node.
@@ -253,9 +309,12 @@ class SlurmCluster:
         state = re.search(r"\bState=(\S+)", line)
         reason = re.search(r" Reason=(.*?)(?: \[[^\]]*\])?$", line)
         sinfo = self.run("/usr/bin/sinfo", "-h", "-N", "-n", name or self.host, "-o", "%T", check=False)
-        return {"state": sinfo.stdout.strip().splitlines()[0] if sinfo.stdout.strip() else "",
-                "scontrol_state": state.group(1) if state else "",
-                "reason": reason.group(1) if reason else "", "line": line}
+        return {
+            "state": sinfo.stdout.strip().splitlines()[0] if sinfo.stdout.strip() else "",
+            "scontrol_state": state.group(1) if state else "",
+            "reason": reason.group(1) if reason else "",
+            "line": line,
+        }
 
     def sbatch(self, *args: str) -> str:
         out = self.run("/usr/bin/sbatch", "--parsable", "-o", f"{self.root}/out/slurm-%j.out", *args).stdout
@@ -317,21 +376,37 @@ class SlurmCluster:
 
     def face_env(self, job_id: str = "99", gpus: str = "0,1") -> dict[str, str]:
         """The environment slurmd gives a prolog (shared/notes/slurm-sandbox.md 3d): no PATH."""
-        return {"SLURM_CONF": str(self.conf), "SLURMD_NODENAME": self.host, "SLURM_JOB_ID": job_id,
-                "SLURM_JOBID": job_id, "SLURM_JOB_USER": "root", "SLURM_JOB_UID": "0", "SLURM_JOB_GPUS": gpus,
-                "CUDA_VISIBLE_DEVICES": gpus, "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
-                "PWD": str(self.root / "log")}
+        return {
+            "SLURM_CONF": str(self.conf),
+            "SLURMD_NODENAME": self.host,
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOBID": job_id,
+            "SLURM_JOB_USER": "root",
+            "SLURM_JOB_UID": "0",
+            "SLURM_JOB_GPUS": gpus,
+            "CUDA_VISIBLE_DEVICES": gpus,
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+            "PWD": str(self.root / "log"),
+        }
 
     def wrapper(self, face: str) -> str:
         return str(self.root / "bin" / face)
 
 
-def spawn(root: Path, name: str, argv: list[str], env: dict[str, str],
-          new_session: bool = False) -> subprocess.Popen[bytes]:
+def spawn(
+    root: Path, name: str, argv: list[str], env: dict[str, str], new_session: bool = False
+) -> subprocess.Popen[bytes]:
     """A daemon of the private cluster, its output in ``<root>/log/<name>.stdio``."""
     with open(root / "log" / f"{name}.stdio", "ab") as log:
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=root, start_new_session=new_session)
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            start_new_session=new_session,
+        )
 
 
 def stop_process(p: subprocess.Popen[bytes]) -> None:

@@ -68,15 +68,20 @@ class Package:
                 base = node.module or ""
                 if node.level:
                     parts = module.split(".") if self.is_package(module) else module.split(".")[:-1]
-                    parts = parts[:len(parts) - (node.level - 1)]
+                    parts = parts[: len(parts) - (node.level - 1)]
                     base = ".".join(parts + ([base] if base else []))
                 out.append((base, node.lineno))
                 out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names if alias.name != "*"]
-            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                    and isinstance(node.args[0].value, str):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 f = node.func
-                if (isinstance(f, ast.Name) and f.id == "__import__") or \
-                        (isinstance(f, ast.Attribute) and f.attr == "import_module"):
+                if (isinstance(f, ast.Name) and f.id == "__import__") or (
+                    isinstance(f, ast.Attribute) and f.attr == "import_module"
+                ):
                     out.append((node.args[0].value, node.lineno))
         return out
 
@@ -225,8 +230,7 @@ def is_stdlib(name: str) -> bool:
     if spec.origin in ("built-in", "frozen"):
         return True
     origin = Path(spec.origin).resolve()
-    return not {"site-packages", "dist-packages"} & set(origin.parts) and \
-        any(d in origin.parents for d in _STDLIB_DIRS)
+    return not {"site-packages", "dist-packages"} & set(origin.parts) and any(d in origin.parents for d in _STDLIB_DIRS)
 
 
 def non_stdlib_imports(pkg_dir: Path, sub: str) -> list[str]:
@@ -254,16 +258,28 @@ def non_stdlib_imports(pkg_dir: Path, sub: str) -> list[str]:
 
 
 # Every state-dir file name, and the pieces of the boot-id path: only statedir/ may spell them.
-STATE_FILE_NAMES = ("daemon-state.json", "slurm-state.json", "gpu-counters.json", "jobs.jsonl", "xid-events.json",
-                    "xid-events.lock", "config-good.json", "slurm-observe.json", "reboots.json")
+STATE_FILE_NAMES = (
+    "daemon-state.json",
+    "slurm-state.json",
+    "gpu-counters.json",
+    "jobs.jsonl",
+    "xid-events.json",
+    "xid-events.lock",
+    "config-good.json",
+    "slurm-observe.json",
+    "reboots.json",
+)
 BOOT_ID_PIECES = ("random", "boot_id")
 _STATE_NAME_RE = re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w-])" for n in STATE_FILE_NAMES))
 
 
 def _bare_strings(tree: ast.AST) -> set[int]:
     """ids of the string constants that are whole statements: docstrings (module, class, function, attribute)."""
-    return {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
 
 
 def _strings(nodes: list[ast.expr]) -> list[Optional[str]]:
@@ -279,7 +295,7 @@ def _div_operands(node: ast.expr) -> list[ast.expr]:
 
 def _has_pieces(seq: list[Optional[str]], pieces: tuple[str, ...]) -> bool:
     n = len(pieces)
-    return any(tuple(seq[i:i + n]) == pieces for i in range(len(seq) - n + 1))
+    return any(tuple(seq[i : i + n]) == pieces for i in range(len(seq) - n + 1))
 
 
 def state_names_outside_statedir(pkg_dir: Path) -> list[str]:
@@ -315,8 +331,9 @@ LAYOUT_RESOLVERS = ("path_for", "dir_for", "earlier_path")
 
 
 def _is_state_dir(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "state_dir") or \
-        (isinstance(node, ast.Name) and node.id == "state_dir")
+    return (isinstance(node, ast.Attribute) and node.attr == "state_dir") or (
+        isinstance(node, ast.Name) and node.id == "state_dir"
+    )
 
 
 def persistent_files_in_the_run_dir(pkg_dir: Path, persistent: set[str]) -> list[str]:
@@ -333,13 +350,19 @@ def persistent_files_in_the_run_dir(pkg_dir: Path, persistent: set[str]) -> list
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             f, owner = node.func, node.func.value
-            owner_name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) \
-                else ""
+            owner_name = (
+                owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            )
             args = list(node.args) + [k.value for k in node.keywords]
             if (owner_name in PERSISTENT_OWNERS or f.attr in LAYOUT_RESOLVERS) and any(map(_is_state_dir, args)):
                 out.append(f"{pkg.rel(module)}:{node.lineno} {owner_name}.{f.attr} given state_dir")
-            if f.attr == "path" and owner_name == "layout" and len(node.args) > 1 and \
-                    isinstance(node.args[1], ast.Attribute) and node.args[1].attr in persistent:
+            if (
+                f.attr == "path"
+                and owner_name == "layout"
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Attribute)
+                and node.args[1].attr in persistent
+            ):
                 out.append(f"{pkg.rel(module)}:{node.lineno} layout.path for {node.args[1].attr}")
     return sorted(out)
 
@@ -353,11 +376,16 @@ def os_imports(path: Path) -> set[str]:
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             f = node.func
-            if (isinstance(f, ast.Name) and f.id == "__import__") or \
-                    (isinstance(f, ast.Attribute) and f.attr == "import_module"):
+            if (isinstance(f, ast.Name) and f.id == "__import__") or (
+                isinstance(f, ast.Attribute) and f.attr == "import_module"
+            ):
                 found.add(node.args[0].value.split(".")[0])
     return found
 
@@ -370,8 +398,21 @@ def os_imports(path: Path) -> set[str]:
 # registry, which lists the checks.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("", "observations", "model", "statedir")),
-    ("pure domain", ("xid", "slurm", "slurm.nodes", "slurm.jobenv", "nccl", "nccl.results", "nccl.parse",
-                     "nccl.transport", "nccl.floors", "hints")),
+    (
+        "pure domain",
+        (
+            "xid",
+            "slurm",
+            "slurm.nodes",
+            "slurm.jobenv",
+            "nccl",
+            "nccl.results",
+            "nccl.parse",
+            "nccl.transport",
+            "nccl.floors",
+            "hints",
+        ),
+    ),
     ("checks", ("checks",)),
     ("registry", ("registry",)),
     ("config", ("config",)),
@@ -385,8 +426,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # Imports up a layer that stay, each with its reason (module -> module it imports). An entry whose
 # import is gone fails the rule too, so the list shrinks with the code.
-ALLOWED_CLIMBS: dict[tuple[str, str], str] = {
-}
+ALLOWED_CLIMBS: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> Optional[int]:
@@ -421,22 +461,31 @@ def climbs(pkg_dir: Path, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYE
     return out
 
 
-def layer_violations(pkg_dir: Path, allowed: dict[tuple[str, str], str],
-                     layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> list[str]:
+def layer_violations(
+    pkg_dir: Path, allowed: dict[tuple[str, str], str], layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
+) -> list[str]:
     """The climbs not in ``allowed``, and the entries of ``allowed`` that are no climb (any more)."""
     found = climbs(pkg_dir, layers)
-    out = [f"{where} ({module} imports {target})" if target else where
-           for (module, target), where in sorted(found.items()) if (module, target) not in allowed]
-    out += [f"allowed climb {module} -> {target} is not one (any more): drop it"
-            for module, target in sorted(allowed) if (module, target) not in found]
+    out = [
+        f"{where} ({module} imports {target})" if target else where
+        for (module, target), where in sorted(found.items())
+        if (module, target) not in allowed
+    ]
+    out += [
+        f"allowed climb {module} -> {target} is not one (any more): drop it"
+        for module, target in sorted(allowed)
+        if (module, target) not in found
+    ]
     return out
 
 
 def layers_markdown() -> str:
     """The layer table and the allowed climbs, for docs/architecture.md."""
     rows = ["| layer (bottom up) | modules |", "|---|---|"]
-    rows += [f"| {rank} {name} | " + ", ".join(f"`{p or 'nodehealth/__init__'}`" for p in prefixes) + " |"
-             for rank, (name, prefixes) in enumerate(LAYERS)]
+    rows += [
+        f"| {rank} {name} | " + ", ".join(f"`{p or 'nodehealth/__init__'}`" for p in prefixes) + " |"
+        for rank, (name, prefixes) in enumerate(LAYERS)
+    ]
     rows += ["", "| import up a layer | why it stays |", "|---|---|"]
     rows += [f"| `{a}` → `{b}` | {why} |" for (a, b), why in sorted(ALLOWED_CLIMBS.items())]
     return "\n".join(rows)
@@ -475,11 +524,13 @@ def hand_written_module_lists(test_dir: Path, modules: set[str]) -> list[str]:
                 items = list(node.keys)
             else:
                 continue
-            listed = {n.id if isinstance(n, ast.Name) else n.attr for n in items
-                      if isinstance(n, (ast.Name, ast.Attribute))}
+            listed = {
+                n.id if isinstance(n, ast.Name) else n.attr for n in items if isinstance(n, (ast.Name, ast.Attribute))
+            }
             if len(listed & modules) > MAX_LISTED_CHECKS:
-                out.append(f"{path.relative_to(test_dir.parent)}:{node.lineno} lists {len(listed & modules)} "
-                           "check modules")
+                out.append(
+                    f"{path.relative_to(test_dir.parent)}:{node.lineno} lists {len(listed & modules)} check modules"
+                )
     return out
 
 
@@ -519,21 +570,26 @@ def _persistent_constants() -> set[str]:
 
 def test_persistent_files_are_reached_through_the_layout():
     found = persistent_files_in_the_run_dir(PKG, _persistent_constants())
-    assert not found, ("a persistent file reached through the run dir (pass the config's [paths]; "
-                       "layout.path_for):\n" + "\n".join(found))
+    assert not found, (
+        "a persistent file reached through the run dir (pass the config's [paths]; "
+        "layout.path_for):\n" + "\n".join(found)
+    )
 
 
-@pytest.mark.parametrize("path", [p for p in sorted(PKG.rglob("*.py"))
-                                  if p.relative_to(PKG).parts[0] not in ("probes", "platform")],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(PKG.rglob("*.py")) if p.relative_to(PKG).parts[0] not in ("probes", "platform")],
+    ids=lambda p: str(p.relative_to(PKG)),
+)
 def test_only_probes_and_platform_touch_hardware_and_the_os(path):
     assert not os_imports(path) & OS_MODULES
 
 
 def test_tests_derive_check_lists_from_the_registry():
     found = hand_written_registries(TESTS, set(BY_NAME))
-    assert not found, ("hand-written lists of check names (derive them from nodehealth.registry.CHECKS):\n"
-                       + "\n".join(found))
+    assert not found, "hand-written lists of check names (derive them from nodehealth.registry.CHECKS):\n" + "\n".join(
+        found
+    )
 
 
 def _check_modules() -> set[str]:
@@ -542,15 +598,19 @@ def _check_modules() -> set[str]:
 
 def test_tests_derive_check_module_lists_from_the_registry():
     found = hand_written_module_lists(TESTS, _check_modules())
-    assert not found, ("hand-written lists of check modules (derive them from nodehealth.registry.CHECKS):\n"
-                       + "\n".join(found))
+    assert not found, (
+        "hand-written lists of check modules (derive them from nodehealth.registry.CHECKS):\n" + "\n".join(found)
+    )
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "checks").rglob("*.py")), ids=lambda p: p.name)
 def test_checks_are_pure(path):
     tree = ast.parse(path.read_text())
-    os_uses = {n.attr for n in ast.walk(tree)
-               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "os"}
+    os_uses = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "os"
+    }
     assert os_uses <= {"path"}, f"os.{os_uses - {'path'}} in a check"  # os.path is string work
     assert not os_imports(path) & (IMPURE - {"os"})
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -559,8 +619,9 @@ def test_checks_are_pure(path):
 
 def test_observations_import_nothing_of_ours():
     found = [hit for hit in non_stdlib_imports(PKG, "observations") if "imports nodehealth" in hit]
-    assert not found, "observations import other modules of ours (define the type in observations):\n" + \
-        "\n".join(found)
+    assert not found, "observations import other modules of ours (define the type in observations):\n" + "\n".join(
+        found
+    )
 
 
 # What reads the system; the XID feature's pure modules (patterns, parse, catalog, events, text,
@@ -585,23 +646,32 @@ def system_imports(pkg_dir: Path, sub: str) -> list[str]:
 
 
 # The one read in xid/: the package's own data file, not the system.
-READS_ITS_DATA_FILE = {"nodehealth/xid/catalog.py": "load_catalog reads data/xid_catalog.toml, the catalog as data "
-                                                    "with its sources (once: catalog_for is cached)"}
+READS_ITS_DATA_FILE = {
+    "nodehealth/xid/catalog.py": "load_catalog reads data/xid_catalog.toml, the catalog as data "
+    "with its sources (once: catalog_for is cached)"
+}
 
 
 def test_xid_is_pure():
-    found = [hit for hit in system_imports(PKG, "xid")
-             if not (hit.endswith(" calls open()") and hit.split(":")[0] in READS_ITS_DATA_FILE)]
-    assert not found, "xid/ reads the system (that is a probe's: probes/kernel_log.py, xid_store.py):\n" + \
-        "\n".join(found)
+    found = [
+        hit
+        for hit in system_imports(PKG, "xid")
+        if not (hit.endswith(" calls open()") and hit.split(":")[0] in READS_ITS_DATA_FILE)
+    ]
+    assert not found, "xid/ reads the system (that is a probe's: probes/kernel_log.py, xid_store.py):\n" + "\n".join(
+        found
+    )
 
 
 def test_rule_xid_pure_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "xid/kmsg.py": "import os\ndef f():\n    import select\n    return open('/dev/kmsg')\n",
-        "xid/parse.py": "import re\nfrom pathlib import Path\n",  # string work, a data file's path: fine
-        "probes/kernel_log.py": "import os\n",  # not xid/
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "xid/kmsg.py": "import os\ndef f():\n    import select\n    return open('/dev/kmsg')\n",
+            "xid/parse.py": "import re\nfrom pathlib import Path\n",  # string work, a data file's path: fine
+            "probes/kernel_log.py": "import os\n",  # not xid/
+        },
+    )
     assert system_imports(pkg, "xid") == [
         "nodehealth/xid/kmsg.py:1 imports os",
         "nodehealth/xid/kmsg.py:3 imports select",
@@ -611,8 +681,9 @@ def test_rule_xid_pure_can_fail(tmp_path):
 
 def test_no_import_up_a_layer():
     found = layer_violations(PKG, ALLOWED_CLIMBS)
-    assert not found, ("imports up a layer (move the code, or name the edge in ALLOWED_CLIMBS with its "
-                       "reason):\n" + "\n".join(found))
+    assert not found, (
+        "imports up a layer (move the code, or name the edge in ALLOWED_CLIMBS with its reason):\n" + "\n".join(found)
+    )
 
 
 def test_every_check_module_is_registered_once():
@@ -649,15 +720,18 @@ def _package(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_rule_import_cycle_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "faces/common.py": "def f():\n    from . import fast\n",  # function level, relative
-        "faces/fast.py": "from nodehealth.faces.common import f\n",
-        "faces/__init__.py": "from nodehealth.faces import common\n",  # __init__ -> own submodule: no edge
-        "a.py": "import nodehealth.b\n",
-        "b.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .c import X\n",
-        "c.py": "import importlib\nm = importlib.import_module('nodehealth.a')\n",
-        "d.py": "from nodehealth import a\n",  # into a cycle, not part of it
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "faces/common.py": "def f():\n    from . import fast\n",  # function level, relative
+            "faces/fast.py": "from nodehealth.faces.common import f\n",
+            "faces/__init__.py": "from nodehealth.faces import common\n",  # __init__ -> own submodule: no edge
+            "a.py": "import nodehealth.b\n",
+            "b.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .c import X\n",
+            "c.py": "import importlib\nm = importlib.import_module('nodehealth.a')\n",
+            "d.py": "from nodehealth import a\n",  # into a cycle, not part of it
+        },
+    )
     found = import_cycles(pkg)
     assert len(found) == 2, found
     assert found[0].startswith("nodehealth.a -> nodehealth.b -> nodehealth.c -> nodehealth.a ("), found
@@ -668,15 +742,22 @@ def test_rule_import_cycle_can_fail(tmp_path):
 
 
 def test_rule_probes_layer_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "probes/slurm.py": "from nodehealth.slurm import policy\n"
-                           "def f():\n    from ..faces import common\n    import nodehealth.daemon.core\n",
-        "probes/nvml.py": "from nodehealth.slurm import client\nfrom nodehealth.slurm.act import go\n",
-        "probes/host.py": "def f():\n    from nodehealth.commands.check import main\n",
-        "slurm/policy.py": "", "slurm/client.py": "", "slurm/act.py": "", "faces/common.py": "",
-        "daemon/core.py": "", "commands/check.py": "",
-        "checks/ok.py": "from nodehealth.faces import common\n",  # not probes/
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "probes/slurm.py": "from nodehealth.slurm import policy\n"
+            "def f():\n    from ..faces import common\n    import nodehealth.daemon.core\n",
+            "probes/nvml.py": "from nodehealth.slurm import client\nfrom nodehealth.slurm.act import go\n",
+            "probes/host.py": "def f():\n    from nodehealth.commands.check import main\n",
+            "slurm/policy.py": "",
+            "slurm/client.py": "",
+            "slurm/act.py": "",
+            "faces/common.py": "",
+            "daemon/core.py": "",
+            "commands/check.py": "",
+            "checks/ok.py": "from nodehealth.faces import common\n",  # not probes/
+        },
+    )
     assert forbidden_imports(pkg, ("probes",), PROBES_MAY_NOT_IMPORT) == [
         "nodehealth/probes/host.py:2 imports nodehealth.commands.check",
         "nodehealth/probes/nvml.py:2 imports nodehealth.slurm.act",
@@ -687,14 +768,21 @@ def test_rule_probes_layer_can_fail(tmp_path):
 
 
 def test_rule_checks_layer_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "checks/a.py": "from nodehealth.probes import nvml\nfrom ..model import X\n",
-        "checks/b.py": "def f():\n    from nodehealth.statedir.counters import read\n",
-        "checks/c.py": "import nodehealth.platform.proc\nfrom nodehealth.sim import nvml\n",
-        "checks/d.py": "from nodehealth import xid\n",  # xid/ is allowed
-        "probes/nvml.py": "", "statedir/counters.py": "", "platform/proc.py": "", "sim/nvml.py": "",
-        "model.py": "", "xid/__init__.py": "from nodehealth.statedir import counters\n",
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "checks/a.py": "from nodehealth.probes import nvml\nfrom ..model import X\n",
+            "checks/b.py": "def f():\n    from nodehealth.statedir.counters import read\n",
+            "checks/c.py": "import nodehealth.platform.proc\nfrom nodehealth.sim import nvml\n",
+            "checks/d.py": "from nodehealth import xid\n",  # xid/ is allowed
+            "probes/nvml.py": "",
+            "statedir/counters.py": "",
+            "platform/proc.py": "",
+            "sim/nvml.py": "",
+            "model.py": "",
+            "xid/__init__.py": "from nodehealth.statedir import counters\n",
+        },
+    )
     assert forbidden_imports(pkg, ("checks",), CHECKS_MAY_NOT_IMPORT) == [
         "nodehealth/checks/a.py:1 imports nodehealth.probes.nvml",
         "nodehealth/checks/b.py:2 imports nodehealth.statedir.counters",
@@ -704,15 +792,19 @@ def test_rule_checks_layer_can_fail(tmp_path):
 
 
 def test_rule_statedir_stdlib_only_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "statedir/verdict.py": "from __future__ import annotations\nimport json, os.path\nfrom . import files\n"
-                               "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nodehealth.model import Report\n"
-                               "def f():\n    from ..model import Status\n    import psutil\n",
-        "statedir/files.py": "import fcntl\nfrom collections import namedtuple\n"
-                             "from nodehealth.statedir import layout\n",
-        "statedir/layout.py": "import tomli\nfrom nodehealth import config\n",
-        "model.py": "", "config/__init__.py": "",
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "statedir/verdict.py": "from __future__ import annotations\nimport json, os.path\nfrom . import files\n"
+            "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nodehealth.model import Report\n"
+            "def f():\n    from ..model import Status\n    import psutil\n",
+            "statedir/files.py": "import fcntl\nfrom collections import namedtuple\n"
+            "from nodehealth.statedir import layout\n",
+            "statedir/layout.py": "import tomli\nfrom nodehealth import config\n",
+            "model.py": "",
+            "config/__init__.py": "",
+        },
+    )
     assert non_stdlib_imports(pkg, "statedir") == [
         "nodehealth/statedir/layout.py:1 imports tomli",
         "nodehealth/statedir/layout.py:2 imports nodehealth.config",
@@ -725,21 +817,24 @@ def test_rule_statedir_stdlib_only_can_fail(tmp_path):
 
 
 def test_rule_state_names_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "faces/common.py": '"""Reads daemon-state.json (a docstring: allowed)."""\n'
-                           'STATE_FILE = "slurm-state.json"\n'
-                           'def f(d):\n    """jobs.jsonl in a docstring."""\n'
-                           '    return f"{d}/gpu-counters.json", d + "/jobs.jsonl"\n',
-        "xid/store.py": 'LOCK = "xid-events.lock"\nNAME = "xid-events.json"\n'
-                        'BACKUP = "my-xid-events.json.bak"\n',  # another file's name: fine
-        "probes/host.py": 'import os\nfrom pathlib import Path\n'
-                          'A = "/proc/sys/kernel/random/boot_id"\n'
-                          'B = os.path.join("/proc", "sys", "kernel", "random", "boot_id")\n'
-                          'C = ("sys", "kernel", "random", "boot_id")\n'
-                          'D = Path("/proc") / "sys" / "kernel" / "random" / "boot_id"\n'
-                          'E = {"boot_id": 1, "state": "daemon-state.jsonx"}\n',  # a key and another name: fine
-        "statedir/layout.py": 'DAEMON_STATE = "daemon-state.json"\nBOOT = ("sys", "kernel", "random", "boot_id")\n',
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "faces/common.py": '"""Reads daemon-state.json (a docstring: allowed)."""\n'
+            'STATE_FILE = "slurm-state.json"\n'
+            'def f(d):\n    """jobs.jsonl in a docstring."""\n'
+            '    return f"{d}/gpu-counters.json", d + "/jobs.jsonl"\n',
+            "xid/store.py": 'LOCK = "xid-events.lock"\nNAME = "xid-events.json"\n'
+            'BACKUP = "my-xid-events.json.bak"\n',  # another file's name: fine
+            "probes/host.py": "import os\nfrom pathlib import Path\n"
+            'A = "/proc/sys/kernel/random/boot_id"\n'
+            'B = os.path.join("/proc", "sys", "kernel", "random", "boot_id")\n'
+            'C = ("sys", "kernel", "random", "boot_id")\n'
+            'D = Path("/proc") / "sys" / "kernel" / "random" / "boot_id"\n'
+            'E = {"boot_id": 1, "state": "daemon-state.jsonx"}\n',  # a key and another name: fine
+            "statedir/layout.py": 'DAEMON_STATE = "daemon-state.json"\nBOOT = ("sys", "kernel", "random", "boot_id")\n',
+        },
+    )
     assert state_names_outside_statedir(pkg) == [
         "nodehealth/faces/common.py:2 'slurm-state.json'",
         "nodehealth/faces/common.py:5 '/gpu-counters.json'",
@@ -754,19 +849,22 @@ def test_rule_state_names_can_fail(tmp_path):
 
 
 def test_rule_persistent_files_through_the_layout_can_fail(tmp_path):
-    pkg = _package(tmp_path, {
-        "slurm/act.py": "from nodehealth.statedir import slurmstate, layout\n"
-                        "def f(cfg, state_dir):\n"
-                        "    slurmstate.load(cfg.paths.state_dir)\n"
-                        "    slurmstate.update(state_dir, None, 1.0)\n"
-                        "    slurmstate.load(cfg.paths)\n"  # fine
-                        "    layout.path(cfg.paths.state_dir, layout.SLURM_STATE)\n"
-                        "    layout.path(cfg.paths.state_dir, layout.LEDGER)\n"  # a file of one boot: fine
-                        "    layout.path_for(cfg.paths.state_dir, layout.CONFIG_GOOD)\n",
-        "config/loader.py": "from nodehealth.config import lastgood\n"
-                            "def g(cfg):\n    lastgood.record(paths=cfg.paths.state_dir)\n",
-        "statedir/layout.py": "def path_for(paths, name):\n    return paths.state_dir\n",  # the resolver itself
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "slurm/act.py": "from nodehealth.statedir import slurmstate, layout\n"
+            "def f(cfg, state_dir):\n"
+            "    slurmstate.load(cfg.paths.state_dir)\n"
+            "    slurmstate.update(state_dir, None, 1.0)\n"
+            "    slurmstate.load(cfg.paths)\n"  # fine
+            "    layout.path(cfg.paths.state_dir, layout.SLURM_STATE)\n"
+            "    layout.path(cfg.paths.state_dir, layout.LEDGER)\n"  # a file of one boot: fine
+            "    layout.path_for(cfg.paths.state_dir, layout.CONFIG_GOOD)\n",
+            "config/loader.py": "from nodehealth.config import lastgood\n"
+            "def g(cfg):\n    lastgood.record(paths=cfg.paths.state_dir)\n",
+            "statedir/layout.py": "def path_for(paths, name):\n    return paths.state_dir\n",  # the resolver itself
+        },
+    )
     assert persistent_files_in_the_run_dir(pkg, {"SLURM_STATE", "CONFIG_GOOD"}) == [
         "nodehealth/config/loader.py:3 lastgood.record given state_dir",
         "nodehealth/slurm/act.py:3 slurmstate.load given state_dir",
@@ -787,15 +885,18 @@ def test_state_names_are_those_statedir_declares():
 
 def test_rule_layers_can_fail(tmp_path):
     layers = (("low", ("", "obs", "model")), ("mid", ("checks", "xid")), ("high", ("probes", "xid.store")))
-    pkg = _package(tmp_path, {
-        "obs.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nodehealth.xid import events\n",
-        "model.py": "def f():\n    from .checks import a\n",  # function level, relative
-        "xid/events.py": "from nodehealth import obs\n",  # down: fine
-        "xid/store.py": "import nodehealth.probes.kmsg\n",  # same layer (its longest prefix)
-        "checks/a.py": "from nodehealth.xid.store import load\nfrom nodehealth.xid import events\n",
-        "probes/kmsg.py": "from nodehealth.checks import a\n",  # down: fine
-        "stray.py": "",  # no layer
-    })
+    pkg = _package(
+        tmp_path,
+        {
+            "obs.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nodehealth.xid import events\n",
+            "model.py": "def f():\n    from .checks import a\n",  # function level, relative
+            "xid/events.py": "from nodehealth import obs\n",  # down: fine
+            "xid/store.py": "import nodehealth.probes.kmsg\n",  # same layer (its longest prefix)
+            "checks/a.py": "from nodehealth.xid.store import load\nfrom nodehealth.xid import events\n",
+            "probes/kmsg.py": "from nodehealth.checks import a\n",  # down: fine
+            "stray.py": "",  # no layer
+        },
+    )
     found = climbs(pkg, layers)
     assert found == {
         ("nodehealth.checks.a", "nodehealth.xid.store"): "nodehealth/checks/a.py:1 mid -> high",
@@ -803,8 +904,10 @@ def test_rule_layers_can_fail(tmp_path):
         ("nodehealth.obs", "nodehealth.xid.events"): "nodehealth/obs.py:3 low -> mid",
         ("nodehealth.stray", ""): "nodehealth/stray.py has no layer",
     }, found
-    allowed = {("nodehealth.obs", "nodehealth.xid.events"): "a reason",
-               ("nodehealth.xid.events", "nodehealth.obs"): "not a climb: stale"}
+    allowed = {
+        ("nodehealth.obs", "nodehealth.xid.events"): "a reason",
+        ("nodehealth.xid.events", "nodehealth.obs"): "not a climb: stale",
+    }
     assert layer_violations(pkg, allowed, layers) == [
         "nodehealth/checks/a.py:1 mid -> high (nodehealth.checks.a imports nodehealth.xid.store)",
         "nodehealth/model.py:2 low -> mid (nodehealth.model imports nodehealth.checks.a)",
@@ -816,8 +919,9 @@ def test_rule_layers_can_fail(tmp_path):
 
 def test_rule_os_modules_can_fail(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("def f():\n    import subprocess.run\n    from psutil import Process\n"
-                    "    __import__('pynvml')\n    import os\n")
+    path.write_text(
+        "def f():\n    import subprocess.run\n    from psutil import Process\n    __import__('pynvml')\n    import os\n"
+    )
     assert os_imports(path) & OS_MODULES == OS_MODULES
 
 
@@ -826,10 +930,11 @@ def test_rule_hand_written_registry_can_fail(tmp_path):
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_x.py").write_text(
-        f"A = {tuple(names[:MAX_LISTED_CHECKS + 1])!r}\n"
+        f"A = {tuple(names[: MAX_LISTED_CHECKS + 1])!r}\n"
         f"B = {names[:MAX_LISTED_CHECKS]!r}\n"  # a few, by hand: fine
-        f"C = {dict.fromkeys(names[-MAX_LISTED_CHECKS - 1:], 1)!r}\n"
-        f"def f():\n    return {set(names[:MAX_LISTED_CHECKS] + ['not_a_check'])!r}\n")
+        f"C = {dict.fromkeys(names[-MAX_LISTED_CHECKS - 1 :], 1)!r}\n"
+        f"def f():\n    return {set(names[:MAX_LISTED_CHECKS] + ['not_a_check'])!r}\n"
+    )
     assert hand_written_registries(tests, set(names)) == [
         f"tests/test_x.py:1 lists {MAX_LISTED_CHECKS + 1} checks",
         f"tests/test_x.py:3 lists {MAX_LISTED_CHECKS + 1} checks",
@@ -840,14 +945,15 @@ def test_rule_hand_written_module_list_can_fail(tmp_path):
     modules = sorted(_check_modules())
     tests = tmp_path / "tests"
     tests.mkdir()
-    many, few = modules[:MAX_LISTED_CHECKS + 1], modules[:MAX_LISTED_CHECKS]
+    many, few = modules[: MAX_LISTED_CHECKS + 1], modules[:MAX_LISTED_CHECKS]
     (tests / "test_x.py").write_text(
         f"from nodehealth import checks\nfrom nodehealth.checks import {', '.join(modules)}\n"
         f"A = ({', '.join(many)})\n"
         f"B = [{', '.join(few)}]\n"  # a few, by hand: fine
         f"C = {{{', '.join(f'checks.{m}: 1' for m in many)}}}\n"
         f"D = ({', '.join(few)}, not_a_check)\n"
-        f"def f():\n    return {{{', '.join(many)}}}\n")
+        f"def f():\n    return {{{', '.join(many)}}}\n"
+    )
     assert hand_written_module_lists(tests, set(modules)) == [
         f"tests/test_x.py:3 lists {MAX_LISTED_CHECKS + 1} check modules",
         f"tests/test_x.py:5 lists {MAX_LISTED_CHECKS + 1} check modules",

@@ -44,8 +44,9 @@ def daemon_starters(paths: list[Path]) -> list[str]:
 def test_no_bench_or_test_starts_slurm_but_the_harness() -> None:
     paths = sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
     found = daemon_starters(paths)
-    assert not found, "a private Slurm started outside tests/slurm_cluster.py and tests/multinode.py:\n" + \
-        "\n".join(found)
+    assert not found, "a private Slurm started outside tests/slurm_cluster.py and tests/multinode.py:\n" + "\n".join(
+        found
+    )
 
 
 def test_the_rule_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,15 +55,19 @@ def test_the_rule_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     (bench / "own_cluster.py").write_text(
         "import subprocess\n"
         "subprocess.Popen(['/usr/sbin/munged', '-F'])\n"
-        "subprocess.Popen(['/usr/sbin/slurmctld', '-D'], env={})\n")
+        "subprocess.Popen(['/usr/sbin/slurmctld', '-D'], env={})\n"
+    )
     (bench / "fine.py").write_text(
         "import subprocess\n"
         "LOG = 'slurmctld.log'\n"
         "subprocess.run(['/usr/sbin/slurmctld', '-V'])\n"
-        "c._spawn('slurmd', ['/usr/sbin/slurmd', '-D'])\n")
+        "c._spawn('slurmd', ['/usr/sbin/slurmd', '-D'])\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    assert daemon_starters(sorted(bench.glob("*.py"))) == ["bench/own_cluster.py:2 munged",
-                                                           "bench/own_cluster.py:3 a Slurm daemon"]
+    assert daemon_starters(sorted(bench.glob("*.py"))) == [
+        "bench/own_cluster.py:2 munged",
+        "bench/own_cluster.py:3 a Slurm daemon",
+    ]
 
 
 def test_the_rpc_bench_cluster_is_the_harness_multinode() -> None:

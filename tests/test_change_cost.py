@@ -35,8 +35,12 @@ else:  # pragma: no cover - Python 3.9, 3.10
 # kernel_log_pattern: xid/patterns.py (the store keeps the kinds of the event patterns).
 CHANGE_COST = {"gpu_check": 3, "face": 4, "metric": 2, "kernel_log_pattern": 1}
 # The cost table's rows in docs/architecture.md, by their leading words.
-DOC_ROWS = {"gpu_check": "a new GPU check", "face": "a new face", "metric": "a new metric",
-            "kernel_log_pattern": "a new kernel-log pattern"}
+DOC_ROWS = {
+    "gpu_check": "a new GPU check",
+    "face": "a new face",
+    "metric": "a new metric",
+    "kernel_log_pattern": "a new kernel-log pattern",
+}
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "examples" / "scenarios" / "healthy-8x-h100.toml"
@@ -90,8 +94,9 @@ def run_copy(tree: Path, *args: str, code: str = "", stdin: str = "") -> subproc
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NODEHEALTH_CONFIG"))}
     env.update(PYTHONPATH=str(tree), NO_COLOR="1", SLURMD_NODENAME="n1")
     cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "nodehealth", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, input=stdin, timeout=TIMEOUT,
-                          check=False)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=cwd, input=stdin, timeout=TIMEOUT, check=False
+    )
 
 
 def assert_runs_the_copy(tree: Path) -> None:
@@ -108,8 +113,11 @@ def json_of(proc: subprocess.CompletedProcess[str]) -> Any:
 def config(tmp: Path) -> Path:
     """A config of the test's own: the simulated healthy node, state and procfs under ``tmp``."""
     path = tmp / "nh.toml"
-    path.write_text(f'node_name = "n1"\n[nvml]\nsimulate = "{SCENARIO}"\n[paths]\nstate_dir = "{tmp}/state"\n'
-                    f'procfs_root = "{tmp}/proc"\n', encoding="utf-8")
+    path.write_text(
+        f'node_name = "n1"\n[nvml]\nsimulate = "{SCENARIO}"\n[paths]\nstate_dir = "{tmp}/state"\n'
+        f'procfs_root = "{tmp}/proc"\n',
+        encoding="utf-8",
+    )
     return path
 
 
@@ -175,16 +183,22 @@ def test_a_new_gpu_check(tmp_path: Path) -> None:
     pkg = tree / "nodehealth"
     (pkg / "checks" / "gpu_mig.py").write_text(GPU_MIG, encoding="utf-8")
     insert(pkg / "registry.py", "    gpu_fabric,\n", "    gpu_mig,\n")
-    insert(pkg / "registry.py", '''gpu_persistence,     _GPU,          ALL,    True,   "cheap"),\n''',
-           '''    CheckSpec("gpu_mig",             gpu_mig,             _GPU,          ALL,    True,   "cheap"),\n''')
+    insert(
+        pkg / "registry.py",
+        """gpu_persistence,     _GPU,          ALL,    True,   "cheap"),\n""",
+        """    CheckSpec("gpu_mig",             gpu_mig,             _GPU,          ALL,    True,   "cheap"),\n""",
+    )
     assert changed(tree) == {"nodehealth/checks/gpu_mig.py", "nodehealth/registry.py"}
     assert_runs_the_copy(tree)
     # The recipe's two files are not the whole change: every registered check has its own drain-reason
     # code (tests/test_slurm_policy.py, test_every_registered_check_has_its_own_code).
     rule = run_copy(tree, code=REASON_RULE)
     assert rule.returncode == 0 and json.loads(rule.stdout) == ["gpu_mig"], rule.stdout + rule.stderr
-    insert(pkg / "slurm" / "nodes.py", '''    "gpu_persistence": ("persist", "persistence mode off"),\n''',
-           '''    "gpu_mig": ("mig", "MIG mode on where Slurm hands out whole GPUs"),\n''')
+    insert(
+        pkg / "slurm" / "nodes.py",
+        """    "gpu_persistence": ("persist", "persistence mode off"),\n""",
+        """    "gpu_mig": ("mig", "MIG mode on where Slurm hands out whole GPUs"),\n""",
+    )
     rule = run_copy(tree, code=REASON_RULE)
     assert rule.returncode == 0 and rule.stdout.strip() == "[]", rule.stdout + rule.stderr
 
@@ -193,8 +207,9 @@ def test_a_new_gpu_check(tmp_path: Path) -> None:
     assert "gpu_mig" in [row["name"] for row in listed]
     defaults = run_copy(tree, "config", "defaults")
     assert defaults.returncode == 0 and "[checks.gpu_mig]" in defaults.stdout and "when_on" in defaults.stdout
-    report = json_of(run_copy(tree, "check", "--config", str(config(tmp_path)), "--simulate", str(SCENARIO),
-                              "--format", "json"))
+    report = json_of(
+        run_copy(tree, "check", "--config", str(config(tmp_path)), "--simulate", str(SCENARIO), "--format", "json")
+    )
     (mig,) = [c for c in report["checks"] if c["name"] == "gpu_mig"]
     assert (mig["status"], mig["summary"]) == ("OK", "8 GPU(s) with MIG mode off"), mig
 
@@ -228,9 +243,9 @@ def main(argv: Sequence[str] = ()) -> int:
 if __name__ == "__main__":
     raise SystemExit(cli())
 '''
-ROW = '''    Face("sweep", "nodehealth.faces.sweep", "epilog", "nodehealth-sweep", "sweep", "Epilog=",
+ROW = """    Face("sweep", "nodehealth.faces.sweep", "epilog", "nodehealth-sweep", "sweep", "Epilog=",
          "runs the epilog's checks again after the site's own epilog and, on a fault, drains the node (exit 1)"),
-'''
+"""
 NEW_SCRIPT = "nodehealth-sweep"
 ENTRY = "nodehealth.faces.sweep:cli"
 DISAGREE = """
@@ -258,12 +273,19 @@ def test_a_new_face(tmp_path: Path) -> None:
     assert_runs_the_copy(tree)
     # The packaging test (tests/test_face_table.py) then names exactly the new script, in both static files.
     proc = run_copy(tree, code=DISAGREE, stdin=json.dumps(packaging_scripts(tree)))
-    assert json_of(proc) == {where: [f"{where}: missing {NEW_SCRIPT} = {ENTRY!r}"]
-                             for where in ("pyproject.toml", "nodehealth.spec")}
-    insert(tree / "pyproject.toml", 'nodehealth-healthcheck = "nodehealth.faces.healthcheck:cli"\n',
-           f'{NEW_SCRIPT} = "{ENTRY}"\n')
-    insert(tree / SPEC, "nodehealth-healthcheck=nodehealth.faces.healthcheck:cli",
-           f" \\\n             {NEW_SCRIPT}={ENTRY}")
+    assert json_of(proc) == {
+        where: [f"{where}: missing {NEW_SCRIPT} = {ENTRY!r}"] for where in ("pyproject.toml", "nodehealth.spec")
+    }
+    insert(
+        tree / "pyproject.toml",
+        'nodehealth-healthcheck = "nodehealth.faces.healthcheck:cli"\n',
+        f'{NEW_SCRIPT} = "{ENTRY}"\n',
+    )
+    insert(
+        tree / SPEC,
+        "nodehealth-healthcheck=nodehealth.faces.healthcheck:cli",
+        f" \\\n             {NEW_SCRIPT}={ENTRY}",
+    )
     insert(tree / SPEC, "%{_bindir}/nodehealth-healthcheck\n", f"%{{_bindir}}/{NEW_SCRIPT}\n")
     proc = run_copy(tree, code=DISAGREE, stdin=json.dumps(packaging_scripts(tree)))
     assert json_of(proc) == {"pyproject.toml": [], "nodehealth.spec": []}
@@ -295,10 +317,18 @@ print(m.payload().decode())
 def test_a_new_metric(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
     pkg = tree / "nodehealth"
-    insert(pkg / "metrics" / "families.py", '''    _f(_G, "nodehealth_gpu_power_watts", GAUGE, GPU''',
-           f'''    _f(_G, "{FAMILY}", GAUGE, GPU, "GPU memory (HBM) temperature", "celsius"),\n''', after=False)
-    insert(pkg / "metrics" / "renderers.py", '''    ("nodehealth_gpu_power_watts", lambda g: g.power_w),\n''',
-           f'''    ("{FAMILY}", lambda g: g.memory_temp_c),\n''', after=False)
+    insert(
+        pkg / "metrics" / "families.py",
+        """    _f(_G, "nodehealth_gpu_power_watts", GAUGE, GPU""",
+        f'''    _f(_G, "{FAMILY}", GAUGE, GPU, "GPU memory (HBM) temperature", "celsius"),\n''',
+        after=False,
+    )
+    insert(
+        pkg / "metrics" / "renderers.py",
+        """    ("nodehealth_gpu_power_watts", lambda g: g.power_w),\n""",
+        f'''    ("{FAMILY}", lambda g: g.memory_temp_c),\n''',
+        after=False,
+    )
     assert len(changed(tree)) == CHANGE_COST["metric"], sorted(changed(tree))
     assert changed(tree) == {"nodehealth/metrics/families.py", "nodehealth/metrics/renderers.py"}
     assert_runs_the_copy(tree)
@@ -368,9 +398,25 @@ def self_check(tree: Path) -> subprocess.CompletedProcess[str]:
     (tree / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(tree))
     try:
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
-                               "tests/test_xid_patterns.py", "-k", "not docs_pattern_table"],
-                              capture_output=True, text=True, env=env, cwd=tree, timeout=TIMEOUT, check=False)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-v",
+                "tests/test_xid_patterns.py",
+                "-k",
+                "not docs_pattern_table",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tree,
+            timeout=TIMEOUT,
+            check=False,
+        )
     finally:
         shutil.rmtree(tests)
         (tree / "pytest.ini").unlink()
@@ -380,10 +426,17 @@ def test_a_new_kernel_log_pattern(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
     patterns = tree / "nodehealth" / "xid" / "patterns.py"
     replace_once(patterns, LOOK_ALIKE, "")
-    insert(patterns, "# --------------------------------------------------------------------------- context\n",
-           ENTRY_TEXT, after=False)
-    replace_once(patterns, "    XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU,",
-                 "    XID_LINE, FALLEN_OFF_BUS, RM_INIT_FAILED, NVIDIA_GPU,")
+    insert(
+        patterns,
+        "# --------------------------------------------------------------------------- context\n",
+        ENTRY_TEXT,
+        after=False,
+    )
+    replace_once(
+        patterns,
+        "    XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU,",
+        "    XID_LINE, FALLEN_OFF_BUS, RM_INIT_FAILED, NVIDIA_GPU,",
+    )
     assert changed(tree) == {"nodehealth/xid/patterns.py"}
     assert_runs_the_copy(tree)
     checked = self_check(tree)

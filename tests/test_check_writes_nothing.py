@@ -65,16 +65,30 @@ def stale_slurm_view(sd: Path) -> None:
     path.write_text(json.dumps(state))
 
 
-@pytest.mark.parametrize("argv", [["check"], ["check", "--format", "json"], ["check", "-v", "--phase", "healthcheck"],
-                                  ["check", "--as", "healthcheck"], ["check", "--as", "prolog", "--job", "7"]],
-                         ids=["text", "json", "healthcheck-phase", "as-healthcheck", "as-prolog"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check"],
+        ["check", "--format", "json"],
+        ["check", "-v", "--phase", "healthcheck"],
+        ["check", "--as", "healthcheck"],
+        ["check", "--as", "prolog", "--job", "7"],
+    ],
+    ids=["text", "json", "healthcheck-phase", "as-healthcheck", "as-prolog"],
+)
 @pytest.mark.parametrize("scenario", ["healthy.toml", "remap-pending.toml"])
-def test_check_leaves_an_existing_state_dir_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str,
-                                                      argv: list[str]) -> None:
+def test_check_leaves_an_existing_state_dir_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, argv: list[str]
+) -> None:
     f, cfg, env = node(tmp_path, monkeypatch, scenario)
     sd = tmp_path / "state"
-    face_env = {**env, "NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7",
-                "SLURM_JOB_GPUS": "0,1"}
+    face_env = {
+        **env,
+        "NODEHEALTH_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "n1",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_GPUS": "0,1",
+    }
     # The node's own faces fill the state dir as Slurm runs them: ledger, counters, Slurm view, XID store.
     for face in ("nodehealth-healthcheck", "nodehealth-prolog"):
         exe = BIN / face
@@ -95,13 +109,19 @@ def test_check_leaves_an_existing_state_dir_unchanged(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize("scenario", ["healthy.toml", "remap-pending.toml"])
-def test_check_does_not_create_a_missing_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   scenario: str) -> None:
+def test_check_does_not_create_a_missing_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str
+) -> None:
     f, cfg, env = node(tmp_path, monkeypatch, scenario)
     with open(tmp_path / "kmsg", "a") as log:
         log.write(f"4,2,2000000,-;{XID_79}\n")
-    for argv in (["check"], ["check", "--format", "json"], ["check", "--as", "healthcheck"],
-                 ["check", "--as", "prolog"], ["check", "--as", "epilog", "--job", "7"]):
+    for argv in (
+        ["check"],
+        ["check", "--format", "json"],
+        ["check", "--as", "healthcheck"],
+        ["check", "--as", "prolog"],
+        ["check", "--as", "epilog", "--job", "7"],
+    ):
         res = cli(*argv, "--config", str(cfg), env=env)
         assert res.returncode == 1, (argv, res.stdout + res.stderr)
         assert not os.path.lexists(tmp_path / "state"), (argv, sorted(os.listdir(tmp_path / "state")))
@@ -114,8 +134,14 @@ def test_the_same_node_s_health_check_does_write(tmp_path: Path, monkeypatch: py
     _, cfg, env = node(tmp_path, monkeypatch, "healthy.toml")
     with open(tmp_path / "kmsg", "a") as log:
         log.write(f"4,2,2000000,-;{XID_79}\n")
-    res = subprocess.run([str(BIN / "nodehealth-healthcheck")], capture_output=True, text=True,
-                         env={**env, "NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"}, cwd="/", timeout=300)
+    res = subprocess.run(
+        [str(BIN / "nodehealth-healthcheck")],
+        capture_output=True,
+        text=True,
+        env={**env, "NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"},
+        cwd="/",
+        timeout=300,
+    )
     assert res.returncode == 1, res.stderr
     store = json.loads((tmp_path / "state" / layout.XID_EVENTS).read_text())
     assert [e["xid"] for e in store["events"]] == [79]

@@ -26,8 +26,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     full_env = dict(os.environ, NO_COLOR="1", SLURMD_NODENAME="gpu042")
     full_env.pop("NODEHEALTH_CONFIG", None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "nodehealth", *args], capture_output=True, text=True,
-                          env=full_env, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "nodehealth", *args], capture_output=True, text=True, env=full_env, check=False, cwd=ROOT
+    )
 
 
 def normalise(report: dict) -> dict:
@@ -93,8 +94,9 @@ def test_unknown_policy_fail_turns_unknown_into_exit_1(tmp_path):
     cfg.write_text('[policy]\nunknown = "fail"\n')
     # One GPU answers "no permission" on the ECC counters: UNKNOWN, not a node fault.
     scen = tmp_path / "s.toml"
-    scen.write_text('[[gpu]]\n[[faults.errors]]\n'
-                    'call = "nvmlDeviceGetTotalEccErrors"\ngpu = 0\nerror = "NO_PERMISSION"\n')
+    scen.write_text(
+        '[[gpu]]\n[[faults.errors]]\ncall = "nvmlDeviceGetTotalEccErrors"\ngpu = 0\nerror = "NO_PERMISSION"\n'
+    )
     lenient = run_cli("check", "--simulate", str(scen))
     strict = run_cli("check", "--config", str(cfg), "--simulate", str(scen))
     assert "UNKNOWN gpu_ecc" in lenient.stdout

@@ -55,9 +55,15 @@ def option_declarations(tree: ast.AST) -> list[str]:
 
 def simulate_overrides(tree: ast.AST) -> int:
     """``replace(..., simulate=...)``: an ``[nvml] simulate`` set by hand."""
-    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call)
-               for kw in node.keywords if kw.arg == "simulate" and isinstance(node.func, (ast.Attribute, ast.Name))
-               and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "replace")
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for kw in node.keywords
+        if kw.arg == "simulate"
+        and isinstance(node.func, (ast.Attribute, ast.Name))
+        and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "replace"
+    )
 
 
 def config_loads(tree: ast.AST) -> list[str]:
@@ -67,13 +73,21 @@ def config_loads(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "nodehealth.config.loader":
             imported |= {a.asname or a.name for a in node.names if a.name in names | {"load"}}
-    return [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-            and n.func.id in imported]
+    return [
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in imported
+    ]
 
 
 def test_exit_codes_are_one_enum() -> None:
-    assert [(c.name, int(c)) for c in ExitCode] == [("OK", 0), ("FAULT", 1), ("USAGE", 2), ("INTERNAL", 3),
-                                                    ("INTERRUPTED", 130)]
+    assert [(c.name, int(c)) for c in ExitCode] == [
+        ("OK", 0),
+        ("FAULT", 1),
+        ("USAGE", 2),
+        ("INTERNAL", 3),
+        ("INTERRUPTED", 130),
+    ]
     assert (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL) == tuple(ExitCode)[:4]
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])
@@ -81,8 +95,13 @@ def test_exit_codes_are_one_enum() -> None:
 
 
 def test_shared_options_are_declared_once() -> None:
-    bad = [f"{rel}: {opt}" for rel, tree in _modules() if rel != "commands/options.py"
-           for opt in option_declarations(tree) if (rel, opt) not in OWN_OPTION]
+    bad = [
+        f"{rel}: {opt}"
+        for rel, tree in _modules()
+        if rel != "commands/options.py"
+        for opt in option_declarations(tree)
+        if (rel, opt) not in OWN_OPTION
+    ]
     assert bad == [], "declare these with nodehealth.commands.options (add_config, add_format, add_simulate)"
     assert option_declarations(ast.parse('p.add_argument("--format", choices=("a",))')) == ["--format"]
 
@@ -99,8 +118,11 @@ def own_exit_codes(tree: ast.AST) -> list[str]:
         for target in node.targets:
             names = target.elts if isinstance(target, ast.Tuple) else [target]
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            out += [n.id for n, v in zip(names, values) if isinstance(n, ast.Name) and n.id.startswith("EXIT_")
-                    and isinstance(v, ast.Constant)]
+            out += [
+                n.id
+                for n, v in zip(names, values)
+                if isinstance(n, ast.Name) and n.id.startswith("EXIT_") and isinstance(v, ast.Constant)
+            ]
     return out
 
 
@@ -114,15 +136,20 @@ def test_exit_codes_are_not_numbers_of_a_modules_own() -> None:
 
 def test_simulate_is_applied_in_one_place() -> None:
     # config/loader.py: a relative ``[nvml] simulate`` in a file is relative to that file (not --simulate)
-    bad = [rel for rel, tree in _modules() if simulate_overrides(tree) and rel not in ("config/use.py",
-                                                                                       "config/loader.py")]
+    bad = [
+        rel for rel, tree in _modules() if simulate_overrides(tree) and rel not in ("config/use.py", "config/loader.py")
+    ]
     assert bad == [], "apply --simulate with nodehealth.config.use (use(..., simulate=) or simulated())"
     assert simulate_overrides(ast.parse("dataclasses.replace(cfg.nvml, simulate=p)")) == 1
 
 
 def test_faces_commands_and_daemon_load_the_config_through_use() -> None:
-    bad = [f"{rel}: {', '.join(calls)}" for rel, tree in _modules()
-           for calls in [config_loads(tree)] if calls and not any(rel.startswith(k) for k in OWN_LOAD)]
+    bad = [
+        f"{rel}: {', '.join(calls)}"
+        for rel, tree in _modules()
+        for calls in [config_loads(tree)]
+        if calls and not any(rel.startswith(k) for k in OWN_LOAD)
+    ]
     assert bad == [], "load the configuration with nodehealth.config.use.use"
     assert config_loads(ast.parse("from nodehealth.config.loader import load_safe\nload_safe()")) == ["load_safe"]
 
@@ -139,18 +166,21 @@ def test_use_applies_simulate_and_its_fallbacks(tmp_path: Path, monkeypatch: pyt
     good = tmp_path / "good.toml"
     good.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\npersistent_dir = "{tmp_path}/lib"\n')
     monkeypatch.chdir(tmp_path)
-    assert simulated(use(str(good), fallback="none", setup=False).cfg, "x.toml").nvml.simulate == \
-        os.path.join(str(tmp_path), "x.toml")
+    assert simulated(use(str(good), fallback="none", setup=False).cfg, "x.toml").nvml.simulate == os.path.join(
+        str(tmp_path), "x.toml"
+    )
     with pytest.raises(ConfigError):  # a scenario that is not there is a setup error, not a fallback
         use(str(good), fallback="last_good", simulate="missing.toml", remember=False)
 
 
 def journal_imports(tree: ast.AST) -> int:
     """``from systemd import journal`` / ``import systemd.journal``: looking for the journal."""
-    return sum(1 for n in ast.walk(tree)
-               if (isinstance(n, ast.ImportFrom) and n.module == "systemd"
-                   and any(a.name == "journal" for a in n.names))
-               or (isinstance(n, ast.Import) and any(a.name == "systemd.journal" for a in n.names)))
+    return sum(
+        1
+        for n in ast.walk(tree)
+        if (isinstance(n, ast.ImportFrom) and n.module == "systemd" and any(a.name == "journal" for a in n.names))
+        or (isinstance(n, ast.Import) and any(a.name == "systemd.journal" for a in n.names))
+    )
 
 
 def test_one_log_for_faces_and_daemon_and_one_journal_lookup() -> None:

@@ -47,27 +47,34 @@ BAD = [
     ("invalid-toml", "[gpu\n", "invalid TOML"),
     ("unknown-top-key", "colour = 1\n", "colour: unknown key"),
     ("unknown-section-key", "[gpu]\nexpectedcount = 8\n", "gpu.expectedcount: unknown key"),
-    ("wrong-type", "[phases.prolog]\nbudget_s = \"fast\"\n", "phases.prolog.budget_s: expected a number"),
+    ("wrong-type", '[phases.prolog]\nbudget_s = "fast"\n', "phases.prolog.budget_s: expected a number"),
     ("bool-is-not-a-number", "[phases.prolog]\nbudget_s = true\n", "phases.prolog.budget_s: expected a number"),
     ("out-of-range", "[phases.prolog]\nbudget_s = 0\n", "phases.prolog.budget_s: 0.0 is below the minimum 1"),
-    ("bad-choice", "[policy]\nunknown = \"maybe\"\n", "policy.unknown: 'maybe' is not one of pass, fail"),
+    ("bad-choice", '[policy]\nunknown = "maybe"\n', "policy.unknown: 'maybe' is not one of pass, fail"),
     ("unknown-check", "[checks.gpu_tempreature]\nenabled = false\n", "checks.gpu_tempreature: unknown check"),
     ("unknown-check-key", "[checks.gpu_ecc]\nmax_dbe = 1\n", "checks.gpu_ecc.max_dbe: unknown key"),
-    ("expected-count-word", "[gpu]\nexpected_count = \"eight\"\n",
-     "gpu.expected_count: expected an integer or \"auto\""),
+    ("expected-count-word", '[gpu]\nexpected_count = "eight"\n', 'gpu.expected_count: expected an integer or "auto"'),
     ("expected-count-negative", "[gpu]\nexpected_count = -1\n", "gpu.expected_count: -1 is below the minimum 0"),
     ("array-item-type", "[checks.gpu_driver]\nallowed = [550]\n", "checks.gpu_driver.allowed[0]: expected a string"),
     ("table-expected", "gpu = 3\n", "gpu: expected a table"),
-    ("boot-id-path-is-gone", "[resume]\nboot_id_path = \"/tmp/boot_id\"\n", "resume.boot_id_path: unknown key"),
-    ("xid-severity-unknown", "[checks.gpu_xid]\nseverity_overrides = [\"63=fatal\"]\n",
-     "checks.gpu_xid: XID 63: severity override: unknown severity 'fatal'"),
-    ("xid-override-malformed", "[checks.gpu_xid]\nseverity_overrides = [\"sixty=drain\"]\n",
-     "checks.gpu_xid: severity override 'sixty=drain'"),
-    ("bad-hostlist", "[[override]]\nhosts = \"gpu[001-\"\n", "override[0].hosts: bad hostlist"),
+    ("boot-id-path-is-gone", '[resume]\nboot_id_path = "/tmp/boot_id"\n', "resume.boot_id_path: unknown key"),
+    (
+        "xid-severity-unknown",
+        '[checks.gpu_xid]\nseverity_overrides = ["63=fatal"]\n',
+        "checks.gpu_xid: XID 63: severity override: unknown severity 'fatal'",
+    ),
+    (
+        "xid-override-malformed",
+        '[checks.gpu_xid]\nseverity_overrides = ["sixty=drain"]\n',
+        "checks.gpu_xid: severity override 'sixty=drain'",
+    ),
+    ("bad-hostlist", '[[override]]\nhosts = "gpu[001-"\n', "override[0].hosts: bad hostlist"),
     ("override-without-hosts", "[[override]]\n[override.gpu]\nexpected_count = 4\n", "override[0].hosts"),
-    ("override-typo-for-other-host",
-     "[[override]]\nhosts = \"other[1-2]\"\n[override.gpu]\nexpected_cnt = 4\n",
-     "override[0].gpu.expected_cnt: unknown key"),
+    (
+        "override-typo-for-other-host",
+        '[[override]]\nhosts = "other[1-2]"\n[override.gpu]\nexpected_cnt = 4\n',
+        "override[0].gpu.expected_cnt: unknown key",
+    ),
 ]
 
 
@@ -98,12 +105,16 @@ allowed = ["550."]
 """
 
 
-@pytest.mark.parametrize(("host", "count", "links", "allowed"), [
-    ("gpu001", 4, 12, ()),
-    ("gpu011", 4, 12, ("550.",)),
-    ("gpu065", 8, 0, ()),
-    ("login1", 8, 0, ()),
-], ids=["first-rule", "both-rules-later-wins", "outside-range", "other-name"])
+@pytest.mark.parametrize(
+    ("host", "count", "links", "allowed"),
+    [
+        ("gpu001", 4, 12, ()),
+        ("gpu011", 4, 12, ("550.",)),
+        ("gpu065", 8, 0, ()),
+        ("login1", 8, 0, ()),
+    ],
+    ids=["first-rule", "both-rules-later-wins", "outside-range", "other-name"],
+)
 def test_host_overrides(tmp_path, host, count, links, allowed):
     cfg = C.load(write(tmp_path, OVERRIDES), host=host)
     assert cfg.gpu.expected_count == count
@@ -129,7 +140,7 @@ def test_override_selected_by_slurmd_nodename(tmp_path):
 
 
 def test_simulate_path_is_relative_to_config_file(tmp_path):
-    cfg = C.load(write(tmp_path, "[nvml]\nsimulate = \"node.toml\"\n"))
+    cfg = C.load(write(tmp_path, '[nvml]\nsimulate = "node.toml"\n'))
     assert cfg.nvml.simulate == str(tmp_path / "node.toml")
 
 
@@ -157,9 +168,10 @@ def test_config_check_cli_prints_effective_config(tmp_path, capsys):
 
 
 def test_config_check_cli_bad_file_is_one_line_exit_2(tmp_path):
-    path = write(tmp_path, "[gpu]\nexpected_count = \"x\"\n")
-    proc = subprocess.run([sys.executable, "-m", "nodehealth", "config", "check", path],
-                          capture_output=True, text=True, check=False)
+    path = write(tmp_path, '[gpu]\nexpected_count = "x"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "nodehealth", "config", "check", path], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert path in proc.stderr and "gpu.expected_count" in proc.stderr
@@ -244,15 +256,18 @@ def test_lean_reader_agrees_with_the_full_loader(tmp_path, case, host):
         assert getattr(s, attr) == obj, (key, getattr(s, attr), obj)
 
 
-@pytest.mark.parametrize("text", [
-    "[phases.prolog]\nbudget_s = 0.5\n",
-    "[slurm]\ntimeout_s = 61\n",
-    "[ledger]\nmax_bytes = 100\n",
-    "[ledger]\nmax_bytes = 8192.0\n",
-    "[policy]\nunknown = \"maybe\"\n",
-    "[paths]\nprocfs_root = 1\n",
-    "[[override]]\nhosts = \"gpu001\"\nslurm.timeout_s = 0\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[phases.prolog]\nbudget_s = 0.5\n",
+        "[slurm]\ntimeout_s = 61\n",
+        "[ledger]\nmax_bytes = 100\n",
+        "[ledger]\nmax_bytes = 8192.0\n",
+        '[policy]\nunknown = "maybe"\n',
+        "[paths]\nprocfs_root = 1\n",
+        '[[override]]\nhosts = "gpu001"\nslurm.timeout_s = 0\n',
+    ],
+)
 def test_lean_reader_refuses_what_the_loader_refuses(tmp_path, text):
     path = write(tmp_path, text)
     env = {"NODEHEALTH_CONFIG": path, "SLURMD_NODENAME": "gpu001"}
@@ -271,8 +286,10 @@ def test_lean_reader_and_loader_read_the_same_file(tmp_path, monkeypatch):
 
 
 def test_lean_module_imports_only_the_standard_librarys_basics():
-    code = ("import sys; before = set(sys.modules); import nodehealth.config.lean; "
-            "print(' '.join(sorted(set(sys.modules) - before)))")
+    code = (
+        "import sys; before = set(sys.modules); import nodehealth.config.lean; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert set(out) <= {"__future__", "nodehealth", "nodehealth.config", "nodehealth.config.lean"}, out
 
@@ -283,8 +300,11 @@ def test_a_phase_budget_under_a_check_timeout_caps_it_instead_of_refusing(tmp_pa
 
     scenario = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "hung-nvml-call.toml"
     path = tmp_path / "nodehealth.toml"
-    path.write_text(f'[phases.prolog]\nbudget_s = 2\n[nvml]\nsimulate = "{scenario}"\n'
-                    f'[paths]\nstate_dir = "{tmp_path / "state"}"\n', encoding="utf-8")
+    path.write_text(
+        f'[phases.prolog]\nbudget_s = 2\n[nvml]\nsimulate = "{scenario}"\n'
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\n',
+        encoding="utf-8",
+    )
     cfg = C.load(str(path))
     assert cfg.phases.prolog.budget_s == 2 and cfg.checks["gpu_ecc"].timeout_s == 10
     report = runner.run(cfg, phase="prolog", only=("nvml",), node="sim01")

@@ -60,7 +60,7 @@ BROKEN = {
     "syntax": "[gpu\n",
     "unknown-key": "colour = 1\n",
     "nan": "[daemon]\nstate_max_age_s = nan\n",
-    "relative-scontrol": "[slurm]\nscontrol = \"scontrol\"\n",
+    "relative-scontrol": '[slurm]\nscontrol = "scontrol"\n',
 }
 
 
@@ -80,8 +80,9 @@ def test_a_file_that_stops_validating_runs_with_the_last_one_that_did(tmp_path, 
 
 def test_the_last_good_record_is_found_in_the_default_state_dir_when_the_file_names_none(tmp_path, monkeypatch):
     default = tmp_path / "default-state"
-    monkeypatch.setitem(lean.BY_KEY, "paths.state_dir", ("paths.state_dir", "state_dir", "path", str(default),
-                                                         None, None, None))
+    monkeypatch.setitem(
+        lean.BY_KEY, "paths.state_dir", ("paths.state_dir", "state_dir", "path", str(default), None, None, None)
+    )
     path = write(tmp_path, "[gpu]\nexpected_count = 2\n")
     assert C.load_safe(path, remember=False).valid
     lastgood.record(str(default), path, Path(path).read_text(), lean.identity(os.stat(path)), time.time())
@@ -207,8 +208,9 @@ def test_the_fast_path_takes_the_cold_path_when_the_file_is_not_the_validated_on
     time.sleep(0.01)
     Path(path).write_text(Path(path).read_text() + "colour = 1\n")  # lean cannot see this error
     s, _ = lean.read_settings(env)
-    assert s is not None and "changed since it last validated" in lastgood.unchanged(str(state), s.config_path,
-                                                                                    s.config_id)
+    assert s is not None and "changed since it last validated" in lastgood.unchanged(
+        str(state), s.config_path, s.config_id
+    )
     os.chmod(path, 0o600)  # only the change time moves
     s2, _ = lean.read_settings(env)
     assert s2 is not None and s2.config_id != s.config_id
@@ -326,8 +328,9 @@ def test_config_check_reports_an_untrusted_program(tmp_path):
     prog.write_text("#!/bin/sh\n")
     prog.chmod(0o777)
     path = write(tmp_path, f'[slurm]\nscontrol = "{prog}"\n')
-    res = subprocess.run([sys.executable, "-m", "nodehealth", "config", "check", path], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "nodehealth", "config", "check", path], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "slurm.scontrol" in res.stderr and "writable by" in res.stderr, res.stderr
 
 
@@ -344,8 +347,12 @@ def test_not_running_as_root_nothing_is_checked(tmp_path):
 
 
 NAN_KEYS = [
-    ("daemon", "state_max_age_s"), ("drain", "max_share"), ("phases.prolog", "budget_s"), ("daemon", "interval_s"),
-    ("slurm", "timeout_s"), ("checks.gpu_temperature", "timeout_s"),
+    ("daemon", "state_max_age_s"),
+    ("drain", "max_share"),
+    ("phases.prolog", "budget_s"),
+    ("daemon", "interval_s"),
+    ("slurm", "timeout_s"),
+    ("checks.gpu_temperature", "timeout_s"),
 ]
 
 
@@ -372,20 +379,28 @@ def test_the_schema_refuses_non_finite_numbers_built_from_tables_too(value):
         C.resolve({"drain": {"max_share": value}}, "<test>")
 
 
-@pytest.mark.parametrize("text", [
-    "[daemon]\nstate_max_age_s = nan\n", "[phases.prolog]\nbudget_s = inf\n", "[slurm]\ntimeout_s = -nan\n",
-    '[[override]]\nhosts = "n1"\ndaemon.state_max_age_s = nan\n',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[daemon]\nstate_max_age_s = nan\n",
+        "[phases.prolog]\nbudget_s = inf\n",
+        "[slurm]\ntimeout_s = -nan\n",
+        '[[override]]\nhosts = "n1"\ndaemon.state_max_age_s = nan\n',
+    ],
+)
 def test_the_lean_reader_refuses_non_finite_numbers(tmp_path, text):
     s, why = lean.read_settings({"NODEHEALTH_CONFIG": write(tmp_path, text), "SLURMD_NODENAME": "n1"})
     assert s is None and "has an unexpected value" in why
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    ("[[gpu]]\npower_w = nan\n", "gpu[0].power_w"),
-    ("[defaults]\npower_limit_w = inf\n", "defaults.power_limit_w"),
-    ("[node]\ncall_delay_ms = inf\n", "node.call_delay_ms"),
-])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[[gpu]]\npower_w = nan\n", "gpu[0].power_w"),
+        ("[defaults]\npower_limit_w = inf\n", "defaults.power_limit_w"),
+        ("[node]\ncall_delay_ms = inf\n", "node.call_delay_ms"),
+    ],
+)
 def test_a_scenario_number_must_be_finite(tmp_path, text, key):
     from nodehealth_sim import nvml as simnvml
 
@@ -396,7 +411,7 @@ def test_a_scenario_number_must_be_finite(tmp_path, text, key):
 def test_sighup_with_a_non_finite_number_keeps_the_running_config(tmp_path):
     from nodehealth.daemon.core import Daemon
 
-    path = state_config(tmp_path, "[daemon]\ninterval_s = 30\nlisten = \"\"\n")
+    path = state_config(tmp_path, '[daemon]\ninterval_s = 30\nlisten = ""\n')
     loaded = C.load_safe(path)
     d = Daemon(loaded.cfg, config_path=path, notify=lambda s: True, use_default_hooks=False, loaded=loaded)
     Path(path).write_text(Path(path).read_text().replace("interval_s = 30", "interval_s = nan"))
@@ -413,7 +428,7 @@ def test_sighup_with_a_non_finite_number_keeps_the_running_config(tmp_path):
 def test_the_daemon_notices_a_changed_file_at_the_next_scrape(tmp_path):
     from nodehealth.daemon.core import Daemon
 
-    path = state_config(tmp_path, "[daemon]\nlisten = \"\"\n")
+    path = state_config(tmp_path, '[daemon]\nlisten = ""\n')
     loaded = C.load_safe(path)
     d = Daemon(loaded.cfg, config_path=path, notify=lambda s: True, use_default_hooks=False, loaded=loaded)
     assert 'error="none"' in d.metrics.payload().decode()
@@ -427,32 +442,61 @@ def test_the_daemon_notices_a_changed_file_at_the_next_scrape(tmp_path):
 # --------------------------------------------------------------------------- validation at load time
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('[slurm]\nscontrol = "scontrol"\n', "slurm.scontrol: 'scontrol' is relative; expected an absolute path"),
-    ('[slurm]\nscontrol = ""\n', "slurm.scontrol: empty; expected an absolute path"),
-    ('[paths]\nstate_dir = ""\n', "paths.state_dir: empty"),
-    ('[paths]\nstate_dir = "state"\n', "paths.state_dir: 'state' is relative"),
-    ('[paths]\nprocfs_root = "proc"\n', "paths.procfs_root: 'proc' is relative"),
-    ('[slurm]\nconf = "slurm.conf"\n', "slurm.conf: 'slurm.conf' is relative"),
-    ('[daemon]\ntextfile_dir = "prom"\n', "daemon.textfile_dir: 'prom' is relative"),
-    ('[[override]]\nhosts = "x1"\nslurm.scontrol = "bin/scontrol"\n', "override[0].slurm.scontrol: 'bin/scontrol'"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[slurm]\nscontrol = "scontrol"\n', "slurm.scontrol: 'scontrol' is relative; expected an absolute path"),
+        ('[slurm]\nscontrol = ""\n', "slurm.scontrol: empty; expected an absolute path"),
+        ('[paths]\nstate_dir = ""\n', "paths.state_dir: empty"),
+        ('[paths]\nstate_dir = "state"\n', "paths.state_dir: 'state' is relative"),
+        ('[paths]\nprocfs_root = "proc"\n', "paths.procfs_root: 'proc' is relative"),
+        ('[slurm]\nconf = "slurm.conf"\n', "slurm.conf: 'slurm.conf' is relative"),
+        ('[daemon]\ntextfile_dir = "prom"\n', "daemon.textfile_dir: 'prom' is relative"),
+        ('[[override]]\nhosts = "x1"\nslurm.scontrol = "bin/scontrol"\n', "override[0].slurm.scontrol: 'bin/scontrol'"),
+    ],
+)
 def test_paths_must_be_absolute(tmp_path, text, message):
     with pytest.raises(C.ConfigError) as info:
         C.load(write(tmp_path, text))
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("listen", ["10915", "0.0.0.0", "0.0.0.0:", "0.0.0.0:http", "0.0.0.0:70000", "::1:10915",
-                                    "[::1:10915", "[nothex]:10915", "host name:1", " 0.0.0.0:10915", "[]:1",
-                                    "[127.0.0.1]:10915", "-x:1"])
+@pytest.mark.parametrize(
+    "listen",
+    [
+        "10915",
+        "0.0.0.0",
+        "0.0.0.0:",
+        "0.0.0.0:http",
+        "0.0.0.0:70000",
+        "::1:10915",
+        "[::1:10915",
+        "[nothex]:10915",
+        "host name:1",
+        " 0.0.0.0:10915",
+        "[]:1",
+        "[127.0.0.1]:10915",
+        "-x:1",
+    ],
+)
 def test_a_malformed_listen_address_is_an_error(tmp_path, listen):
     with pytest.raises(C.ConfigError, match="daemon.listen: .*expected HOST:PORT"):
         C.load(write(tmp_path, f"[daemon]\nlisten = {json.dumps(listen)}\n"))
 
 
-@pytest.mark.parametrize("listen", ["", "0.0.0.0:10915", "[::]:10915", "127.0.0.1:0", ":10915", "[fe80::1%eth0]:80",
-                                    "gpu001.mgmt:10915", "localhost:65535"])
+@pytest.mark.parametrize(
+    "listen",
+    [
+        "",
+        "0.0.0.0:10915",
+        "[::]:10915",
+        "127.0.0.1:0",
+        ":10915",
+        "[fe80::1%eth0]:80",
+        "gpu001.mgmt:10915",
+        "localhost:65535",
+    ],
+)
 def test_well_formed_listen_addresses_pass(tmp_path, listen):
     assert C.load(write(tmp_path, f"[daemon]\nlisten = {json.dumps(listen)}\n")).daemon.listen == listen
 
@@ -475,9 +519,11 @@ def _in_child(code: str, timeout: float = 20) -> subprocess.CompletedProcess[str
 def test_a_fifo_as_config_is_refused_without_waiting_for_a_writer(tmp_path):
     fifo = tmp_path / "nh.toml"
     os.mkfifo(fifo)
-    code = ("from nodehealth.config import loader, lean\n"
-            f"try:\n    loader.load({str(fifo)!r})\nexcept loader.ConfigError as e:\n    print('loader:', e.kind, e)\n"
-            f"print('lean:', lean.read_settings({{'NODEHEALTH_CONFIG': {str(fifo)!r}}})[1])\n")
+    code = (
+        "from nodehealth.config import loader, lean\n"
+        f"try:\n    loader.load({str(fifo)!r})\nexcept loader.ConfigError as e:\n    print('loader:', e.kind, e)\n"
+        f"print('lean:', lean.read_settings({{'NODEHEALTH_CONFIG': {str(fifo)!r}}})[1])\n"
+    )
     res = _in_child(code)  # a reader that opened the FIFO would block here until the timeout
     assert "loader: unreadable" in res.stdout and "not a regular file" in res.stdout, res.stdout + res.stderr
     assert "lean: config " in res.stdout and res.stdout.count("not a regular file") == 2
@@ -503,10 +549,12 @@ def test_a_fifo_is_not_even_opened(tmp_path, monkeypatch):
 def test_a_fifo_swapped_in_after_the_stat_is_opened_without_blocking_and_refused(tmp_path):
     fifo = tmp_path / "nh.toml"
     os.mkfifo(fifo)
-    code = ("import os\nfrom nodehealth.config import lean\n"
-            "real = os.stat\n"
-            f"os.stat = lambda p, *a, **k: real({__file__!r})  # it was a regular file when looked at\n"
-            f"try:\n    lean.read_regular({str(fifo)!r})\nexcept lean.NotRegular as e:\n    print('refused:', e)\n")
+    code = (
+        "import os\nfrom nodehealth.config import lean\n"
+        "real = os.stat\n"
+        f"os.stat = lambda p, *a, **k: real({__file__!r})  # it was a regular file when looked at\n"
+        f"try:\n    lean.read_regular({str(fifo)!r})\nexcept lean.NotRegular as e:\n    print('refused:', e)\n"
+    )
     res = _in_child(code, timeout=10)  # opened without O_NONBLOCK, this would wait for a writer forever
     assert "refused:" in res.stdout and "not a regular file" in res.stdout, res.stdout + res.stderr
 
@@ -556,21 +604,26 @@ def test_deep_nesting_is_a_config_error(tmp_path, depth):
 
 def test_deep_nesting_in_config_check_is_exit_2_not_3(tmp_path):
     path = write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n")
-    res = subprocess.run([sys.executable, "-m", "nodehealth", "config", "check", path], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "nodehealth", "config", "check", path], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "nested too deeply" in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
 # --------------------------------------------------------------------------- the daemon
 
 
-@pytest.mark.parametrize(("old", "new", "words"), [
-    ("state_dir = \"{state}\"", "state_dir = \"state\"", "paths.state_dir: 'state' is relative"),
-    ("state_dir = \"{state}\"", "state_dir = \"\"", "paths.state_dir: empty"),
-    ("listen = \"127.0.0.1:{port}\"", "listen = \"127.0.0.1\"", "daemon.listen: '127.0.0.1': expected HOST:PORT"),
-    ("[daemon]", "[slurm]\nscontrol = \"scontrol\"\n[daemon]", "slurm.scontrol: 'scontrol' is relative"),
-    ("[daemon]", "[daemon]\nstate_max_age_s = nan", "daemon.state_max_age_s: nan is not a finite number"),
-], ids=["relative-state-dir", "empty-state-dir", "listen-without-port", "relative-scontrol", "nan"])
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ('state_dir = "{state}"', 'state_dir = "state"', "paths.state_dir: 'state' is relative"),
+        ('state_dir = "{state}"', 'state_dir = ""', "paths.state_dir: empty"),
+        ('listen = "127.0.0.1:{port}"', 'listen = "127.0.0.1"', "daemon.listen: '127.0.0.1': expected HOST:PORT"),
+        ("[daemon]", '[slurm]\nscontrol = "scontrol"\n[daemon]', "slurm.scontrol: 'scontrol' is relative"),
+        ("[daemon]", "[daemon]\nstate_max_age_s = nan", "daemon.state_max_age_s: nan is not a finite number"),
+    ],
+    ids=["relative-state-dir", "empty-state-dir", "listen-without-port", "relative-scontrol", "nan"],
+)
 def test_the_daemon_exits_2_for_a_config_error_with_nothing_to_fall_back_on(tmp_path, old, new, words):
     from test_daemon_util import free_port, start, stop, write_config
 

@@ -58,7 +58,7 @@ def test_promtool_check_metrics_on_a_live_scrape(tmp_path):
         stop(proc)
     res = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res.stdout + res.stderr
-    assert b'process_resident_memory_bytes' in body
+    assert b"process_resident_memory_bytes" in body
 
 
 def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path):
@@ -70,17 +70,21 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path):
         good = cfg.read_text()
         cfg.write_text(good + "\n[daemon]\ninterval_s = -3\n")  # duplicate table + bad value
         proc.send_signal(signal.SIGHUP)
-        text = wait_for(f"http://127.0.0.1:{port}/metrics",
-                        lambda b: b'nodehealth_config_reloads_total{result="error"} 1.0' in b).decode()
+        text = wait_for(
+            f"http://127.0.0.1:{port}/metrics", lambda b: b'nodehealth_config_reloads_total{result="error"} 1.0' in b
+        ).decode()
         assert sample(text, "nodehealth_config_last_reload_success") == 0
         r1 = sample(_metrics(port), "nodehealth_rounds_total")
-        wait_for(f"http://127.0.0.1:{port}/metrics",  # still running on the old config
-                 lambda b: sample(b.decode(), "nodehealth_rounds_total") > r1)
+        wait_for(
+            f"http://127.0.0.1:{port}/metrics",  # still running on the old config
+            lambda b: sample(b.decode(), "nodehealth_rounds_total") > r1,
+        )
         # A good config is taken: the scenario changes to a failing node.
         cfg.write_text(good.replace("healthy-8x-h100", "row-remap-pending"))
         proc.send_signal(signal.SIGHUP)
-        wait_for(f"http://127.0.0.1:{port}/metrics",
-                 lambda b: b'nodehealth_check_status{check="gpu_remapped_rows"} 4.0' in b)
+        wait_for(
+            f"http://127.0.0.1:{port}/metrics", lambda b: b'nodehealth_check_status{check="gpu_remapped_rows"} 4.0' in b
+        )
         assert proc.poll() is None
     finally:
         code, err = stop(proc)
@@ -103,8 +107,11 @@ def test_scrape_during_a_hung_probe_answers_fast_with_the_timeout_metric(tmp_pat
         # a scrape that waited for the hung round would take the probe's 2 s
         fast = min(timing.slack(0.5), 1.0)
         assert worst < fast, (worst, fast)
-        text = wait_for(f"http://127.0.0.1:{port}/metrics",
-                        lambda b: b'nodehealth_probe_timed_out{probe="nvml"} 1.0' in b, timeout=15).decode()
+        text = wait_for(
+            f"http://127.0.0.1:{port}/metrics",
+            lambda b: b'nodehealth_probe_timed_out{probe="nvml"} 1.0' in b,
+            timeout=15,
+        ).decode()
         assert sample(text, "nodehealth_check_status", check="nvml") == 4
         # The next round hangs again; scrapes during it still answer, from the last round.
         t0 = time.monotonic()
@@ -193,13 +200,15 @@ def test_sd_notify_datagrams_ready_status_watchdog(tmp_path):
     rx.bind(sock_path)
     rx.settimeout(15)
     port = free_port()
-    proc = start(write_config(tmp_path, "healthy-8x-h100", port),
-                 env={"NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "400000"})
+    proc = start(
+        write_config(tmp_path, "healthy-8x-h100", port), env={"NOTIFY_SOCKET": sock_path, "WATCHDOG_USEC": "400000"}
+    )
     got: list[str] = []
     try:
         end = time.monotonic() + 15
-        while time.monotonic() < end and not ({"READY=1", "WATCHDOG=1"} <= set(got)
-                                              and any(g.startswith("STATUS=round") for g in got)):
+        while time.monotonic() < end and not (
+            {"READY=1", "WATCHDOG=1"} <= set(got) and any(g.startswith("STATUS=round") for g in got)
+        ):
             got.append(rx.recv(4096).decode())
     finally:
         code, _ = stop(proc)
@@ -249,8 +258,7 @@ def test_drain_class_xid_acts_within_a_second(tmp_path, timing: Timing):
         while d.xid.state() != "alive" and time.monotonic() < end:  # the follower has read the backlog
             time.sleep(0.01)
         assert d.xid.state() == "alive"
-        line = ("NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, "
-                "GPU has fallen off the bus.\n")
+        line = "NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
         t0 = time.monotonic()
         with open(tmp_path / "kmsg", "a") as f:
             f.write(line)

@@ -82,8 +82,9 @@ def _cut(s: Optional[socket.socket]) -> bool:
         return True
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds an unprivileged user only: needs root to "
-                    "start the daemon as one")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="RLIMIT_NPROC binds an unprivileged user only: needs root to start the daemon as one"
+)
 def test_a_slowloris_under_the_units_task_limit_costs_no_task_and_the_xid_follower_still_acts():
     tmp = Path(tempfile.mkdtemp(prefix="nh-tasks."))  # pytest's tmp dirs are not searchable by others
     try:
@@ -94,19 +95,28 @@ def test_a_slowloris_under_the_units_task_limit_costs_no_task_and_the_xid_follow
             os.chown(path, NOBODY, NOBODY)
         found = unprivileged_python()
         if found is None:
-            pytest.skip(f"no Python that user nobody can run ({os.path.realpath(sys.executable)} is not "
-                        "searchable by all, nor is there a system one of the same version)")
+            pytest.skip(
+                f"no Python that user nobody can run ({os.path.realpath(sys.executable)} is not "
+                "searchable by all, nor is there a system one of the same version)"
+            )
         python, env = found
-        proc = subprocess.Popen([python, "-m", "nodehealth", "daemon", "--config", str(cfg)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=str(ROOT), env=env,
-                                preexec_fn=as_nobody_with_tasks(TASKS))
+        proc = subprocess.Popen(
+            [python, "-m", "nodehealth", "daemon", "--config", str(cfg)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=str(ROOT),
+            env=env,
+            preexec_fn=as_nobody_with_tasks(TASKS),
+        )
         held: list[Optional[socket.socket]] = []
         try:
             wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"nodehealth_rounds_total 1.0" in b)
             time.sleep(0.5)  # the follower has read the (empty) backlog
             limits = Path(f"/proc/{proc.pid}/limits").read_text()
-            assert any(line.startswith("Max processes") and line.split()[2:4] == [str(TASKS)] * 2
-                       for line in limits.splitlines()), limits
+            assert any(
+                line.startswith("Max processes") and line.split()[2:4] == [str(TASKS)] * 2
+                for line in limits.splitlines()
+            ), limits
             assert Path(f"/proc/{proc.pid}/status").read_text().count(f"\t{NOBODY}") >= 8  # Uid:, Gid: lines
             base = _tasks(proc.pid)
             held = [_slowloris(port) for _ in range(ATTACKERS)]
@@ -128,8 +138,9 @@ def test_a_slowloris_under_the_units_task_limit_costs_no_task_and_the_xid_follow
             assert acted, "the fatal XID was not judged and published while /metrics was attacked"
             assert all(_cut(s) for s in first), "slowloris connections were never cut"
             # No task for any connection; judging the XID briefly takes its probes' threads.
-            assert most <= base + XID_PROBE_THREADS, \
+            assert most <= base + XID_PROBE_THREADS, (
                 f"the daemon went from {base} to {most} tasks under {ATTACKERS} connections"
+            )
             code, body, _ = get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # a scraper is still served
             assert code == 200 and sample(body.decode(), "nodehealth_xid_errors_total", gpu="4", xid="79") == 1
         finally:

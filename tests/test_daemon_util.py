@@ -18,8 +18,9 @@ from nodehealth.registry import CHECKS
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples" / "scenarios"
 # The checks that judge only the (simulated) GPUs, from the registry.
-GPU_CHECKS = tuple(spec.name for spec in CHECKS if "nvml" in spec.needs
-                   and set(spec.needs) <= {"nvml", "pci_gpus", "slurm_node"})
+GPU_CHECKS = tuple(
+    spec.name for spec in CHECKS if "nvml" in spec.needs and set(spec.needs) <= {"nvml", "pci_gpus", "slurm_node"}
+)
 
 
 def free_port() -> int:
@@ -28,16 +29,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(tmp: Path, scenario: str, port: int, interval_s: float = 1.0, nvml_timeout_s: Optional[float] = None,
-                 extra: str = "") -> Path:
+def write_config(
+    tmp: Path,
+    scenario: str,
+    port: int,
+    interval_s: float = 1.0,
+    nvml_timeout_s: Optional[float] = None,
+    extra: str = "",
+) -> Path:
     state = tmp / "state"
     kmsg = tmp / "kmsg"
     kmsg.touch()
     lines = [
         'node_name = "gpu001"',
-        "[nvml]", f'simulate = "{SCENARIOS / (scenario + ".toml")}"',
-        "[paths]", f'state_dir = "{state}"',
-        "[daemon]", f'listen = "127.0.0.1:{port}"', f"interval_s = {interval_s}", "slurm_actions = false",
+        "[nvml]",
+        f'simulate = "{SCENARIOS / (scenario + ".toml")}"',
+        "[paths]",
+        f'state_dir = "{state}"',
+        "[daemon]",
+        f'listen = "127.0.0.1:{port}"',
+        f"interval_s = {interval_s}",
+        "slurm_actions = false",
     ]
     body = "\n".join(lines) + "\n" + extra + "\n"
     body += f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
@@ -53,8 +65,13 @@ def start(config: Path, env: Optional[dict[str, str]] = None) -> subprocess.Pope
     e = dict(os.environ)
     e.pop("NOTIFY_SOCKET", None)
     e.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "nodehealth", "daemon", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, cwd=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "nodehealth", "daemon", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=e,
+        cwd=str(ROOT),
+    )
 
 
 def get(url: str, timeout: float = 2.0) -> tuple[int, bytes, float]:
@@ -129,9 +146,11 @@ def unprivileged_python(tree: Path = ROOT) -> Optional[tuple[str, dict[str, str]
 def as_nobody_with_tasks(tasks: int):  # type: ignore[no-untyped-def]
     """A ``preexec_fn``: become user nobody with RLIMIT_NPROC ``tasks`` (threads count), as a
     unit's ``TasksMax`` would bound the daemon (root is exempt from RLIMIT_NPROC)."""
+
     def drop() -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
+
     return drop

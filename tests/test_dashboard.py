@@ -31,8 +31,12 @@ def exprs() -> list[tuple[str, str]]:
 
 def _concrete(expr: str) -> str:
     """Grafana's variables replaced by what they stand for in one query."""
-    return (expr.replace("$__rate_interval", "2m").replace("$__interval", "1m").replace("$__range", "6h")
-            .replace("$instance", "gpu001"))
+    return (
+        expr.replace("$__rate_interval", "2m")
+        .replace("$__interval", "1m")
+        .replace("$__range", "6h")
+        .replace("$instance", "gpu001")
+    )
 
 
 def test_every_query_names_families_of_the_table() -> None:
@@ -47,8 +51,12 @@ def test_every_query_names_families_of_the_table() -> None:
 
 def test_the_roll_out_panels_show_observe_mode_and_the_reboot_loop() -> None:
     text = " ".join(e for _, e in exprs())
-    for family in ("nodehealth_slurm_would_total", "nodehealth_slurm_observe_mode",
-                   "nodehealth_slurm_reboots_requested", "nodehealth_slurm_reboot_escalated"):
+    for family in (
+        "nodehealth_slurm_would_total",
+        "nodehealth_slurm_observe_mode",
+        "nodehealth_slurm_reboots_requested",
+        "nodehealth_slurm_reboot_escalated",
+    ):
         assert family in text, family
 
 
@@ -68,8 +76,14 @@ def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
 def test_every_query_is_promql(tmp_path: Path) -> None:
-    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:q{ref}", "expr": _concrete(e)}
-                                                         for ref, e in exprs()]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:q{ref}", "expr": _concrete(e)} for ref, e in exprs()],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-rules.yml"
     path.write_text(json.dumps(rules))  # JSON is YAML
     res = subprocess.run([str(PROMTOOL), "check", "rules", str(path)], capture_output=True, text=True)

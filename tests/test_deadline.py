@@ -10,10 +10,13 @@ from nodehealth.platform import deadline as dl
 
 
 def test_process_age_is_measured_from_the_process_start() -> None:
-    code = ("import time; time.sleep(0.3); from nodehealth.platform.deadline import process_age_s, Deadline; "
-            "d = Deadline.from_process_start(10.0); print(process_age_s(), d.spent())")
-    age, spent = map(float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                           check=True).stdout.split())
+    code = (
+        "import time; time.sleep(0.3); from nodehealth.platform.deadline import process_age_s, Deadline; "
+        "d = Deadline.from_process_start(10.0); print(process_age_s(), d.spent())"
+    )
+    age, spent = map(
+        float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
     assert 0.3 <= age < 5.0 and 0.3 <= spent < 5.0
 
 

@@ -31,10 +31,12 @@ def _files(d: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("face", sorted(FACES))
-@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], ["--dry-run"], ["--bogus"], ["--config"],
-                                  ["--dry-run", "--bogus"]])
-def test_a_face_run_by_hand_acts_on_nothing(face: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["-h"], ["--version"], ["--dry-run"], ["--bogus"], ["--config"], ["--dry-run", "--bogus"]]
+)
+def test_a_face_run_by_hand_acts_on_nothing(
+    face: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")  # a fault: the real face would drain
     before = _files(tmp_path / "state")
     code = FACES[face].main(argv)
@@ -61,8 +63,9 @@ def test_the_same_face_without_arguments_does_act(tmp_path: Path, monkeypatch: p
 
 @pytest.mark.parametrize("scenario", ["healthy.toml", "remap-pending.toml", "gpu-missing.toml", "stray-process.toml"])
 @pytest.mark.parametrize("face", sorted(FACES))
-def test_check_as_face_agrees_with_the_face(scenario: str, face: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_as_face_agrees_with_the_face(
+    scenario: str, face: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     Fake(tmp_path, monkeypatch, scenario=scenario)
     code = cli_main(["check", "--as", face, "--job", "7", "--gpus", "0,1", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
@@ -72,8 +75,9 @@ def test_check_as_face_agrees_with_the_face(scenario: str, face: str, tmp_path: 
     assert real == code, (face, scenario, verdict, doc["as"]["decision"])
 
 
-def test_check_as_prolog_says_where_the_expected_count_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_as_prolog_says_where_the_expected_count_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml")
     code = cli_main(["check", "--as", "prolog"])
     out = capsys.readouterr().out
@@ -83,10 +87,19 @@ def test_check_as_prolog_says_where_the_expected_count_came_from(tmp_path: Path,
 
 def test_faces_installed_scripts_take_arguments(tmp_path: Path) -> None:
     """The console script passes argv; a bad argument is exit 2 before any config is read."""
-    proc = subprocess.run([sys.executable, "-c", "import sys; from nodehealth.faces.prolog import cli; "
-                           "sys.argv = ['nodehealth-prolog', '--nope']; raise SystemExit(cli())"],
-                          capture_output=True, text=True, timeout=30, env=dict(os.environ, NODEHEALTH_CONFIG="/nope"),
-                          check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from nodehealth.faces.prolog import cli; "
+            "sys.argv = ['nodehealth-prolog', '--nope']; raise SystemExit(cli())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, NODEHEALTH_CONFIG="/nope"),
+        check=False,
+    )
     assert proc.returncode == 2 and "unknown argument '--nope'" in proc.stderr
 
 
@@ -97,12 +110,23 @@ def test_one_finding_on_several_gpus_is_one_line() -> None:
     msgs = [f"GPU {i}: fabric registration not started" for i in range(8)]
     assert group_messages(msgs) == ["GPU 0-7: fabric registration not started"]
     assert group_messages(["GPU 0: a", "GPU 2: b", "GPU 1: a", "GPU 3: a", "node: c"]) == [
-        "GPU 0-1,3: a", "GPU 2: b", "node: c"]
+        "GPU 0-1,3: a",
+        "GPU 2: b",
+        "node: c",
+    ]
 
 
 def test_fold_lists_the_most_severe_first_and_groups() -> None:
-    res = fold("x", [Finding(Status.WARN, "GPU 0: warm", gpu=0), Finding(Status.FAIL, "GPU 1: hot", gpu=1),
-                     Finding(Status.FAIL, "GPU 2: hot", gpu=2), Finding(Status.WARN, "GPU 3: warm", gpu=3)], "ok")
+    res = fold(
+        "x",
+        [
+            Finding(Status.WARN, "GPU 0: warm", gpu=0),
+            Finding(Status.FAIL, "GPU 1: hot", gpu=1),
+            Finding(Status.FAIL, "GPU 2: hot", gpu=2),
+            Finding(Status.WARN, "GPU 3: warm", gpu=3),
+        ],
+        "ok",
+    )
     assert res.summary == "GPU 1-2: hot; GPU 0,3: warm" and res.gpu == 1
 
 

@@ -34,8 +34,12 @@ def built() -> None:
     proc = subprocess.run(["make", "-s", "-C", str(ROOT), "fakenvml"], capture_output=True, text=True)
     assert proc.returncode == 0, f"make fakenvml failed:\n{proc.stdout}\n{proc.stderr}"
     if any(not (MATRIX / f"pynvml-{v}" / "pynvml.py").is_file() for v in VERSIONS):
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "nvml-matrix.sh")], capture_output=True, text=True,
-                              env=dict(os.environ, PYTHON=sys.executable))
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "nvml-matrix.sh")],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHON=sys.executable),
+        )
         assert proc.returncode == 0, f"scripts/nvml-matrix.sh failed:\n{proc.stdout}\n{proc.stderr}"
 
 
@@ -61,8 +65,15 @@ def s(v):
 '''
 
 
-def run(version: str, branch: int, body: str, spec: Optional[str], timeout: float = 30.0,
-        env: Optional[dict[str, str]] = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    version: str,
+    branch: int,
+    body: str,
+    spec: Optional[str],
+    timeout: float = 30.0,
+    env: Optional[dict[str, str]] = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     pydir = MATRIX / f"pynvml-{version}"
     e = {k: v for k, v in os.environ.items() if k not in (driver.SPEC_ENV, driver.LOG_ENV)}
     e.update(PYTHONPATH=f"{pydir}{os.pathsep}{ROOT}", FAKE_BRANCH=str(branch), FAKE_PYNVML=str(pydir / "pynvml.py"))
@@ -154,7 +165,7 @@ gpu 1 temperature_c 50
 gpu 2 name Minimal
 """
 
-ROUND_TRIP = '''
+ROUND_TRIP = """
 N = pynvml
 N.nvmlInit()
 R["driver"] = s(N.nvmlSystemGetDriverVersion())
@@ -274,7 +285,7 @@ R["error_string"] = s(N.nvmlErrorString(999))
 R["error_str"] = str(N.NVMLError(15))
 N.nvmlShutdown()
 R["after_shutdown"] = q(N.nvmlDeviceGetCount)
-'''
+"""
 
 
 @pytest.mark.parametrize("branch", driver.BRANCHES)
@@ -338,15 +349,35 @@ def test_values_round_trip(version: str, branch: int) -> None:
 
     # 161-165 (NVLink DL counters, link state; scopeId = link) are beyond the 11.4 header's NVML_FI_MAX (161)
     nvlink = [21, 22, 23 + 24, 0, 1, ["ret", 2]] if branch > 470 else [["ret", 2]] * 6
-    expect = [11, 12, 13, 14, 2, 1, 1, 38, 12, 5, 6, 1, 0, *nvlink,
-              2 if branch >= 570 else ["ret", 2],  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230): 12.8 header on
-              ["ret", 3],  # 160: a field every branch knows, not simulated: NOT_SUPPORTED
-              ["ret", 3], ["ret", 2], ["ret", 2]]  # FI_MAX - 1: known; FI_MAX and beyond: INVALID_ARGUMENT
+    expect = [
+        11,
+        12,
+        13,
+        14,
+        2,
+        1,
+        1,
+        38,
+        12,
+        5,
+        6,
+        1,
+        0,
+        *nvlink,
+        2 if branch >= 570 else ["ret", 2],  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230): 12.8 header on
+        ["ret", 3],  # 160: a field every branch knows, not simulated: NOT_SUPPORTED
+        ["ret", 3],
+        ["ret", 2],
+        ["ret", 2],
+    ]  # FI_MAX - 1: known; FI_MAX and beyond: INVALID_ARGUMENT
     assert FI_MAX[branch] > 160
     assert r["fields"] == expect
     assert r["fields_ts"]
-    assert r["fields_mig"] == ([["ret", 3], ["ret", 3], ["ret", 3], 1, 18] if branch > 470
-                               else [["ret", 3], ["ret", 3], ["ret", 2], ["ret", 2], 18])
+    assert r["fields_mig"] == (
+        [["ret", 3], ["ret", 3], ["ret", 3], 1, 18]
+        if branch > 470
+        else [["ret", 3], ["ret", 3], ["ret", 2], ["ret", 2], 18]
+    )
     assert r["fields_none"] == [["ret", 3], ["ret", 3], ["ret", 3] if branch > 470 else ["ret", 2]]
 
     # fabric: nvmlDeviceGetGpuFabricInfo from the 12.0 header (525), ...V from 12.4 (550) with v2 structs,
@@ -373,8 +404,9 @@ def test_values_round_trip(version: str, branch: int) -> None:
         good = [0x02000024, 3, 0x22] if r["fabric_v_size"] == 0x24 else [0x02000024, 0, 0]
         assert r["fabric_v_pynvml"] == (NOT_FOUND if branch < 550 else good)
     if "fabric_v3_pynvml" in r:
-        assert r["fabric_v3_pynvml"] == ([3, 0x22, 2] if branch >= 580 else
-                                         NOT_FOUND if branch < 550 else ["NVMLError", 25])
+        assert r["fabric_v3_pynvml"] == (
+            [3, 0x22, 2] if branch >= 580 else NOT_FOUND if branch < 550 else ["NVMLError", 25]
+        )
     assert version != "13.615.71" or "fabric_v3_pynvml" in r
 
     assert r["error_string"] == "Unknown Error" and r["error_str"] == "GPU is lost"
@@ -382,8 +414,11 @@ def test_values_round_trip(version: str, branch: int) -> None:
 
 
 def _tsv() -> tuple[list[int], dict[str, dict[int, bool]]]:
-    rows = [line.split("\t") for line in (ROOT / "sim/nodehealth_sim/fakenvml/symbols.tsv").read_text().splitlines()
-            if line and not line.startswith("#")]
+    rows = [
+        line.split("\t")
+        for line in (ROOT / "sim/nodehealth_sim/fakenvml/symbols.tsv").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     branches = [int(b) for b in rows[0][1:]]
     return branches, {r[0]: {b: r[i + 1] == "1" for i, b in enumerate(branches)} for r in rows[1:]}
 
@@ -399,19 +434,25 @@ def test_exported_symbols_are_exactly_the_branch_column() -> None:
     assert [b for b in branches if table["nvmlDeviceGetGpuFabricInfoV"][b]] == [550, 570, 580]
     assert all(table["nvmlInit"].values()) and all(table["nvmlDeviceGetPciInfo"].values())
     for branch in branches:
-        nm = subprocess.run(["nm", "-D", "--defined-only", str(driver.library_path(branch))],
-                            capture_output=True, text=True, check=True)
+        nm = subprocess.run(
+            ["nm", "-D", "--defined-only", str(driver.library_path(branch))], capture_output=True, text=True, check=True
+        )
         exported = {line.split()[-1] for line in nm.stdout.splitlines() if " T " in line}
         assert exported == {sym for sym, col in table.items() if col[branch]}, branch
 
 
 def test_loaded_by_soname_into_the_preloaded_object() -> None:
-    proc = run("13.615.71", 550, """
+    proc = run(
+        "13.615.71",
+        550,
+        """
         pynvml.nvmlInit()
         R["same"] = pynvml.nvmlLib._handle == LIB._handle == ctypes.CDLL("libnvidia-ml.so.1")._handle
         maps = {line.split()[-1] for line in open("/proc/self/maps") if "libnvidia-ml" in line}
         R["maps"] = sorted(maps)
-    """, NODE)
+    """,
+        NODE,
+    )
     r = results(proc)
     assert r["same"] is True
     assert r["maps"] == [str(driver.library_path(550))]
@@ -424,7 +465,10 @@ def test_errors_unreachable_gpu_unsupported_and_raw_validation(tmp_path: Path) -
         error nvmlDeviceGetPowerUsage 0 4
         error nvmlSystemGetDriverVersion * 18
     """)
-    proc = run("13.615.71", 570, """
+    proc = run(
+        "13.615.71",
+        570,
+        """
         c = ctypes.c_uint()
         R["raw_uninit"] = LIB.nvmlDeviceGetCount_v2(ctypes.byref(c))
         pynvml.nvmlInit()
@@ -442,7 +486,9 @@ def test_errors_unreachable_gpu_unsupported_and_raw_validation(tmp_path: Path) -
         buf = ctypes.create_string_buffer(4)
         R["raw_small"] = LIB.nvmlDeviceGetName(h, buf, 4)
         R["raw_threshold"] = LIB.nvmlDeviceGetTemperatureThreshold(h, 99, ctypes.byref(c))
-    """, spec)
+    """,
+        spec,
+    )
     r = results(proc)
     assert r["raw_uninit"] == 1  # NVML_ERROR_UNINITIALIZED
     assert r["count"] == 3  # the driver still counts the GPU it cannot open
@@ -471,14 +517,23 @@ def test_init_outcomes() -> None:
     bad = run("12.570.86", 550, body, "version 1\ngpus 2\n\ngpu 0 temperature_c hot\n")
     assert results(bad)["init"] == 999
     assert bad.stderr.count("\n") == 1 and "line 4" in bad.stderr and "temperature_c" in bad.stderr
-    for spec, line in (("version 2\n", 1), ("gpus 1\ngpu 1 name X\n", 2), ("gpus 1\nfrobnicate\n", 2),
-                       ("gpus 1\nerror nvmlDeviceGetNothing 0 3\n", 2), ("gpus 1\ngpu 0 nvlink 1 2\n", 2)):
+    for spec, line in (
+        ("version 2\n", 1),
+        ("gpus 1\ngpu 1 name X\n", 2),
+        ("gpus 1\nfrobnicate\n", 2),
+        ("gpus 1\nerror nvmlDeviceGetNothing 0 3\n", 2),
+        ("gpus 1\ngpu 0 nvlink 1 2\n", 2),
+    ):
         bad = run("12.570.86", 550, body, spec)
         assert results(bad)["init"] == 999 and f"line {line}:" in bad.stderr, (spec, bad.stderr)
 
 
 def test_spec_is_read_again_at_each_init() -> None:
-    r = results(run("13.615.71", 580, """
+    r = results(
+        run(
+            "13.615.71",
+            580,
+            """
         pynvml.nvmlInit()
         R["a"] = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
@@ -488,7 +543,10 @@ def test_spec_is_read_again_at_each_init() -> None:
         pynvml.nvmlShutdown()
         del os.environ["NODEHEALTH_FAKE_NVML_SPEC"]
         R["c"] = q(pynvml.nvmlInit)
-    """, "version 1\ngpus 2\n"))
+    """,
+            "version 1\ngpus 2\n",
+        )
+    )
     assert r == {"a": 2, "b": 5, "c": ["NVMLError", 9]}
 
 
@@ -504,7 +562,11 @@ def test_delay_and_init_ms(tmp_path: Path, timing: Timing) -> None:
         delay nvmlDeviceGetPowerUsage 0 200000
         delay * 0 50000
     """)
-    r = results(run("12.560.30", 535, """
+    r = results(
+        run(
+            "12.560.30",
+            535,
+            """
         pynvml.nvmlInit()
         def timed(fn, *a):
             t = time.monotonic()
@@ -518,7 +580,11 @@ def test_delay_and_init_ms(tmp_path: Path, timing: Timing) -> None:
         h0, h1 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
         R["power0"] = timed(pynvml.nvmlDeviceGetPowerUsage, h0)
         R["power1"] = timed(pynvml.nvmlDeviceGetPowerUsage, h1)
-    """, spec, env={driver.LOG_ENV: str(log)}))
+    """,
+            spec,
+            env={driver.LOG_ENV: str(log)},
+        )
+    )
     assert r["open0"] >= 0.35  # init_ms 300 + the `delay * 0` 50 ms
     # A call without its delay is fast: a quiet machine's bound, scaled, never up to the delay it lacks.
     fast_s, open_s = min(timing.slack(0.1), 0.2), min(timing.slack(0.2), 0.3)  # the delays: 250 ms, 350 ms
@@ -554,7 +620,10 @@ def test_hang_never_returns() -> None:
 def test_call_log(tmp_path: Path) -> None:
     log = tmp_path / "calls.log"
     spec = "version 1\ngpus 2\ngpu 1 memory_temp_c 40\nerror nvmlDeviceGetHandleByIndex 0 8\n"
-    run("13.615.71", 580, """
+    run(
+        "13.615.71",
+        580,
+        """
         pynvml.nvmlInit()
         pynvml.nvmlDeviceGetCount()
         q(pynvml.nvmlDeviceGetHandleByIndex, 0)
@@ -562,7 +631,10 @@ def test_call_log(tmp_path: Path) -> None:
         pynvml.nvmlDeviceGetFieldValues(h, [82, 3, (161, 0)])
         q(pynvml.nvmlDeviceGetName, h)
         pynvml.nvmlShutdown()
-    """, spec, env={driver.LOG_ENV: str(log)})
+    """,
+        spec,
+        env={driver.LOG_ENV: str(log)},
+    )
     lines = log.read_text().splitlines()
     assert all(len(line.split()) in (4, 5) for line in lines)
     calls = [(c.symbol, c.gpu, c.rc, c.values) for c in driver.read_log(log)]

@@ -47,16 +47,31 @@ def rec(xid: int, ago_s: float = 60.0, boot: str = BOOT, job: Optional[str] = No
     return XidRecord(event=event, boot_id=boot, at=NOW - ago_s, current_boot=boot == BOOT)
 
 
-def obs(*records: XidRecord, complete: bool = True, notes: tuple[str, ...] = (),
-        ledger: tuple[JobLedgerEntry, ...] = ()) -> XidObservation:
-    return XidObservation(boot_id=BOOT, records=records, gathered_at=NOW, source="/dev/kmsg",
-                          complete=complete, kmsg_seq=1234, notes=notes, ledger=ledger)
+def obs(
+    *records: XidRecord, complete: bool = True, notes: tuple[str, ...] = (), ledger: tuple[JobLedgerEntry, ...] = ()
+) -> XidObservation:
+    return XidObservation(
+        boot_id=BOOT,
+        records=records,
+        gathered_at=NOW,
+        source="/dev/kmsg",
+        complete=complete,
+        kmsg_seq=1234,
+        notes=notes,
+        ledger=ledger,
+    )
 
 
-SNAP = NvmlSnapshot("550.54", 12040, 2, (
-    GpuObservation(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:1A:00.0"),
-    GpuObservation(index=3, uuid="GPU-dddd", pci_bus_id="00000000:3B:00.0"),
-), 0.01)
+SNAP = NvmlSnapshot(
+    "550.54",
+    12040,
+    2,
+    (
+        GpuObservation(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:1A:00.0"),
+        GpuObservation(index=3, uuid="GPU-dddd", pci_bus_id="00000000:3B:00.0"),
+    ),
+    0.01,
+)
 
 
 @dataclass
@@ -73,44 +88,83 @@ class Case:
 
 CASES = [
     Case("nothing-since-boot", obs(), Status.OK, says=("no XID since boot",)),
-    Case("fallen-off-bus-fails-reboot", obs(rec(79)), Status.FAIL, Action.REBOOT, 3,
-         ("GPU 3 (0000:3b:00)", "XID 79")),
+    Case("fallen-off-bus-fails-reboot", obs(rec(79)), Status.FAIL, Action.REBOOT, 3, ("GPU 3 (0000:3b:00)", "XID 79")),
     Case("dbe-fails-reset", obs(rec(48)), Status.FAIL, Action.RESET_GPU, 0, ("GPU 0 (0000:1a:00)", "XID 48")),
-    Case("without-nvml-the-pci-address-names-the-gpu", obs(rec(48)), Status.FAIL, Action.RESET_GPU, None,
-         ("GPU 0000:1a:00",), nvml=ProbeError("nvml", "unavailable", "no NVML")),
+    Case(
+        "without-nvml-the-pci-address-names-the-gpu",
+        obs(rec(48)),
+        Status.FAIL,
+        Action.RESET_GPU,
+        None,
+        ("GPU 0000:1a:00",),
+        nvml=ProbeError("nvml", "unavailable", "no NVML"),
+    ),
     Case("worst-action-per-gpu", obs(rec(48), rec(64)), Status.FAIL, Action.INSPECT, 0, ("XID 48", "XID 64")),
     Case("repeats-are-counted", obs(rec(79, 100), rec(79, 50)), Status.FAIL, Action.REBOOT, 3, ("XID 79", "x2")),
     Case("job-named", obs(rec(79, job="81234")), Status.FAIL, Action.REBOOT, 3, ("job 81234",)),
     Case("recovery-action-154-reboot", obs(rec(154)), Status.FAIL, Action.REBOOT, 3, ("XID 154",)),
     Case("drain-outside-window-ok", obs(rec(48, ago_s=7200)), Status.OK, settings={"window_s": 3600}),
-    Case("drain-inside-window", obs(rec(48, ago_s=600)), Status.FAIL, Action.RESET_GPU, 0,
-         settings={"window_s": 3600}),
+    Case("drain-inside-window", obs(rec(48, ago_s=600)), Status.FAIL, Action.RESET_GPU, 0, settings={"window_s": 3600}),
     Case("drain-window-0-is-whole-boot", obs(rec(48, ago_s=30 * 86400)), Status.FAIL, Action.RESET_GPU, 0),
-    Case("earlier-boot-inspect-class", obs(rec(64, boot=OLD_BOOT)), Status.FAIL, Action.INSPECT, 0,
-         ("earlier boot", "nodehealth xid clear")),
+    Case(
+        "earlier-boot-inspect-class",
+        obs(rec(64, boot=OLD_BOOT)),
+        Status.FAIL,
+        Action.INSPECT,
+        0,
+        ("earlier boot", "nodehealth xid clear"),
+    ),
     Case("warning-class-warns", obs(rec(63)), Status.WARN, Action.RESET_GPU, None, ("XID 63",)),
     Case("warning-class-expires", obs(rec(63, ago_s=2 * 86400)), Status.OK),
     Case("one-application-xid-ok", obs(rec(13)), Status.OK, says=("1 XID event(s) since boot",)),
-    Case("application-burst-warns",
-         obs(*[rec(13, uptime=100.0 + i) for i in range(25)]), Status.WARN, Action.INSPECT, 3,
-         ("25 application XIDs", "more than 20")),
-    Case("application-rate-configurable",
-         obs(*[rec(13, uptime=100.0 + i) for i in range(5)]), Status.WARN, Action.INSPECT, 3,
-         settings={"application_max_events": 4}),
-    Case("application-spread-out-ok",
-         obs(*[rec(13, uptime=100.0 + i * 4000) for i in range(25)]), Status.OK),
+    Case(
+        "application-burst-warns",
+        obs(*[rec(13, uptime=100.0 + i) for i in range(25)]),
+        Status.WARN,
+        Action.INSPECT,
+        3,
+        ("25 application XIDs", "more than 20"),
+    ),
+    Case(
+        "application-rate-configurable",
+        obs(*[rec(13, uptime=100.0 + i) for i in range(5)]),
+        Status.WARN,
+        Action.INSPECT,
+        3,
+        settings={"application_max_events": 4},
+    ),
+    Case("application-spread-out-ok", obs(*[rec(13, uptime=100.0 + i * 4000) for i in range(25)]), Status.OK),
     Case("fail-beats-warn", obs(rec(63), rec(79)), Status.FAIL, Action.REBOOT, 3, ("XID 79", "XID 63")),
-    Case("incomplete-read-unknown", obs(complete=False), Status.UNKNOWN,
-         says=("not fully read", "deadline")),
-    Case("unreadable-kmsg-unknown-names-reason",
-         obs(complete=False, notes=("cannot read /dev/kmsg: Permission denied (reading the kernel log needs "
-                                    "root or CAP_SYSLOG)",)), Status.UNKNOWN, says=("Permission denied", "root")),
-    Case("unreadable-kmsg-but-stored-drain-fails", obs(rec(79), complete=False, notes=("cannot read /dev/kmsg",)),
-         Status.FAIL, Action.REBOOT, 3, ("XID 79", "cannot read /dev/kmsg")),
-    Case("probe-error-unknown", ProbeError("xid", "permission", "cannot read /dev/kmsg: Permission denied"),
-         Status.UNKNOWN, says=("cannot watch XIDs", "Permission denied")),
-    Case("probe-timeout-unknown", ProbeError("xid", "timeout", "xid probe did not finish within 10.2 s"),
-         Status.UNKNOWN, says=("did not finish",)),
+    Case("incomplete-read-unknown", obs(complete=False), Status.UNKNOWN, says=("not fully read", "deadline")),
+    Case(
+        "unreadable-kmsg-unknown-names-reason",
+        obs(
+            complete=False,
+            notes=("cannot read /dev/kmsg: Permission denied (reading the kernel log needs root or CAP_SYSLOG)",),
+        ),
+        Status.UNKNOWN,
+        says=("Permission denied", "root"),
+    ),
+    Case(
+        "unreadable-kmsg-but-stored-drain-fails",
+        obs(rec(79), complete=False, notes=("cannot read /dev/kmsg",)),
+        Status.FAIL,
+        Action.REBOOT,
+        3,
+        ("XID 79", "cannot read /dev/kmsg"),
+    ),
+    Case(
+        "probe-error-unknown",
+        ProbeError("xid", "permission", "cannot read /dev/kmsg: Permission denied"),
+        Status.UNKNOWN,
+        says=("cannot watch XIDs", "Permission denied"),
+    ),
+    Case(
+        "probe-timeout-unknown",
+        ProbeError("xid", "timeout", "xid probe did not finish within 10.2 s"),
+        Status.UNKNOWN,
+        says=("did not finish",),
+    ),
     Case("not-probed-unknown", None, Status.UNKNOWN, says=("not read",)),
 ]
 
@@ -130,8 +184,11 @@ def test_gpu_xid_verdicts(case: Case) -> None:
 
 def test_details_carry_attributed_events_and_counts() -> None:
     ledger = (JobLedgerEntry(job_id="555", start=NOW - 3600, end=None, user="alice", gpus=(3,)),)
-    res = gpu_xid.evaluate(Observations(xid=obs(rec(13), rec(79), rec(64, boot=OLD_BOOT), ledger=ledger),
-                                        nvml=SNAP), gpu_xid.Settings(), CTX)
+    res = gpu_xid.evaluate(
+        Observations(xid=obs(rec(13), rec(79), rec(64, boot=OLD_BOOT), ledger=ledger), nvml=SNAP),
+        gpu_xid.Settings(),
+        CTX,
+    )
     d = res.details
     assert (d["events_this_boot"], d["events_earlier_boots"], d["drain_events"]) == (2, 1, 2)
     by_xid = {e["xid"]: e for e in d["events"]}
@@ -146,15 +203,20 @@ def test_settings_defaults_are_documented_and_sane() -> None:
     assert s.application_max_events == 20 and s.application_window_s == 3600
 
 
-@pytest.mark.parametrize("records,nvml,head", [
-    ((rec(79),), SNAP, "nh:xid79 GPU3 gpu_xid: "),
-    ((rec(48), rec(64)), SNAP, "nh:xid64 GPU0 "),  # one GPU: the XID with the most invasive action names it
-    ((rec(63), rec(79)), SNAP, "nh:xid79 GPU3 "),  # the FAIL's XID, not the warning's
-    ((rec(79, 100), rec(79, 50)), SNAP, "nh:xid79 GPU3 "),
-    ((rec(48),), ProbeError("nvml", "unavailable", "no NVML"), "nh:xid48 gpu_xid: GPU 0000:1a:00"),
-], ids=["79", "48+64-same-gpu", "warn+fail", "repeats", "gpu-unknown"])
-def test_the_drain_reason_names_the_xid_and_gpu_of_the_worst_finding(records: tuple[XidRecord, ...], nvml: Any,
-                                                                     head: str) -> None:
+@pytest.mark.parametrize(
+    "records,nvml,head",
+    [
+        ((rec(79),), SNAP, "nh:xid79 GPU3 gpu_xid: "),
+        ((rec(48), rec(64)), SNAP, "nh:xid64 GPU0 "),  # one GPU: the XID with the most invasive action names it
+        ((rec(63), rec(79)), SNAP, "nh:xid79 GPU3 "),  # the FAIL's XID, not the warning's
+        ((rec(79, 100), rec(79, 50)), SNAP, "nh:xid79 GPU3 "),
+        ((rec(48),), ProbeError("nvml", "unavailable", "no NVML"), "nh:xid48 gpu_xid: GPU 0000:1a:00"),
+    ],
+    ids=["79", "48+64-same-gpu", "warn+fail", "repeats", "gpu-unknown"],
+)
+def test_the_drain_reason_names_the_xid_and_gpu_of_the_worst_finding(
+    records: tuple[XidRecord, ...], nvml: Any, head: str
+) -> None:
     from nodehealth.slurm.policy import format_reason
 
     res = gpu_xid.evaluate(Observations(xid=obs(*records), nvml=nvml), gpu_xid.Settings(), CTX)

@@ -37,6 +37,7 @@ def _fd_dir(shared: Path) -> int:
 
 # --- directories -------------------------------------------------------------------------------
 
+
 def test_make_own_dir_is_fresh_private_and_ours_whatever_the_umask(shared: Path) -> None:
     old = os.umask(0o077)
     try:
@@ -114,6 +115,7 @@ def test_remove_own_dir_leaves_a_name_that_now_holds_someone_elses_dir(shared: P
 
 
 # --- files ------------------------------------------------------------------------------------
+
 
 def test_create_new_never_writes_through_a_planted_symlink(shared: Path, victim: Path) -> None:
     fd = _fd_dir(shared)

@@ -22,9 +22,17 @@ TESTS = ROOT / "tests"
 
 STRICT_PACKAGES = ("nodehealth.checks.*", "nodehealth.slurm.*", "nodehealth.statedir.*", "nodehealth.config.*")
 # mypy --strict's per-module flags (warn_unused_ignores is on for every module already).
-STRICT_FLAGS = ("disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls",
-                "disallow_untyped_defs", "disallow_incomplete_defs", "disallow_untyped_decorators",
-                "warn_return_any", "no_implicit_reexport", "strict_equality")
+STRICT_FLAGS = (
+    "disallow_any_generics",
+    "disallow_subclassing_any",
+    "disallow_untyped_calls",
+    "disallow_untyped_defs",
+    "disallow_incomplete_defs",
+    "disallow_untyped_decorators",
+    "warn_return_any",
+    "no_implicit_reexport",
+    "strict_equality",
+)
 
 
 def _pyproject() -> dict:
@@ -49,19 +57,25 @@ def test_pre_commit_runs_ruff_check_ruff_format_and_mypy_from_the_venv() -> None
 def timing_tests_unmarked(test_dir: Path) -> list[str]:
     """``file::test`` of each test that takes the ``timing`` fixture without the ``timing`` marker
     (on the function or the module's ``pytestmark``)."""
+
     def marks(node: ast.AST) -> bool:
         return "pytest.mark.timing" in ast.unparse(node)
 
     out = []
     for path in sorted(test_dir.glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        module_marked = any(isinstance(n, ast.Assign) and any(ast.unparse(t) == "pytestmark" for t in n.targets)
-                            and marks(n.value) for n in tree.body)
+        module_marked = any(
+            isinstance(n, ast.Assign) and any(ast.unparse(t) == "pytestmark" for t in n.targets) and marks(n.value)
+            for n in tree.body
+        )
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test"):
                 continue
-            if "timing" in [a.arg for a in node.args.args] and not module_marked \
-                    and not any(marks(d) for d in node.decorator_list):
+            if (
+                "timing" in [a.arg for a in node.args.args]
+                and not module_marked
+                and not any(marks(d) for d in node.decorator_list)
+            ):
                 out.append(f"{path.name}::{node.name}")
     return out
 
@@ -78,9 +92,11 @@ def test_rule_timing_marker_can_fail(tmp_path: Path) -> None:
         "import pytest\n"
         "def test_unmarked(timing):\n    pass\n"
         "@pytest.mark.timing\ndef test_marked(timing):\n    pass\n"
-        "def test_no_fixture():\n    pass\n")
-    (tmp_path / "test_b.py").write_text("import pytest\npytestmark = pytest.mark.timing\n"
-                                        "def test_module_marked(timing):\n    pass\n")
+        "def test_no_fixture():\n    pass\n"
+    )
+    (tmp_path / "test_b.py").write_text(
+        "import pytest\npytestmark = pytest.mark.timing\ndef test_module_marked(timing):\n    pass\n"
+    )
     assert timing_tests_unmarked(tmp_path) == ["test_a.py::test_unmarked"]
 
 
@@ -105,11 +121,19 @@ def test_the_scale_is_the_slower_of_start_up_and_fork_and_clamped() -> None:
 def test_busy_runs_the_command_with_a_hog_per_core_and_ends_them(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     # The command writes down the hogs it runs beside, each alive then, and exits 3.
-    code = ("import os, sys; hogs = os.environ['BUSY_HOG_PIDS'].split(); "
-            "assert all(os.path.exists(f'/proc/{p}') for p in hogs); "
-            "open(sys.argv[1], 'w').write(' '.join(hogs)); sys.exit(3)")
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "busy.sh"), sys.executable, "-c", code, str(pids)],
-                          env={**os.environ, "HOGS": "2"}, capture_output=True, text=True, timeout=120, check=False)
+    code = (
+        "import os, sys; hogs = os.environ['BUSY_HOG_PIDS'].split(); "
+        "assert all(os.path.exists(f'/proc/{p}') for p in hogs); "
+        "open(sys.argv[1], 'w').write(' '.join(hogs)); sys.exit(3)"
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "busy.sh"), sys.executable, "-c", code, str(pids)],
+        env={**os.environ, "HOGS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 3, proc.stderr
     hogs = [int(p) for p in pids.read_text().split()]
     assert len(hogs) == 2, (hogs, proc.stderr)

@@ -55,7 +55,7 @@ def test_ecc_switched_off_says_how_to_turn_it_on_not_to_inspect_hardware() -> No
     tip = hint(res) or ""
     assert "nvidia-smi -i 2 -e 1" in tip and "cabling" not in tip
     # Worn-out memory (lifetime uncorrectable errors) is still a hardware inspection.
-    worn = gpu_ecc.evaluate(eight(3, ecc=EccCounts(0, 0, 0, 11)), gpu_ecc.Settings(),
-                            Context("gpu_ecc", "manual", "n1", 8))
+    worn = gpu_ecc.evaluate(
+        eight(3, ecc=EccCounts(0, 0, 0, 11)), gpu_ecc.Settings(), Context("gpu_ecc", "manual", "n1", 8)
+    )
     assert worn.action == Action.INSPECT and "cabling" in (hint(worn) or "")
-

@@ -21,14 +21,17 @@ from nodehealth.config import lean, sample
 from nodehealth.config.schema import Config
 
 HERE = Path(__file__).resolve().parent
-PROBE = ("from nodehealth.config import lean; from nodehealth.config.schema import Config; "
-         "p = Config().paths; s = lean.Settings(); "
-         "print(p.state_dir, p.persistent_dir, s.state_dir, s.persistent_dir)")
+PROBE = (
+    "from nodehealth.config import lean; from nodehealth.config.schema import Config; "
+    "p = Config().paths; s = lean.Settings(); "
+    "print(p.state_dir, p.persistent_dir, s.state_dir, s.persistent_dir)"
+)
 
 
 def defaults_under(env: dict[str, str]) -> list[str]:
-    proc = subprocess.run([sys.executable, "-I", "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", PROBE], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 
@@ -60,7 +63,7 @@ def test_a_path_a_config_sets_is_never_moved(tmp_path: Path) -> None:
     assert (cfg.paths.state_dir, cfg.paths.persistent_dir) == ("/srv/nh", "/srv/lib")
 
 
-INNER = '''
+INNER = """
 import os, subprocess, sys
 
 RUN, LIB = os.environ["NODEHEALTH_TEST_GUARDED_DIRS"].split(":")
@@ -110,7 +113,7 @@ def test_forked_child_writes():
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
-'''
+"""
 
 EXPECTED = {
     "test_another_process_writes_there": "PASSED",
@@ -135,9 +138,15 @@ def test_the_guard_fails_the_tests_own_writes_and_not_another_process(tmp_path: 
     lib.mkdir()
     env = {**os.environ, conftest.GUARDED_ENV: f"{run}:{lib}"}
     env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-rA",
-                           "-q", "test_inner.py"], cwd=session, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-rA", "-q", "test_inner.py"],
+        cwd=session,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     got = {}
     for line in out.splitlines():

@@ -54,8 +54,9 @@ def test_children_run_in_parallel_under_one_deadline(tmp_path: Path, timing: Tim
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     t0 = time.monotonic()
-    outs = child.wait_all([child.start(lambda: open(fifo).read()), child.start(lambda: 42),
-                           child.start(lambda: open(fifo).read())], 0.5)
+    outs = child.wait_all(
+        [child.start(lambda: open(fifo).read()), child.start(lambda: 42), child.start(lambda: open(fifo).read())], 0.5
+    )
     assert time.monotonic() - t0 < 0.5 + timing.slack(SLACK_S)
     assert [o.timed_out for o in outs] == [True, False, True]
     assert outs[1].value == 42
@@ -200,12 +201,14 @@ def test_hung_shared_dir_times_out_within_the_deadline(tmp_path: Path, timing: T
     healthy = tmp_path / "healthy"
     healthy.mkdir()
     t0 = time.monotonic()
-    trips = host.shared_dirs([str(hung), str(healthy)], 1.0,
-                             name_for=lambda p: "stuck" if p == str(hung) else host.round_trip_name())
+    trips = host.shared_dirs(
+        [str(hung), str(healthy)], 1.0, name_for=lambda p: "stuck" if p == str(hung) else host.round_trip_name()
+    )
     took = time.monotonic() - t0
     assert took < 1.0 + timing.slack(SLACK_S)
-    assert trips[0] == SharedDirObservation(str(hung), ok=False, elapsed_s=trips[0].elapsed_s, timed_out=True,
-                                            error="did not answer within 1 s")
+    assert trips[0] == SharedDirObservation(
+        str(hung), ok=False, elapsed_s=trips[0].elapsed_s, timed_out=True, error="did not answer within 1 s"
+    )
     assert trips[0].elapsed_s >= 1.0
     assert trips[1].ok and not trips[1].timed_out
 
@@ -213,29 +216,59 @@ def test_hung_shared_dir_times_out_within_the_deadline(tmp_path: Path, timing: T
 # --------------------------------------------------------------------------- InfiniBand
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("4: ACTIVE\n", "ACTIVE"), ("1: DOWN\n", "DOWN"), ("2: INIT\n", "INIT"), ("3: ARMED\n", "ARMED"),
-    ("5: ACTIVE_DEFER\n", "ACTIVE_DEFER"), ("ACTIVE\n", None), ("4:\n", None), ("4: ACTIVE now\n", None),
-    ("", None),
-], ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("4: ACTIVE\n", "ACTIVE"),
+        ("1: DOWN\n", "DOWN"),
+        ("2: INIT\n", "INIT"),
+        ("3: ARMED\n", "ARMED"),
+        ("5: ACTIVE_DEFER\n", "ACTIVE_DEFER"),
+        ("ACTIVE\n", None),
+        ("4:\n", None),
+        ("4: ACTIVE now\n", None),
+        ("", None),
+    ],
+    ids=lambda v: repr(v),
+)
 def test_parse_state(text: str, expected: Any) -> None:
     assert host.parse_state(text) == expected
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("5: LinkUp\n", "LinkUp"), ("2: Polling\n", "Polling"), ("3: Disabled\n", "Disabled"),
-    ("7: Phy Test\n", "Phy Test"), ("0: <unknown>\n", "<unknown>"), ("LinkUp\n", None), ("5: \n", None),
-], ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("5: LinkUp\n", "LinkUp"),
+        ("2: Polling\n", "Polling"),
+        ("3: Disabled\n", "Disabled"),
+        ("7: Phy Test\n", "Phy Test"),
+        ("0: <unknown>\n", "<unknown>"),
+        ("LinkUp\n", None),
+        ("5: \n", None),
+    ],
+    ids=lambda v: repr(v),
+)
 def test_parse_phys_state(text: str, expected: Any) -> None:
     assert host.parse_phys_state(text) == expected
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("400 Gb/sec (4X NDR)\n", 400.0), ("100 Gb/sec (4X EDR)\n", 100.0), ("25 Gb/sec (1X EDR)\n", 25.0),
-    ("2.5 Gb/sec (1X SDR)\n", 2.5), ("200 Gb/sec (2X NDR)\n", 200.0), ("10 Gb/sec (4X)\n", 10.0),
-    ("56 Gb/sec (4X FDR)\n", 56.0), ("fast\n", None), ("400 Mb/sec (4X NDR)\n", None), ("400 Gb/sec\n", None),
-    ("", None),
-], ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("400 Gb/sec (4X NDR)\n", 400.0),
+        ("100 Gb/sec (4X EDR)\n", 100.0),
+        ("25 Gb/sec (1X EDR)\n", 25.0),
+        ("2.5 Gb/sec (1X SDR)\n", 2.5),
+        ("200 Gb/sec (2X NDR)\n", 200.0),
+        ("10 Gb/sec (4X)\n", 10.0),
+        ("56 Gb/sec (4X FDR)\n", 56.0),
+        ("fast\n", None),
+        ("400 Mb/sec (4X NDR)\n", None),
+        ("400 Gb/sec\n", None),
+        ("", None),
+    ],
+    ids=lambda v: repr(v),
+)
 def test_parse_rate(text: str, expected: Any) -> None:
     assert host.parse_rate(text) == expected
 
@@ -252,12 +285,17 @@ UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X N
 
 def test_infiniband_ports_in_every_state(tmp_path: Path) -> None:
     _ib_port(tmp_path, "mlx5_0", 1, **UP)
-    _ib_port(tmp_path, "mlx5_1", 1, **{**UP, "state": "1: DOWN", "phys_state": "2: Polling",
-                                       "rate": "10 Gb/sec (4X SDR)"})
+    _ib_port(
+        tmp_path, "mlx5_1", 1, **{**UP, "state": "1: DOWN", "phys_state": "2: Polling", "rate": "10 Gb/sec (4X SDR)"}
+    )
     _ib_port(tmp_path, "mlx5_2", 1, **{**UP, "state": "2: INIT"})
     _ib_port(tmp_path, "mlx5_2", 2, **{**UP, "state": "3: ARMED", "rate": "100 Gb/sec (4X EDR)"})
-    _ib_port(tmp_path, "mlx5_3", 1, **{**UP, "phys_state": "3: Disabled", "link_layer": "Ethernet",
-                                       "rate": "25 Gb/sec (1X EDR)"})
+    _ib_port(
+        tmp_path,
+        "mlx5_3",
+        1,
+        **{**UP, "phys_state": "3: Disabled", "link_layer": "Ethernet", "rate": "25 Gb/sec (1X EDR)"},
+    )
     (tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "README").mkdir()  # not a port
     ports = host.infiniband(str(tmp_path))
     assert ports == (
@@ -294,8 +332,7 @@ def test_no_infiniband_class_means_no_ports(tmp_path: Path) -> None:
 
 
 def _config(tmp_path: Path, checks: dict[str, Any]) -> C.Config:
-    raw = {"paths": {"sysfs_root": str(tmp_path / "sys"), "procfs_root": str(tmp_path / "proc")},
-           "checks": checks}
+    raw = {"paths": {"sysfs_root": str(tmp_path / "sys"), "procfs_root": str(tmp_path / "proc")}, "checks": checks}
     return C.resolve(raw, "<test>", host="gpu001", environ={})
 
 
@@ -304,20 +341,24 @@ def test_runner_gathers_host_probes(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     _procfs(tmp_path, MOUNTINFO + f"200 22 0:60 / {shared} rw - nfs4 nas:/shared rw\n")
-    cfg = _config(tmp_path, {
-        "host_memory": {"min_total_gib": 1 << 19},  # nobody has 512 TiB
-        "host_mounts": {"mounts": [{"path": str(shared), "fstype": "nfs4"}, {"path": "/lustre/scratch",
-                                                                             "fstype": "nfs4"}]},
-        "host_shared_dir": {"paths": [str(shared)]},
-        "host_infiniband": {"min_ports": 1, "min_rate_gbps": 400},
-    })
-    report = runner.run(cfg, only=("host_memory", "host_mounts", "host_shared_dir", "host_infiniband"),
-                        node="gpu001")
+    cfg = _config(
+        tmp_path,
+        {
+            "host_memory": {"min_total_gib": 1 << 19},  # nobody has 512 TiB
+            "host_mounts": {
+                "mounts": [{"path": str(shared), "fstype": "nfs4"}, {"path": "/lustre/scratch", "fstype": "nfs4"}]
+            },
+            "host_shared_dir": {"paths": [str(shared)]},
+            "host_infiniband": {"min_ports": 1, "min_rate_gbps": 400},
+        },
+    )
+    report = runner.run(cfg, only=("host_memory", "host_mounts", "host_shared_dir", "host_infiniband"), node="gpu001")
     got = {r.name: r for r in report.results}
     assert got["host_memory"].status == Status.FAIL and "expected" in got["host_memory"].summary
     assert got["host_mounts"].status == Status.FAIL
     assert got["host_mounts"].summary.startswith(
-        "/lustre/scratch: lustre from 10.1.0.1@o2ib:10.1.0.2@o2ib:/scratch mounted, nfs4 expected")
+        "/lustre/scratch: lustre from 10.1.0.1@o2ib:10.1.0.2@o2ib:/scratch mounted, nfs4 expected"
+    )
     assert str(shared) not in got["host_mounts"].summary
     assert got["host_shared_dir"].status == Status.OK
     assert got["host_infiniband"].status == Status.FAIL
@@ -325,8 +366,9 @@ def test_runner_gathers_host_probes(tmp_path: Path) -> None:
 
 
 def test_runner_with_nothing_configured_skips_mounts_and_shared_dirs(tmp_path: Path) -> None:
-    report = runner.run(_config(tmp_path, {}), only=("host_mounts", "host_shared_dir", "host_infiniband"),
-                        node="gpu001")
+    report = runner.run(
+        _config(tmp_path, {}), only=("host_mounts", "host_shared_dir", "host_infiniband"), node="gpu001"
+    )
     assert [r.status for r in report.results] == [Status.SKIPPED] * 3
 
 

@@ -27,11 +27,28 @@ from nodehealth.statedir import counters, layout, ledger
 
 BIN = Path(sys.executable).parent
 ATTACKS = {
-    "dotdot": "../../../tmp/evil", "slash": "7/../../x", "hex": "0x10", "negative": "-1", "plus": "+7",
-    "exponent": "1e3", "300-digits": "9" * 300, "zero": "0", "leading-zero": "007", "space": " 7", "newline": "7\n",
-    "arabic-indic": "\u0663", "superscript": "\u00b2", "fullwidth": "\uff17", "no-val": "4294967294",
-    "infinite": "4294967295", "past-32-bits": "99999999999", "array-form": "7_1", "het-form": "7+0", "empty": "",
-    "nul": "7\x00", "float": "7.0",
+    "dotdot": "../../../tmp/evil",
+    "slash": "7/../../x",
+    "hex": "0x10",
+    "negative": "-1",
+    "plus": "+7",
+    "exponent": "1e3",
+    "300-digits": "9" * 300,
+    "zero": "0",
+    "leading-zero": "007",
+    "space": " 7",
+    "newline": "7\n",
+    "arabic-indic": "\u0663",
+    "superscript": "\u00b2",
+    "fullwidth": "\uff17",
+    "no-val": "4294967294",
+    "infinite": "4294967295",
+    "past-32-bits": "99999999999",
+    "array-form": "7_1",
+    "het-form": "7+0",
+    "empty": "",
+    "nul": "7\x00",
+    "float": "7.0",
 }
 GOOD = ["1", "7", "81234", "4294967293"]
 
@@ -45,8 +62,10 @@ def test_a_job_id_that_is_not_one_is_refused_by_the_one_rule(job: str) -> None:
     line = json.dumps({"v": 1, "event": "start", "job_id": job, "time": 100.0, "gpus": [0]})
     assert ledger.parse_line(line) is None  # a forged ledger line is no record: no label, no holder
     # From /proc: whatever is found is a job id by the same rule, or nothing.
-    for got in (job_from_cgroup(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0\n"),
-                job_from_environ(b"SLURM_JOB_ID=" + job.encode("utf-8") + b"\0")):
+    for got in (
+        job_from_cgroup(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0\n"),
+        job_from_environ(b"SLURM_JOB_ID=" + job.encode("utf-8") + b"\0"),
+    ):
         assert got is None or layout.valid_job_id(got) == got
 
 
@@ -78,10 +97,14 @@ def test_a_baseline_is_never_written_under_a_path_job_id(tmp_path: Path) -> None
     assert not (tmp_path / "evil.json").exists() and not list(tmp_path.rglob("*.json"))
 
 
-@pytest.mark.parametrize("job", ["../../../tmp/evil", "7/../../x", "0x10", "-1", "1e3", "9" * 300],
-                         ids=["dotdot", "slash", "hex", "negative", "exponent", "300-digits"])
-def test_a_prolog_and_epilog_with_a_forged_job_id_store_nothing_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      job: str) -> None:
+@pytest.mark.parametrize(
+    "job",
+    ["../../../tmp/evil", "7/../../x", "0x10", "-1", "1e3", "9" * 300],
+    ids=["dotdot", "slash", "hex", "negative", "exponent", "300-digits"],
+)
+def test_a_prolog_and_epilog_with_a_forged_job_id_store_nothing_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str
+) -> None:
     """The faces still check the node (and drain a faulty one) but record no job: nothing to blame."""
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     monkeypatch.setenv("SLURM_JOB_ID", job)
@@ -107,17 +130,25 @@ def test_only_echoes_a_name_printable() -> None:
     assert "gpu_ecc\\x1b[2J" in text and "gpu_temp\\u202eerature" in text
 
 
-@pytest.mark.parametrize("argv", [["check", "--only", ESC], ["check", "-i", "0\x1b]0;pwned\x07"],
-                                  ["check", "--as", "prolog", "--job", "7\x1b[2J"],
-                                  ["check", "--config", "/nonexistent/\x1b[2J.toml"]],
-                         ids=["only", "gpu", "job", "config"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--only", ESC],
+        ["check", "-i", "0\x1b]0;pwned\x07"],
+        ["check", "--as", "prolog", "--job", "7\x1b[2J"],
+        ["check", "--config", "/nonexistent/\x1b[2J.toml"],
+    ],
+    ids=["only", "gpu", "job", "config"],
+)
 def test_the_cli_never_echoes_a_terminal_escape(argv: list[str], tmp_path: Path) -> None:
     exe = BIN / "nodehealth"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "nodehealth"]
     cfg = tmp_path / "nh.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n')
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NODEHEALTH"))},
-           "NODEHEALTH_CONFIG": str(cfg)}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NODEHEALTH"))},
+        "NODEHEALTH_CONFIG": str(cfg),
+    }
     res = subprocess.run([*cmd, *argv], capture_output=True, text=True, env=env, cwd="/", timeout=300)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "\x1b" not in res.stdout + res.stderr and "\x07" not in res.stdout + res.stderr

@@ -10,8 +10,13 @@ from nodehealth.slurm import jobenv
 from nodehealth.statedir import files as statefile
 from nodehealth.statedir import layout, ledger
 
-ENV = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "0,1",
-       "SLURMD_NODENAME": "gpu017"}
+ENV = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_JOB_USER": "alice",
+    "SLURM_JOB_UID": "1000",
+    "SLURM_JOB_GPUS": "0,1",
+    "SLURMD_NODENAME": "gpu017",
+}
 
 
 def line(rec: dict) -> str:
@@ -20,8 +25,17 @@ def line(rec: dict) -> str:
 
 def test_record_from_environment() -> None:
     rec = jobenv.record("start", ENV, 100.0, boot_id="b1")
-    assert rec == {"v": 1, "event": "start", "job_id": "12", "user": "alice", "uid": 1000, "gpus": [0, 1],
-                   "node": "gpu017", "time": 100.0, "boot_id": "b1"}
+    assert rec == {
+        "v": 1,
+        "event": "start",
+        "job_id": "12",
+        "user": "alice",
+        "uid": 1000,
+        "gpus": [0, 1],
+        "node": "gpu017",
+        "time": 100.0,
+        "boot_id": "b1",
+    }
     parsed = ledger.parse_line(line(rec))
     assert parsed == ledger.JobRecord("start", "12", 100.0, "alice", 1000, (0, 1), "gpu017", "b1")
     assert parsed.line() == line(rec)  # what readers write back is what the writer wrote
@@ -32,8 +46,12 @@ def test_no_job_no_record() -> None:
 
 
 def test_environment_is_data() -> None:
-    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": 'ev"il\n{"v":1,"event":"end"}', "SLURM_JOB_UID": "x",
-           "CUDA_VISIBLE_DEVICES": "0;reboot"}
+    env = {
+        "SLURM_JOB_ID": "12",
+        "SLURM_JOB_USER": 'ev"il\n{"v":1,"event":"end"}',
+        "SLURM_JOB_UID": "x",
+        "CUDA_VISIBLE_DEVICES": "0;reboot",
+    }
     rec = jobenv.record("start", env, 1.0)
     assert rec is not None
     text = line(rec)
@@ -44,12 +62,14 @@ def test_environment_is_data() -> None:
 
 
 def test_holder_is_the_one_rule() -> None:
-    jobs = ledger.entries([
-        ledger.JobRecord("start", "1", 10.0, gpus=(0, 1)),
-        ledger.JobRecord("end", "1", 20.0),
-        ledger.JobRecord("start", "2", 15.0, gpus=(2,)),
-        ledger.JobRecord("start", "3", 25.0, gpus=(0,)),
-    ])
+    jobs = ledger.entries(
+        [
+            ledger.JobRecord("start", "1", 10.0, gpus=(0, 1)),
+            ledger.JobRecord("end", "1", 20.0),
+            ledger.JobRecord("start", "2", 15.0, gpus=(2,)),
+            ledger.JobRecord("start", "3", 25.0, gpus=(0,)),
+        ]
+    )
     assert ledger.holder(jobs, 0, 12.0) == "1"
     assert ledger.holder(jobs, 0, 21.0) == "1"  # just after its end: teardown is still the job's
     assert ledger.holder(jobs, 0, 21.0, slack_s=0.0) is None
@@ -57,14 +77,22 @@ def test_holder_is_the_one_rule() -> None:
     assert ledger.holder(jobs, 2, 30.0) == "2"
     assert ledger.holder(jobs, None, 16.0) is None  # two jobs on the node: the GPU decides, else no one
     assert ledger.holder(jobs, None, 12.0) == "1"
-    overlapping = ledger.entries([*map(lambda r: ledger.JobRecord(*r), [
-        ("start", "5", 40.0, None, None, (3,)), ("start", "6", 41.0, None, None, None)])])
+    overlapping = ledger.entries(
+        [
+            *map(
+                lambda r: ledger.JobRecord(*r),
+                [("start", "5", 40.0, None, None, (3,)), ("start", "6", 41.0, None, None, None)],
+            )
+        ]
+    )
     assert ledger.holder(overlapping, 3, 50.0) is None  # two candidates name no one
 
 
 def test_parse_skips_junk() -> None:
-    text = 'not json\n{"event":"start"}\n[1]\n{"v":1,"event":"end","job_id":"7","time":"x"}\n' \
-           '{"v":1,"event":"start","job_id":"8","time":5,"gpus":[1]}\n\x00\xff\n'
+    text = (
+        'not json\n{"event":"start"}\n[1]\n{"v":1,"event":"end","job_id":"7","time":"x"}\n'
+        '{"v":1,"event":"start","job_id":"8","time":5,"gpus":[1]}\n\x00\xff\n'
+    )
     recs = ledger.parse(text)
     assert [r.job_id for r in recs] == ["8"]
 

@@ -31,8 +31,14 @@ def test_bash_completion_knows_every_command(capsys: pytest.CaptureFixture[str])
 
 
 def test_man_pages_are_generated_for_the_cli_and_every_face(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-man.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen-man.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "nodehealth.8").read_text().replace("\\-", "-")
     for name in _subcommands():
@@ -43,9 +49,9 @@ def test_man_pages_are_generated_for_the_cli_and_every_face(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("face", NAMES)
-def test_every_option_a_face_page_documents_is_one_the_face_takes(face: str, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_option_a_face_page_documents_is_one_the_face_takes(
+    face: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = tmp_path / "nh.toml"
     monkeypatch.setenv("NODEHEALTH_CONFIG", str(cfg))  # --config sets it for the process: restored after
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[gpu]\nexpected_count = 0\n', encoding="utf-8")

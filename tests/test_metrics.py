@@ -29,8 +29,14 @@ DOC = ROOT / "docs" / "metrics.md"
 
 
 def _outcome(name: str, **over):
-    cfg = config.resolve({"nvml": {"simulate": str(SCENARIOS / f"{name}.toml")},
-                          "paths": {"state_dir": "/nonexistent/nodehealth-test"}, **over}, "<test>")
+    cfg = config.resolve(
+        {
+            "nvml": {"simulate": str(SCENARIOS / f"{name}.toml")},
+            "paths": {"state_dir": "/nonexistent/nodehealth-test"},
+            **over,
+        },
+        "<test>",
+    )
     return runner.execute(cfg, phase="daemon", node="gpu001")
 
 
@@ -43,9 +49,20 @@ def _nccl_result():
     from nodehealth.observations import NcclObservation, NcclRun, Observations
 
     perf = parse_perf((ROOT / "tests" / "fixtures" / "nccl_selftest" / "gcm_single_node_8xA100.txt").read_text())
-    runs = tuple(NcclRun(mode=mode, runner="nccl-tests", gpus=8, returncode=0, elapsed_s=4.5, output_bytes=2000,
-                         finished_at=1732912345.0, perf=perf, transport=TransportResult(transport, paths=(path,)))
-                 for mode, transport, path in (("nvlink", "p2p", "P2P/CUMEM/read"), ("ib_loopback", "ib", "NET/IB")))
+    runs = tuple(
+        NcclRun(
+            mode=mode,
+            runner="nccl-tests",
+            gpus=8,
+            returncode=0,
+            elapsed_s=4.5,
+            output_bytes=2000,
+            finished_at=1732912345.0,
+            perf=perf,
+            transport=TransportResult(transport, paths=(path,)),
+        )
+        for mode, transport, path in (("nvlink", "p2p", "P2P/CUMEM/read"), ("ib_loopback", "ib", "NET/IB"))
+    )
     settings = nccl_selftest.Settings(gpu_model="NVIDIA A100-SXM4-80GB")
     ctx = Context(name="nccl_selftest", phase="daemon", node="gpu001", expected_gpus=8)
     return nccl_selftest.evaluate(Observations(nccl=NcclObservation(runs=runs)), settings, ctx)
@@ -61,9 +78,20 @@ def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
     m.update_round(merge(out.report, _nccl_result()), out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
-    m.set_slurm(SlurmView(drained=True, drained_by_nodehealth=True, breaker_open=False, last_action="drained",
-                             flapping=False, orphan_drain=False, observe_mode=True, would=(("drain", 2), ("resume", 1)),
-                             reboots_requested=1, reboot_escalated=False))
+    m.set_slurm(
+        SlurmView(
+            drained=True,
+            drained_by_nodehealth=True,
+            breaker_open=False,
+            last_action="drained",
+            flapping=False,
+            orphan_drain=False,
+            observe_mode=True,
+            would=(("drain", 2), ("resume", 1)),
+            reboots_requested=1,
+            reboot_escalated=False,
+        )
+    )
     m.set_xid_follower("alive")
     m.reloaded(True)
     m.set_config("/etc/nodehealth/nodehealth.toml", "none", "file")
@@ -89,7 +117,7 @@ def _parse(text: str) -> dict[str, dict]:
             assert current is not None and name in fams, line
             fams[name]["type"] = typ
         elif line and not line.startswith("#"):
-            m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
             assert m, line
             labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
             assert current is not None, line
@@ -128,7 +156,10 @@ def test_series_takes_exactly_the_table_labels():
         new("nodehealth_no_such_family")
     counter = one("nodehealth_rounds_total", 3)
     assert (counter.name, counter.samples[0].name, counter.samples[0].value) == (
-        "nodehealth_rounds", "nodehealth_rounds_total", 3.0)
+        "nodehealth_rounds",
+        "nodehealth_rounds_total",
+        3.0,
+    )
 
 
 def test_the_gpu_value_readers_fill_per_gpu_families_of_the_table():
@@ -184,8 +215,10 @@ def test_exposition_matches_golden(request):
     got = _golden_text()
     if request.config.getoption("--update-golden"):
         GOLDEN.write_text(got)
-    assert got == GOLDEN.read_text(), ("the /metrics page changed (name, type, label or HELP); if intended: "
-                                       "pytest tests/test_metrics.py --update-golden, and review the diff")
+    assert got == GOLDEN.read_text(), (
+        "the /metrics page changed (name, type, label or HELP); if intended: "
+        "pytest tests/test_metrics.py --update-golden, and review the diff"
+    )
 
 
 # ----------------------------------------------------------------------------- docs/metrics.md
@@ -198,8 +231,8 @@ def _doc_labels(f: Family) -> str:
         values = f.values.get(label)
         return f"`{label}`" + (" (" + ", ".join(f"`{v}`" for v in values) + ")" if values else "")
 
-    if f.labels[:len(GPU)] == GPU:
-        return ", ".join(["*GPU*", *(one_label(x) for x in f.labels[len(GPU):])])
+    if f.labels[: len(GPU)] == GPU:
+        return ", ".join(["*GPU*", *(one_label(x) for x in f.labels[len(GPU) :])])
     return ", ".join(one_label(x) for x in f.labels)
 
 
@@ -238,17 +271,31 @@ def test_docs_name_no_family_the_table_lacks():
 
 def test_per_gpu_values_and_labels():
     text = _text()
-    lab = {"gpu": "3", "uuid": "GPU-00000003-5151-4e4f-8d48-000000000003", "pci_bus_id": "0000:5d:00.0",
-           "model": "NVIDIA H100 80GB HBM3"}
+    lab = {
+        "gpu": "3",
+        "uuid": "GPU-00000003-5151-4e4f-8d48-000000000003",
+        "pci_bus_id": "0000:5d:00.0",
+        "model": "NVIDIA H100 80GB HBM3",
+    }
     # The simulator's H100 SXM5 (nodehealth/sim/models.py, from nvidia-smi -q), GPU 3 of healthy-8x-h100.
-    for name, value in (("nodehealth_gpu_temperature_celsius", 33), ("nodehealth_gpu_temperature_slowdown_celsius", 89),
-                        ("nodehealth_gpu_power_watts", 72.02), ("nodehealth_gpu_power_limit_watts", 700),
-                        ("nodehealth_gpu_utilization_ratio", 0), ("nodehealth_gpu_memory_used_bytes", 0),
-                        ("nodehealth_gpu_memory_total_bytes", 81559 << 20), ("nodehealth_gpu_pcie_link_width", 16),
-                        ("nodehealth_gpu_pcie_link_width_max", 16), ("nodehealth_gpu_pcie_link_generation", 5),
-                        ("nodehealth_gpu_ecc_enabled", 1), ("nodehealth_gpu_persistence_mode_enabled", 1),
-                        ("nodehealth_gpu_fabric_state", 3), ("nodehealth_gpu_recovery_action", 0),
-                        ("nodehealth_gpu_processes", 0), ("nodehealth_gpu_lost", 0)):
+    for name, value in (
+        ("nodehealth_gpu_temperature_celsius", 33),
+        ("nodehealth_gpu_temperature_slowdown_celsius", 89),
+        ("nodehealth_gpu_power_watts", 72.02),
+        ("nodehealth_gpu_power_limit_watts", 700),
+        ("nodehealth_gpu_utilization_ratio", 0),
+        ("nodehealth_gpu_memory_used_bytes", 0),
+        ("nodehealth_gpu_memory_total_bytes", 81559 << 20),
+        ("nodehealth_gpu_pcie_link_width", 16),
+        ("nodehealth_gpu_pcie_link_width_max", 16),
+        ("nodehealth_gpu_pcie_link_generation", 5),
+        ("nodehealth_gpu_ecc_enabled", 1),
+        ("nodehealth_gpu_persistence_mode_enabled", 1),
+        ("nodehealth_gpu_fabric_state", 3),
+        ("nodehealth_gpu_recovery_action", 0),
+        ("nodehealth_gpu_processes", 0),
+        ("nodehealth_gpu_lost", 0),
+    ):
         assert sample(text, name, **lab) == value, name
     assert sample(text, "nodehealth_gpu_info", gpu="3", driver_version="570.133.20") == 1
     assert sample(text, "nodehealth_nvml_devices") == 8
@@ -370,8 +417,17 @@ def test_textfile_atomic_and_requires_the_directory(tmp_path):
 
 @pytest.mark.real
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
-@pytest.mark.parametrize("scenario", ["healthy-8x-h100", "row-remap-pending", "nvlink-down", "gpu-lost",
-                                      "volatile-uncorrectable-ecc", "cpu-node-no-gpu"])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "healthy-8x-h100",
+        "row-remap-pending",
+        "nvlink-down",
+        "gpu-lost",
+        "volatile-uncorrectable-ecc",
+        "cpu-node-no-gpu",
+    ],
+)
 def test_promtool_check_metrics_on_rendered_scenarios(scenario):
     assert PROMTOOL is not None
     text = _text(scenario)

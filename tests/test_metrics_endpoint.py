@@ -24,8 +24,9 @@ def serve():
     servers: list[MetricsServer] = []
 
     def _start(limits: Limits = QUICK, body: bytes = BODY, health=None, clock=time.monotonic) -> MetricsServer:
-        server = MetricsServer("127.0.0.1:0", lambda: body, health, lambda: gzip.compress(body), limits=limits,
-                               clock=clock)
+        server = MetricsServer(
+            "127.0.0.1:0", lambda: body, health, lambda: gzip.compress(body), limits=limits, clock=clock
+        )
         server.start()
         servers.append(server)
         return server
@@ -115,13 +116,16 @@ def test_head_has_the_length_but_no_body_and_http10_closes(serve):
     assert head.startswith(b"HTTP/1.1 200") and f"Content-Length: {len(BODY)}".encode() in head and body == b""
 
 
-@pytest.mark.parametrize("request_bytes, code", [
-    (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
-    (b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 400),
-    (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
-    (b"GET /metrics\r\n\r\n", 400),
-    (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
-])
+@pytest.mark.parametrize(
+    "request_bytes, code",
+    [
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 400),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"GET /metrics\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    ],
+)
 def test_what_it_does_not_take_is_answered_and_closed(serve, request_bytes, code):
     with _connect(serve()) as s:
         s.sendall(request_bytes)
@@ -215,8 +219,10 @@ def test_connections_cost_no_thread_and_are_capped(serve):
             s = _connect(server)
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the end of the head
             held.append(s)
-        _wait(lambda: sum(_closed_now(s) for s in held) >= 300 - limits.max_connections,
-              "connections over the cap were not closed")
+        _wait(
+            lambda: sum(_closed_now(s) for s in held) >= 300 - limits.max_connections,
+            "connections over the cap were not closed",
+        )
         assert len(server.conns) <= limits.max_connections
         assert threading.active_count() == threads and len(os.listdir("/proc/self/task")) == tasks
         # A scraper that sends its request at once is still served while the flood holds the rest.
@@ -270,8 +276,7 @@ def test_connections_are_taken_no_faster_than_the_accept_rate(serve):
 
 def test_requests_over_the_rate_get_503_and_a_close(serve):
     clock = _Clock()
-    server = serve(limits=Limits(requests_per_s=1, request_burst=3, read_timeout_s=60, idle_timeout_s=60),
-                   clock=clock)
+    server = serve(limits=Limits(requests_per_s=1, request_burst=3, read_timeout_s=60, idle_timeout_s=60), clock=clock)
     with _connect(server) as s, s.makefile("rb") as f:
         s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 5)  # pipelined, all at once
         assert [_response(f)[0] for _ in range(4)] == [200, 200, 200, 503]

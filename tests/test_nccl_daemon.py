@@ -31,17 +31,26 @@ def _daemon(tmp_path: Path, scenario: str = "healthy-8x-h100", extra: str = ""):
     state.mkdir(mode=0o700)
     kmsg = tmp_path / "kmsg"
     kmsg.touch()
-    text = (f'node_name = "gpu001"\n[nvml]\nsimulate = "{SCENARIOS / (scenario + ".toml")}"\n'
-            f'[paths]\nstate_dir = "{state}"\n[daemon]\nlisten = ""\nslurm_actions = false\nxid_follow = false\n'
-            f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
-            f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\n'
-            f'gpu_model = "NVIDIA A100-SXM4-80GB"\ninterval_s = 3600\njitter_s = 0\ntimeout_s = 20\n'
-            f'env = [{", ".join(json.dumps(f"{k}={v}") for k, v in FAKE_VARS.items())}]\n' + extra)
+    text = (
+        f'node_name = "gpu001"\n[nvml]\nsimulate = "{SCENARIOS / (scenario + ".toml")}"\n'
+        f'[paths]\nstate_dir = "{state}"\n[daemon]\nlisten = ""\nslurm_actions = false\nxid_follow = false\n'
+        f'[checks.gpu_xid]\nkmsg_path = "{kmsg}"\n'
+        f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\n'
+        f'gpu_model = "NVIDIA A100-SXM4-80GB"\ninterval_s = 3600\njitter_s = 0\ntimeout_s = 20\n'
+        f"env = [{', '.join(json.dumps(f'{k}={v}') for k, v in FAKE_VARS.items())}]\n" + extra
+    )
     path = tmp_path / "nodehealth.toml"
     path.write_text(text)
     cfg = config.load(str(path))
-    d = Daemon(cfg, str(path), log=Log(stream=io.StringIO()), slurm=None, xid=None, notify=lambda s: True,
-               use_default_hooks=False)
+    d = Daemon(
+        cfg,
+        str(path),
+        log=Log(stream=io.StringIO()),
+        slurm=None,
+        xid=None,
+        notify=lambda s: True,
+        use_default_hooks=False,
+    )
     return d, cfg
 
 
@@ -52,8 +61,11 @@ FAKE_VARS: dict[str, str] = {}
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     record = tmp_path / "argv.json"
-    monkeypatch.setattr(sys.modules[__name__], "FAKE_VARS",
-                        {"FAKE_NCCL_FIXTURE": str(A100), "FAKE_NCCL_ARGV": str(record), "FAKE_NCCL": "replay"})
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "FAKE_VARS",
+        {"FAKE_NCCL_FIXTURE": str(A100), "FAKE_NCCL_ARGV": str(record), "FAKE_NCCL": "replay"},
+    )
     return record
 
 
@@ -78,14 +90,29 @@ def test_an_idle_node_runs_the_self_test_and_every_round_carries_its_result(tmp_
 
 def test_a_running_job_in_the_ledger_keeps_it_from_running(tmp_path, fake):
     d, cfg = _daemon(tmp_path)
-    ledger.append(cfg.paths.state_dir, {"v": 1, "event": "start", "job_id": "4242", "user": "alice", "gpus": [0],
-                                        "node": "gpu001", "time": time.time() - 60, "boot_id": d.boot_id}, 1 << 20)
+    ledger.append(
+        cfg.paths.state_dir,
+        {
+            "v": 1,
+            "event": "start",
+            "job_id": "4242",
+            "user": "alice",
+            "gpus": [0],
+            "node": "gpu001",
+            "time": time.time() - 60,
+            "boot_id": d.boot_id,
+        },
+        1 << 20,
+    )
     report = d.round()
     assert not fake.exists(), "the self-test ran while job 4242 held the node"
     assert "nccl_selftest" not in _names(report)
     assert d.selftest.due()  # still due: it runs once the job has ended
-    ledger.append(cfg.paths.state_dir, {"v": 1, "event": "end", "job_id": "4242", "time": time.time(),
-                                        "boot_id": d.boot_id}, 1 << 20)
+    ledger.append(
+        cfg.paths.state_dir,
+        {"v": 1, "event": "end", "job_id": "4242", "time": time.time(), "boot_id": d.boot_id},
+        1 << 20,
+    )
     report = d.round()
     assert fake.exists() and "nccl_selftest" in _names(report)
 
@@ -136,8 +163,10 @@ def test_no_slurm_call_decides_idle(tmp_path, fake, monkeypatch):
     (the GPU count is configured, so the round itself needs no Slurm view either)."""
     d, cfg = _daemon(tmp_path, extra="[gpu]\nexpected_count = 8\n")
     called = []
-    monkeypatch.setattr("nodehealth.slurm.client.Scontrol.__init__",
-                        lambda *a, **k: called.append(a) or (_ for _ in ()).throw(AssertionError("slurm")))
+    monkeypatch.setattr(
+        "nodehealth.slurm.client.Scontrol.__init__",
+        lambda *a, **k: called.append(a) or (_ for _ in ()).throw(AssertionError("slurm")),
+    )
     d.round()
     assert fake.exists() and not called
     assert json.loads(fake.read_text())["env"]["NCCL_DEBUG"] == "INFO"

@@ -45,10 +45,15 @@ def test_fixture_values_exact(name):
     assert largest.size_bytes == exp["largest_size_bytes"]
     assert largest.oop_busbw_gbps == exp["largest_size_oop_busbw_gbps"]
     assert largest.ip_busbw_gbps == exp["largest_size_inplace_busbw_gbps"]
-    for key, attr in (("largest_size_oop_time_us", "oop_time_us"), ("largest_size_inplace_time_us", "ip_time_us"),
-                      ("largest_size_oop_algbw_gbps", "oop_algbw_gbps"),
-                      ("largest_size_inplace_algbw_gbps", "ip_algbw_gbps"),
-                      ("largest_type", "type"), ("largest_redop", "redop"), ("largest_oop_wrong", "oop_wrong")):
+    for key, attr in (
+        ("largest_size_oop_time_us", "oop_time_us"),
+        ("largest_size_inplace_time_us", "ip_time_us"),
+        ("largest_size_oop_algbw_gbps", "oop_algbw_gbps"),
+        ("largest_size_inplace_algbw_gbps", "ip_algbw_gbps"),
+        ("largest_type", "type"),
+        ("largest_redop", "redop"),
+        ("largest_oop_wrong", "oop_wrong"),
+    ):
         if key in exp:
             assert getattr(largest, attr) == exp[key], key
     if "complete" in exp:
@@ -108,11 +113,20 @@ def test_old_format_error_column_is_not_a_count_and_na_is_none():
 # --------------------------------------------------------------------------- busbw
 
 
-@pytest.mark.parametrize("collective,n,factor", [
-    ("all_reduce", 8, 1.75), ("all_reduce_perf", 16, 1.875), ("allreduce", 1, 0.0),
-    ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("alltoall", 2, 0.5),
-    ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 2, 1.0),
-])
+@pytest.mark.parametrize(
+    "collective,n,factor",
+    [
+        ("all_reduce", 8, 1.75),
+        ("all_reduce_perf", 16, 1.875),
+        ("allreduce", 1, 0.0),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("alltoall", 2, 0.5),
+        ("broadcast", 8, 1.0),
+        ("reduce", 8, 1.0),
+        ("sendrecv", 2, 1.0),
+    ],
+)
 def test_bus_factors_are_nccl_tests(collective, n, factor):
     assert bus_factor(n, collective) == pytest.approx(factor)
     assert busbw(100.0, n, collective) == pytest.approx(100.0 * factor)
@@ -134,27 +148,41 @@ HEADER_2022 = (
     "     time   algbw   busbw #wrong\n"
     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
 )
-ROW_GCM = ("  1073741824     268435456     float     sum      -1   8109.1  132.41  231.72      0"
-           "   8109.7  132.40  231.70      0")
+ROW_GCM = (
+    "  1073741824     268435456     float     sum      -1   8109.1  132.41  231.72      0"
+    "   8109.7  132.40  231.70      0"
+)
 
 
 def test_na_wrong_and_min_bw_verdict():
     # writeBenchmarkLineBody with -c 0 prints "N/A"; writeResultFooter adds OK/FAILED with NCCL_TESTS_MIN_BW
-    out = HEADER_2022 + ROW_GCM.replace("      0   8109.7", "    N/A   8109.7")[:-7] + "    N/A\n" \
+    out = (
+        HEADER_2022
+        + ROW_GCM.replace("      0   8109.7", "    N/A   8109.7")[:-7]
+        + "    N/A\n"
         + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 231.71 FAILED\n"
+    )
     res = parse_perf(out)
     assert res.rows[0].oop_wrong is None and res.rows[0].ip_wrong is None
     assert res.avg_busbw_verdict == "FAILED" and res.avg_busbw_gbps == 231.71
 
 
 def test_newer_header_lines_and_prefixes():
-    out = ("# nccl-tests version 2.17.6 nccl-headers=22807 nccl-library=22807\n"
-           "# Collective test starting: all_reduce_perf\n"
-           + HEADER_2022
-           + "[1,0]<stdout>:" + ROW_GCM + "\n"
-           + "0: " + ROW_GCM.replace("1073741824     268435456", "2147483648     536870912") + "\n"
-           + "2025-01-01T10:00:00.123456Z " + ROW_GCM.replace("1073741824     268435456", "16  4") + "\n"
-           + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1\n")
+    out = (
+        "# nccl-tests version 2.17.6 nccl-headers=22807 nccl-library=22807\n"
+        "# Collective test starting: all_reduce_perf\n"
+        + HEADER_2022
+        + "[1,0]<stdout>:"
+        + ROW_GCM
+        + "\n"
+        + "0: "
+        + ROW_GCM.replace("1073741824     268435456", "2147483648     536870912")
+        + "\n"
+        + "2025-01-01T10:00:00.123456Z "
+        + ROW_GCM.replace("1073741824     268435456", "16  4")
+        + "\n"
+        + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1\n"
+    )
     res = parse_perf(out)
     assert res.tests_version == "2.17.6" and res.collective == "all_reduce_perf"
     assert [r.size_bytes for r in res.rows] == [1073741824, 2147483648, 16]
@@ -162,11 +190,15 @@ def test_newer_header_lines_and_prefixes():
 
 
 def test_per_iteration_columns_and_timestamp():
-    header = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max"
-              "    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% timestamp\n")
-    row = ("    33554432       8388608     float     sum      -1    344.8   97.32  170.31       0    340.1    350.2"
-           "    349.9     0.70    349.5   95.99  167.99       0    345.0    355.1    354.0     0.80"
-           " 2025-10-28 12:00:00\n")
+    header = (
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max"
+        "    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% timestamp\n"
+    )
+    row = (
+        "    33554432       8388608     float     sum      -1    344.8   97.32  170.31       0    340.1    350.2"
+        "    349.9     0.70    349.5   95.99  167.99       0    345.0    355.1    354.0     0.80"
+        " 2025-10-28 12:00:00\n"
+    )
     res = parse_perf(header + row)
     r = res.rows[0]
     got = (r.oop_time_us, r.oop_busbw_gbps, r.oop_wrong, r.ip_time_us, r.ip_busbw_gbps)
@@ -174,8 +206,9 @@ def test_per_iteration_columns_and_timestamp():
 
 
 def test_2017_layout_times_in_milliseconds():
-    header = ("#      bytes             N    type      op     time  algbw  busbw      res"
-              "     time  algbw  busbw      res\n")
+    header = (
+        "#      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res\n"
+    )
     row = "    33554432       8388608   float     sum    0.345  97.32 170.31    0e+00    0.350  95.99 167.99    0e+00\n"
     r = parse_perf(header + row + " Out of bounds values : 0 OK\n Avg bus bandwidth    : 169.15 \n").rows[0]
     assert r.oop_time_us == pytest.approx(345.0) and r.ip_time_us == pytest.approx(350.0)
@@ -200,19 +233,47 @@ def test_rows_without_a_header_get_the_default_layout():
 def _json_doc(**over):
     """A document with the keys and nesting the -J writer emits (JSON_FILE_VERSION 3), values of gcm's last row."""
     doc = {
-        "version": 3, "start_time": "2025-10-20 10:00:00", "args": ["./build/all_reduce_perf", "-J", "x.json"],
-        "env": [], "nccl_version": 22807,
-        "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 1073741824, "maximum_bytes": 1073741824,
-                   "step_factor": 2, "devices": [
-                       {"rank": i, "group": 0, "pid": 1, "hostname": "h", "device": i, "device_hex": "0000:07:00",
-                        "device_info": "NVIDIA A100-SXM4-80GB"} for i in range(8)]},
-        "results": [{"size": 1073741824, "count": 268435456, "type": "float", "redop": "sum", "root": "    -1",
-                     "out_of_place": {"time": 8109.1, "alg_bw": 132.41, "bus_bw": 231.72, "nwrong": 0.0},
-                     "in_place": {"time": 8109.7, "alg_bw": 132.40, "bus_bw": 231.70, "nwrong": 0.0},
-                     "actual_iterations": 20, "experiment_name": ""}],
+        "version": 3,
+        "start_time": "2025-10-20 10:00:00",
+        "args": ["./build/all_reduce_perf", "-J", "x.json"],
+        "env": [],
+        "nccl_version": 22807,
+        "config": {
+            "nthreads": 1,
+            "ngpus": 1,
+            "minimum_bytes": 1073741824,
+            "maximum_bytes": 1073741824,
+            "step_factor": 2,
+            "devices": [
+                {
+                    "rank": i,
+                    "group": 0,
+                    "pid": 1,
+                    "hostname": "h",
+                    "device": i,
+                    "device_hex": "0000:07:00",
+                    "device_info": "NVIDIA A100-SXM4-80GB",
+                }
+                for i in range(8)
+            ],
+        },
+        "results": [
+            {
+                "size": 1073741824,
+                "count": 268435456,
+                "type": "float",
+                "redop": "sum",
+                "root": "    -1",
+                "out_of_place": {"time": 8109.1, "alg_bw": 132.41, "bus_bw": 231.72, "nwrong": 0.0},
+                "in_place": {"time": 8109.7, "alg_bw": 132.40, "bus_bw": 231.70, "nwrong": 0.0},
+                "actual_iterations": 20,
+                "experiment_name": "",
+            }
+        ],
         "out_of_bounds": {"count": 0, "okay": "true"},
         "average_bus_bandwidth": {"bandwidth": 231.71, "okay": "unchecked"},
-        "errors": [], "end_time": "2025-10-20 10:00:05",
+        "errors": [],
+        "end_time": "2025-10-20 10:00:05",
     }
     doc.update(over)
     return doc
@@ -263,8 +324,10 @@ def test_no_table_at_all():
 
 
 def test_failed_run_names_the_failure_line():
-    out = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1\n"
-           "node1: Test NCCL failure common.cu:1005 'unhandled system error (run with NCCL_DEBUG=INFO for details)'\n")
+    out = (
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1\n"
+        "node1: Test NCCL failure common.cu:1005 'unhandled system error (run with NCCL_DEBUG=INFO for details)'\n"
+    )
     with pytest.raises(ParseError) as info:
         parse_perf(out)
     assert info.value.line == 2
@@ -326,7 +389,7 @@ def _mutate(rng: random.Random, s: str) -> str:
     if op == 0:
         return s[:i]  # truncation
     if op == 1:
-        return s[:i] + s[i + rng.randrange(1, 200):]  # deletion
+        return s[:i] + s[i + rng.randrange(1, 200) :]  # deletion
     if op == 2:
         return s[:i] + "".join(chr(rng.randrange(0, 0x3000)) for _ in range(rng.randrange(1, 20))) + s[i:]
     if op == 3:
@@ -339,7 +402,7 @@ def _mutate(rng: random.Random, s: str) -> str:
     if op == 5:
         lines = s.splitlines(True)
         j = rng.randrange(len(lines))
-        return "".join(lines[:j] + lines[j:j + 1] * rng.randrange(2, 5) + lines[j + 1:])
+        return "".join(lines[:j] + lines[j : j + 1] * rng.randrange(2, 5) + lines[j + 1 :])
     if op == 6:
         return s.replace(" ", rng.choice(["\t", "  ", ""]), rng.randrange(1, 50))
     return json.dumps(_json_doc())[: rng.randrange(1, 2000)]
@@ -370,8 +433,18 @@ def run(argv, stdin=b""):
     return code, out.getvalue(), err.getvalue()
 
 
-KEYS = {"size_bytes", "count", "type", "redop", "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps",
-        "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps"}
+KEYS = {
+    "size_bytes",
+    "count",
+    "type",
+    "redop",
+    "oop_time_us",
+    "oop_algbw_gbps",
+    "oop_busbw_gbps",
+    "ip_time_us",
+    "ip_algbw_gbps",
+    "ip_busbw_gbps",
+}
 
 
 def test_command_json_document():

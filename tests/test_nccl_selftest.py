@@ -40,8 +40,9 @@ FAKE_VARS: dict[str, str] = {}
 
 @pytest.fixture
 def fake_env(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys.modules[__name__], "FAKE_VARS",
-                        {"FAKE_NCCL_FIXTURE": A100, "FAKE_NCCL_ARGV": str(tmp_path / "argv.json")})
+    monkeypatch.setattr(
+        sys.modules[__name__], "FAKE_VARS", {"FAKE_NCCL_FIXTURE": A100, "FAKE_NCCL_ARGV": str(tmp_path / "argv.json")}
+    )
     return tmp_path
 
 
@@ -92,10 +93,12 @@ OUTCOMES = [
 ]
 
 
-@pytest.mark.parametrize("outcome,modes,status,action,words", OUTCOMES,
-                         ids=[f"{o[0]}-{'+'.join(o[1])}" for o in OUTCOMES])
-def test_each_outcome_of_the_double_gives_its_verdict_and_action(fake_env, monkeypatch, outcome, modes, status,
-                                                                 action, words):
+@pytest.mark.parametrize(
+    "outcome,modes,status,action,words", OUTCOMES, ids=[f"{o[0]}-{'+'.join(o[1])}" for o in OUTCOMES]
+)
+def test_each_outcome_of_the_double_gives_its_verdict_and_action(
+    fake_env, monkeypatch, outcome, modes, status, action, words
+):
     obs, res = _run(outcome, monkeypatch, modes=modes)
     assert res.status == status, res.summary
     assert res.action == action, res.summary
@@ -188,8 +191,9 @@ def test_modes_set_their_environment_and_json_when_the_binary_has_it(fake_env, m
     assert seen["argv"][:8] == ["-b", "8M", "-e", "1G", "-f", "2", "-c", "1"]
     assert seen["argv"][8:10] == ["-g", "8"] and seen["argv"][10] == "-J"
     assert run.json_output and run.perf is not None and run.perf.largest.oop_busbw_gbps == 231.72
-    run = nccl_runner.run_mode("ib_loopback", _plan(nccl_net_ib=True, min_bw_gbps=150, env=("NCCL_IB_HCA=mlx5_0",)),
-                               8, 10.0)
+    run = nccl_runner.run_mode(
+        "ib_loopback", _plan(nccl_net_ib=True, min_bw_gbps=150, env=("NCCL_IB_HCA=mlx5_0",)), 8, 10.0
+    )
     seen = json.loads((fake_env / "argv.json").read_text())["env"]
     assert seen["NCCL_P2P_DISABLE"] == "1" and seen["NCCL_SHM_DISABLE"] == "1" and seen["NCCL_NET"] == "IB"
     assert seen["NCCL_TESTS_MIN_BW"] == "150" and seen["NCCL_IB_HCA"] == "mlx5_0"
@@ -222,8 +226,9 @@ def test_no_gpu_is_skipped():
 
 
 def test_one_gpu_is_not_judged_against_a_floor():
-    run = NcclRun(mode="nvlink", runner="nccl-tests", gpus=1, returncode=0, output_bytes=10,
-                  perf=_perf_of(A100, ranks=1))
+    run = NcclRun(
+        mode="nvlink", runner="nccl-tests", gpus=1, returncode=0, output_bytes=10, perf=_perf_of(A100, ranks=1)
+    )
     res = _judge(NcclObservation(runs=(run,)))
     assert res.status == Status.OK and "one GPU" in res.details["runs"]["nvlink"]["floor_note"]
 
@@ -238,8 +243,12 @@ def _perf_of(path: str, ranks=None):
 
 
 def test_the_builtin_runner_runs_as_a_child_and_its_output_is_nccl_tests(monkeypatch):
-    plan = nccl_runner.Plan(runner="builtin", builtin_backend="cpu", python=sys.executable,
-                            args=("-b", "4K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-c", "1"))
+    plan = nccl_runner.Plan(
+        runner="builtin",
+        builtin_backend="cpu",
+        python=sys.executable,
+        args=("-b", "4K", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-c", "1"),
+    )
     monkeypatch.setattr(nccl_runner, "choose_runner", lambda p: ("builtin", "", ""))
     obs = nccl_runner.gather(plan, 4, 20.0)
     run = obs.runs[0]
@@ -279,9 +288,19 @@ def test_floors_have_sources_and_the_published_runs_pass_them():
 
 
 def _config(tmp_path, **nccl):
-    raw = {"paths": {"state_dir": str(tmp_path / "state")}, "gpu": {"expected_count": 8},
-           "checks": {"nccl_selftest": {"all_reduce_perf": FAKE, "gpus": 8, "gpu_model": MODEL,
-                                        "env": [f"{k}={v}" for k, v in FAKE_VARS.items()], **nccl}}}
+    raw = {
+        "paths": {"state_dir": str(tmp_path / "state")},
+        "gpu": {"expected_count": 8},
+        "checks": {
+            "nccl_selftest": {
+                "all_reduce_perf": FAKE,
+                "gpus": 8,
+                "gpu_model": MODEL,
+                "env": [f"{k}={v}" for k, v in FAKE_VARS.items()],
+                **nccl,
+            }
+        },
+    }
     return resolve(raw, "<test>")
 
 
@@ -313,9 +332,11 @@ def test_nccl_run_prints_the_verdict_and_never_calls_slurm(fake_env, tmp_path, c
 
     def write(outcome: str) -> None:
         env = ", ".join(json.dumps(f"{k}={v}") for k, v in {**FAKE_VARS, "FAKE_NCCL": outcome}.items())
-        cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
-                       f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\ngpu_model = "{MODEL}"\n'
-                       f'env = [{env}]\n')
+        cfg.write_text(
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
+            f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\ngpu_model = "{MODEL}"\n'
+            f"env = [{env}]\n"
+        )
 
     write("replay")
     code = main(["nccl", "run", "--config", str(cfg), "--mode", "both", "--format", "json"])

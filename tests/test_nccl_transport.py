@@ -59,76 +59,108 @@ def test_libfabric_plugin_failure_is_not_fatal_and_ib_decides():
 
 def test_old_socket_init_line_does_not_override_ib():
     # NCCL < 2.7 prints "NET/Socket : Using" at init even when the channels run over NET/IB
-    log = ("n1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.1<0>\n"
-           "n1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n")
+    log = (
+        "n1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.1<0>\n"
+        "n1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
+    )
     assert classify(log).transport == "ib"
     log += "n1:1:2 [0] NCCL INFO Ring 00 : 0 -> 1 [send] via NET/IB/0\n"
     assert classify(log).transport == "ib"
 
 
 def test_socket_over_an_ib0_interface_is_socket():
-    log = ("n1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.1<0>\nn1:1:1 [0] NCCL INFO Using network Socket\n"
-           "n1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n")
+    log = (
+        "n1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.1<0>\nn1:1:1 [0] NCCL INFO Using network Socket\n"
+        "n1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+    )
     res = classify(log)
     assert res.transport == "socket" and res.network == "Socket" and res.paths == ("NET/Socket",)
 
 
-@pytest.mark.parametrize("line,path", [
-    ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "P2P/CUMEM/read"),
-    ("Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read", "P2P/direct/read"),
-    ("Channel 00/1 : 0[0] -> 1[1] via P2P/MNNVL/read/CE", "P2P/MNNVL/read/CE"),
-    ("Channel 00/0 : 0[0] -> 2[2] via P2P/indirect/1[1]/read", "P2P/indirect/read"),
-    ("Channel 00 : 0[0] -> 1[1] via SHM/CE/direct", "SHM/CE/direct"),
-    ("Channel 00 : 0[7000] -> 1[8000] via direct shared memory", "SHM/direct"),
-])
+@pytest.mark.parametrize(
+    "line,path",
+    [
+        ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", "P2P/CUMEM/read"),
+        ("Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read", "P2P/direct/read"),
+        ("Channel 00/1 : 0[0] -> 1[1] via P2P/MNNVL/read/CE", "P2P/MNNVL/read/CE"),
+        ("Channel 00/0 : 0[0] -> 2[2] via P2P/indirect/1[1]/read", "P2P/indirect/read"),
+        ("Channel 00 : 0[0] -> 1[1] via SHM/CE/direct", "SHM/CE/direct"),
+        ("Channel 00 : 0[7000] -> 1[8000] via direct shared memory", "SHM/direct"),
+    ],
+)
 def test_intra_node_paths(line, path):
     res = classify(f"h:1:2 [0] NCCL INFO {line}\nh:1:2 [0] NCCL INFO Using network IB\n")
     assert res.transport == "p2p" and res.paths == (path,)
 
 
-@pytest.mark.parametrize("line,path,network", [
-    ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA(PCI)", "NET/IB/GDRDMA", "IB"),  # 2.27
-    ("Channel 02/1 : 3[3] -> 11[3] [send] via NET/IB/3(11)/GDRDMA/Shared", "NET/IB/GDRDMA/Shared", "IB"),  # PXN
-    ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IBext_v8/0/GDRDMA", "NET/IBext_v8/GDRDMA", "IBext_v8"),
-    ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA", "NET/AWS Libfabric/GDRDMA", "AWS Libfabric"),
-    ("CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA", "COLLNET/SHARP", "SHARP"),
-])
+@pytest.mark.parametrize(
+    "line,path,network",
+    [
+        ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA(PCI)", "NET/IB/GDRDMA", "IB"),  # 2.27
+        ("Channel 02/1 : 3[3] -> 11[3] [send] via NET/IB/3(11)/GDRDMA/Shared", "NET/IB/GDRDMA/Shared", "IB"),  # PXN
+        ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IBext_v8/0/GDRDMA", "NET/IBext_v8/GDRDMA", "IBext_v8"),
+        (
+            "Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA",
+            "NET/AWS Libfabric/GDRDMA",
+            "AWS Libfabric",
+        ),
+        ("CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA", "COLLNET/SHARP", "SHARP"),
+    ],
+)
 def test_net_paths_and_plugins(line, path, network):
     res = classify(f"[2025-01-01 10:00:00] h:1:2 [0] NCCL INFO {line}\n")
     assert res.transport == "ib" and res.paths == (path,) and res.network == network
 
 
 def test_a_socket_channel_anywhere_makes_it_socket():
-    log = ("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
-           "h:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/Socket/0\n")
+    log = (
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
+        "h:1:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 9[1] [send] via NET/Socket/0\n"
+    )
     assert classify(log).transport == "socket"
 
 
 def test_libfabric_over_tcp_provider_is_socket():
-    log = ("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is tcp;ofi_rxm (found 4 nics)\n"
-           "h:1:2 [0] NCCL INFO Using network AWS Libfabric\n")
+    log = (
+        "h:1:2 [0] NCCL INFO NET/OFI Selected Provider is tcp;ofi_rxm (found 4 nics)\n"
+        "h:1:2 [0] NCCL INFO Using network AWS Libfabric\n"
+    )
     assert classify(log).transport == "socket"
 
 
 def test_nvls():
-    log = ("h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)\n"
-           "h:1:2 [0] NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels\n"
-           "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n")
+    log = (
+        "h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)\n"
+        "h:1:2 [0] NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels\n"
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+    )
     res = classify(log)
     assert res.transport == "p2p" and set(res.paths) == {"P2P/CUMEM/read", "NVLS"}
 
 
-@pytest.mark.parametrize("line,fatal", [
-    ("h:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]", False),
-    ("h:1:2 [0] init.cc:418 NCCL WARN NCCL_WORK_FIFO_DEPTH=3 is being ignored because it is not a power of 2.", False),
-    ("h:1:2 [0] net_ib.cc:148 NCCL WARN NET/IB: Ip address 'x' is invalid for family AF_INET, ignoring address", False),
-    ("h:1:2 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer n2<4283>", True),
-    ("h:1:2 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable", True),
-    ("h:1:2 [0] enqueue.cc:1 (ncclLaunch) NCCL WARN Cuda failure 'out of memory'", True),
-    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", True),
-    ("h:1:2 [0] NCCL INFO transport/net.cc:1134 -> 6", False),
-    ("h:1:2 [0] NCCL INFO NET/IB : No device found.", False),
-])
+@pytest.mark.parametrize(
+    "line,fatal",
+    [
+        ("h:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]", False),
+        (
+            "h:1:2 [0] init.cc:418 NCCL WARN NCCL_WORK_FIFO_DEPTH=3 is being ignored because it is not a power of 2.",
+            False,
+        ),
+        (
+            "h:1:2 [0] net_ib.cc:148 NCCL WARN NET/IB: Ip address 'x' is invalid for family AF_INET, ignoring address",
+            False,
+        ),
+        ("h:1:2 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer n2<4283>", True),
+        (
+            "h:1:2 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable",
+            True,
+        ),
+        ("h:1:2 [0] enqueue.cc:1 (ncclLaunch) NCCL WARN Cuda failure 'out of memory'", True),
+        ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", True),
+        ("h:1:2 [0] NCCL INFO transport/net.cc:1134 -> 6", False),
+        ("h:1:2 [0] NCCL INFO NET/IB : No device found.", False),
+    ],
+)
 def test_fatal_or_benign(line, fatal):
     res = classify(line + "\n")
     assert res.fatal is fatal
@@ -136,8 +168,16 @@ def test_fatal_or_benign(line, fatal):
 
 
 def test_net_kind():
-    assert [net_kind(n) for n in ("IB", "IBext", "IBext_v6", "Socket", "FastSocket", "GPUDirectTCPX", "mesh", "")] \
-        == ["ib", "ib", "ib", "socket", "socket", "socket", "unknown", "unknown"]
+    assert [net_kind(n) for n in ("IB", "IBext", "IBext_v6", "Socket", "FastSocket", "GPUDirectTCPX", "mesh", "")] == [
+        "ib",
+        "ib",
+        "ib",
+        "socket",
+        "socket",
+        "socket",
+        "unknown",
+        "unknown",
+    ]
 
 
 # --------------------------------------------------------------------------- bad input

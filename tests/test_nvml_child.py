@@ -113,8 +113,7 @@ def test_the_reader_starting_slowly_does_not_count_against_its_first_call(tmp_pa
         time.sleep(1.0)  # longer than either deadline below
         return inner()
 
-    snap = nvml.start(slow_start, timeout_s=120.0, call_timeout_s=0.3,
-                      slow_call_timeout_s=0.3).collect()
+    snap = nvml.start(slow_start, timeout_s=120.0, call_timeout_s=0.3, slow_call_timeout_s=0.3).collect()
     assert isinstance(snap, NvmlSnapshot) and snap.stop == "hung", snap
     assert snap.stalled_call == "nvmlInit" and snap.stalled_gpu is None
 

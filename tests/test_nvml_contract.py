@@ -48,8 +48,11 @@ def test_function_exists_in_the_installed_wheel(name: str) -> None:
 
 def test_older_wheels_lack_only_what_the_probe_treats_as_optional() -> None:
     # Every allowed wheel: at or above the floor (one below it is in .matrix only to be refused).
-    wheels = [p for p in sorted(MATRIX.glob("pynvml-*/pynvml.py"))
-              if tuple(int(n) for n in p.parent.name.split("-", 1)[1].split(".")) >= nvml.PYNVML_FLOOR]
+    wheels = [
+        p
+        for p in sorted(MATRIX.glob("pynvml-*/pynvml.py"))
+        if tuple(int(n) for n in p.parent.name.split("-", 1)[1].split(".")) >= nvml.PYNVML_FLOOR
+    ]
     if not wheels:
         pytest.skip("no .matrix wheels here (scripts/nvml-matrix.sh makes them; make nvml-matrix runs them)")
     for path in wheels:
@@ -82,8 +85,13 @@ def test_the_probe_uses_no_pynvml_constant() -> None:
 def test_return_codes_match_pynvml() -> None:
     names = {v: k for k, v in vars(pynvml).items() if k.startswith("NVML_ERROR_") and isinstance(v, int)}
     for code, kind in nvml.RETURN_CODES.items():
-        if code == 0 or kind in ("gpu_not_found", "invalid_state", "not_ready", "deprecated",
-                                 "reset_type_not_supported"):
+        if code == 0 or kind in (
+            "gpu_not_found",
+            "invalid_state",
+            "not_ready",
+            "deprecated",
+            "reset_type_not_supported",
+        ):
             continue  # newer than the oldest wheels
         assert code in names, (code, kind)
     assert names[nvml.GPU_IS_LOST] == "NVML_ERROR_GPU_IS_LOST"
@@ -118,7 +126,7 @@ def test_older_wheels_misplace_the_fabric_state() -> None:
         pytest.skip("no .matrix wheels here")
     for path in wheels:
         text = path.read_text(encoding="utf-8")
-        block = text[text.index("class c_nvmlGpuFabricInfo_t"):][:400]
+        block = text[text.index("class c_nvmlGpuFabricInfo_t") :][:400]
         assert "NVML_DEVICE_UUID_BUFFER_SIZE" in block, path  # 80 bytes
 
 
@@ -140,8 +148,13 @@ def test_the_probe_reads_a_full_gpu_through_pynvml(tmp_path: Path) -> None:
     empty = sorted(name for name, value in vars(gpu).items() if value is None)
     # 570 answers the v2 fabric structure (health mask, no summary: v3 is in 580's nvml.h), with
     # every wheel: without pynvml's wrapper (before 12.560) the probe calls the C function itself.
-    assert empty == ["fabric_health_summary", "fabric_status", "retired_pages_dbe", "retired_pages_pending",
-                     "retired_pages_sbe"]
+    assert empty == [
+        "fabric_health_summary",
+        "fabric_status",
+        "retired_pages_dbe",
+        "retired_pages_pending",
+        "retired_pages_sbe",
+    ]
     assert gpu.fabric_state == 3 and gpu.fabric_health_mask == 0
     assert gpu.nvlinks is not None and len(gpu.nvlinks) == 18 and all(link.active for link in gpu.nvlinks)
     assert gpu.recovery_action == 0 and gpu.mig_enabled is False
@@ -150,8 +163,11 @@ def test_the_probe_reads_a_full_gpu_through_pynvml(tmp_path: Path) -> None:
 @pytest.mark.parametrize("driver", ["470.256.02", "550.127.05"])
 def test_processes_come_through_the_versioned_call(tmp_path: Path, driver: str) -> None:
     """Every process right, with every wheel (12.535.77's own _v3 wrapper misreads the second)."""
-    snap = _read(f'[node]\ndriver_version = "{driver}"\n[[gpu]]\nprocesses = [{{ pid = 4242, used_memory_mib = 2 }}, '
-                 '{ pid = 4343, used_memory_mib = 3 }, { pid = 4444, used_memory_mib = 4 }]\n', tmp_path)
+    snap = _read(
+        f'[node]\ndriver_version = "{driver}"\n[[gpu]]\nprocesses = [{{ pid = 4242, used_memory_mib = 2 }}, '
+        "{ pid = 4343, used_memory_mib = 3 }, { pid = 4444, used_memory_mib = 4 }]\n",
+        tmp_path,
+    )
     procs = snap.gpus[0].processes
     assert procs is not None
     assert [(p.pid, p.used_memory_bytes) for p in procs] == [(4242, 2 << 20), (4343, 3 << 20), (4444, 4 << 20)]

@@ -27,11 +27,23 @@ from nodehealth.registry import CHECKS
 NVML_PROBES = {"nvml", "pci_gpus", "slurm_node", "job", "node_jobs"}
 GPU_CHECKS = tuple(spec.name for spec in CHECKS if "nvml" in spec.needs and set(spec.needs) <= NVML_PROBES)
 # A released driver of each simulated branch.
-DRIVERS = {470: "470.256.02", 525: "525.147.05", 535: "535.216.03", 550: "550.127.05", 570: "570.133.20",
-           580: "580.65.06"}
+DRIVERS = {
+    470: "470.256.02",
+    525: "525.147.05",
+    535: "535.216.03",
+    550: "550.127.05",
+    570: "570.133.20",
+    580: "580.65.06",
+}
 # An NVSwitch platform each branch supports (H100 needs 525 or later).
-MODELS = {470: "A100-SXM4-80GB", 525: "H100-SXM5-80GB", 535: "H100-SXM5-80GB", 550: "H100-SXM5-80GB",
-          570: "H100-SXM5-80GB", 580: "H100-SXM5-80GB"}
+MODELS = {
+    470: "A100-SXM4-80GB",
+    525: "H100-SXM5-80GB",
+    535: "H100-SXM5-80GB",
+    550: "H100-SXM5-80GB",
+    570: "H100-SXM5-80GB",
+    580: "H100-SXM5-80GB",
+}
 # nvmlDeviceGetGpuFabricInfo first appears in nvml.h of CUDA 12.0 (driver 525).
 FABRIC_FROM = 525
 RECOVERY_FROM = 570
@@ -43,15 +55,23 @@ def _pynvml() -> str:
 
 
 def _node(branch: int, body: str, gpus: int = 8, model: str = "") -> str:
-    return (f'[node]\ndriver_version = "{DRIVERS[branch]}"\ndriver_branch = {branch}\n\n'
-            f'[defaults]\nmodel = "{model or MODELS[branch]}"\n' + body + "\n[[gpu]]\n" * gpus)
+    return (
+        f'[node]\ndriver_version = "{DRIVERS[branch]}"\ndriver_branch = {branch}\n\n'
+        f'[defaults]\nmodel = "{model or MODELS[branch]}"\n' + body + "\n[[gpu]]\n" * gpus
+    )
 
 
 def _run(text: str, expected: int = 8, **nvml: Any) -> Report:
     tmp = Path(tempfile.mkdtemp(prefix="nh-matrix-"))
     (tmp / "node.toml").write_text(text, encoding="utf-8")
-    cfg = resolve({"nvml": {"simulate": str(tmp / "node.toml"), **nvml}, "gpu": {"expected_count": expected},
-                   "paths": {"state_dir": str(tmp / "state")}}, "<test>")
+    cfg = resolve(
+        {
+            "nvml": {"simulate": str(tmp / "node.toml"), **nvml},
+            "gpu": {"expected_count": expected},
+            "paths": {"state_dir": str(tmp / "state")},
+        },
+        "<test>",
+    )
     return runner.run(cfg, only=GPU_CHECKS, node="sim01")
 
 

@@ -38,8 +38,14 @@ def _check(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cfg.write_text(f'[paths]\nsysfs_root = "{tmp_path / "sys"}"\nstate_dir = "{tmp_path / "state"}"\n')
     env = dict(os.environ, NO_COLOR="1", SLURMD_NODENAME="gpu042")
     env.pop("NODEHEALTH_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "nodehealth", "check", "--config", str(cfg), "--only", "nvml", *args],
-                          capture_output=True, text=True, env=env, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "nodehealth", "check", "--config", str(cfg), "--only", "nvml", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 # --------------------------------------------------------------------------- resolve
@@ -65,8 +71,9 @@ def test_without_the_simulator_a_scenario_says_what_to_install(tmp_path: Path, m
     try:
         with pytest.raises(ProbeSetupError) as info:
             source.resolve(_cfg(tmp_path, str(tmp_path / "x.toml")))
-        assert str(info.value) == ("--simulate needs the simulator: pip install nodehealth-sim "
-                                   "(./sim in the source tree)")
+        assert str(info.value) == (
+            "--simulate needs the simulator: pip install nodehealth-sim (./sim in the source tree)"
+        )
         assert source.label(_cfg(tmp_path, str(tmp_path / "x.toml"))).startswith(f"simulated: {tmp_path}")
     finally:
         source.forget()
@@ -89,7 +96,7 @@ def test_a_simulated_check_says_so_in_the_header_of_text_and_json(tmp_path: Path
     lines = text.stdout.splitlines()
     header = lines.index(f"simulated: {HEALTHY}")  # the report's first line, before the checks
     assert lines[header + 1].startswith("OK      nvml"), lines
-    assert not any("simulated" in ln for ln in lines[header + 1:])  # and in no other line of the report
+    assert not any("simulated" in ln for ln in lines[header + 1 :])  # and in no other line of the report
     doc = json.loads(_check(tmp_path, "--simulate", str(HEALTHY), "--format", "json").stdout)
     assert doc["source"] == f"simulated: {HEALTHY}"
     assert "simulated" not in json.dumps(doc["checks"])
@@ -114,8 +121,9 @@ def test_a_report_without_a_source_reads_as_the_real_driver() -> None:
 
 
 def _product_files(root: Path) -> list[tuple[str, ast.AST]]:
-    return [(p.relative_to(root).as_posix(), ast.parse(p.read_text(encoding="utf-8")))
-            for p in sorted(root.rglob("*.py"))]
+    return [
+        (p.relative_to(root).as_posix(), ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(root.rglob("*.py"))
+    ]
 
 
 def _static_sim_imports(root: Path) -> list[str]:
@@ -123,8 +131,11 @@ def _static_sim_imports(root: Path) -> list[str]:
     found = []
     for rel, tree in _product_files(root):
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             if any(n == "nodehealth_sim" or n.startswith("nodehealth_sim.") for n in names):
                 found.append(f"{rel}:{node.lineno}")
     return sorted(found)
@@ -137,10 +148,12 @@ def _simulated_flag(root: Path) -> list[str]:
     for rel, tree in _product_files(root):
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict):
-                found += [f"{rel}:{k.lineno}" for k in node.keys
-                          if isinstance(k, ast.Constant) and k.value == "simulated"]
+                found += [
+                    f"{rel}:{k.lineno}" for k in node.keys if isinstance(k, ast.Constant) and k.value == "simulated"
+                ]
             elif (isinstance(node, ast.Attribute) and node.attr == "simulated") or (
-                    isinstance(node, ast.keyword) and node.arg == "simulated"):
+                isinstance(node, ast.keyword) and node.arg == "simulated"
+            ):
                 found.append(f"{rel}:{node.lineno}")
     return sorted(found)
 

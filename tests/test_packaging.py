@@ -22,8 +22,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 SITE = "usr/lib/python3/dist-packages"
 HAVE_DEB = all(shutil.which(t) for t in ("dpkg-buildpackage", "dh", "pybuild", "dpkg-deb"))
 HAVE_RPM = shutil.which("rpmbuild") is not None
-needs_deb = pytest.mark.skipif(not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, "
-                               "dh-python, pybuild-plugin-pyproject)")
+needs_deb = pytest.mark.skipif(
+    not HAVE_DEB, reason="Debian build tools missing (make system-deps: debhelper, dh-python, pybuild-plugin-pyproject)"
+)
 needs_rpm = pytest.mark.skipif(not HAVE_RPM, reason="rpmbuild missing (Debian package rpm; make system-deps)")
 SCRIPTS = tuple(table.scripts())  # the administrator's command and every face (nodehealth.faces.table)
 
@@ -78,13 +79,20 @@ def test_deb_depends_on_debian_packages_and_vendors_the_rest(deb: Path) -> None:
 def test_deb_installs_what_the_cluster_names(deb: Path) -> None:
     files = deb_files(deb)
     expected = {f"/usr/bin/{s}" for s in SCRIPTS} | {
-        "/lib/systemd/system/nodehealth.service", "/etc/nodehealth/nodehealth.toml",
-        "/usr/lib/tmpfiles.d/nodehealth.conf", "/usr/share/doc/nodehealth/daemon.md",
-        "/usr/share/doc/nodehealth/copyright", "/usr/share/man/man8/nodehealth.8.gz",
-        "/usr/share/man/man8/nodehealth-prolog.8.gz", "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
-        "/usr/share/nodehealth/deploy/slurm/slurm.conf.example", f"/{SITE}/nodehealth-vendor.pth",
-        f"/{SITE}/nodehealth/_vendor/pynvml.py", f"/{SITE}/nodehealth/_vendor/hostlist.py",
-        f"/{SITE}/nodehealth/_vendor/hostlist.COPYING", f"/{SITE}/nodehealth/cli.py",
+        "/lib/systemd/system/nodehealth.service",
+        "/etc/nodehealth/nodehealth.toml",
+        "/usr/lib/tmpfiles.d/nodehealth.conf",
+        "/usr/share/doc/nodehealth/daemon.md",
+        "/usr/share/doc/nodehealth/copyright",
+        "/usr/share/man/man8/nodehealth.8.gz",
+        "/usr/share/man/man8/nodehealth-prolog.8.gz",
+        "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
+        "/usr/share/nodehealth/deploy/slurm/slurm.conf.example",
+        f"/{SITE}/nodehealth-vendor.pth",
+        f"/{SITE}/nodehealth/_vendor/pynvml.py",
+        f"/{SITE}/nodehealth/_vendor/hostlist.py",
+        f"/{SITE}/nodehealth/_vendor/hostlist.COPYING",
+        f"/{SITE}/nodehealth/cli.py",
         f"/{SITE}/nodehealth/data/xid_catalog.toml",
     }
     assert expected - files == set()
@@ -179,8 +187,14 @@ def test_deb_control_files(deb: Path, tmp_path: Path) -> None:
 @needs_deb
 @pytest.mark.skipif(shutil.which("lintian") is None, reason="lintian missing (make system-deps)")
 def test_deb_lintian_clean(deb: Path) -> None:
-    res = run("lintian", "--fail-on", "error,warning", "--suppress-tags-from-file",
-              str(ROOT / "packaging" / "debian" / "lintian-explained"), str(deb))
+    res = run(
+        "lintian",
+        "--fail-on",
+        "error,warning",
+        "--suppress-tags-from-file",
+        str(ROOT / "packaging" / "debian" / "lintian-explained"),
+        str(deb),
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert not [line for line in res.stdout.splitlines() if line[:2] in ("E:", "W:")], res.stdout
 
@@ -205,8 +219,10 @@ def unpacked_product(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def run_unpacked(root: Path, *argv: str) -> subprocess.CompletedProcess:
     """The package's nodehealth from the unpacked tree, under Debian's Python with its dist-packages: the
     site dir is added as site.py adds an installed one (the vendor .pth included)."""
-    code = ("import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:]; "
-            "from nodehealth.cli import main; sys.exit(main())")
+    code = (
+        "import site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[1:]; "
+        "from nodehealth.cli import main; sys.exit(main())"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NODEHEALTH_", "VIRTUAL_ENV"))}
     return run(SYSTEM_PYTHON, "-I", "-c", code, str(root / SITE), *argv, env=env, cwd=root)
 
@@ -221,8 +237,14 @@ def test_unpacked_deb_runs_a_shipped_scenario(unpacked: Path) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = run_unpacked(unpacked, "check", "--simulate", str(scenarios / "row-remap-pending.toml"), "-q")
     assert bad.returncode == 1 and "gpu_remapped_rows" in bad.stdout, bad.stdout + bad.stderr
-    mods = run(SYSTEM_PYTHON, "-I", "-c", "import site, sys; site.addsitedir(sys.argv[1]); import pynvml, hostlist; "
-               "print(pynvml.__file__); print(hostlist.__file__)", str(unpacked / SITE)).stdout
+    mods = run(
+        SYSTEM_PYTHON,
+        "-I",
+        "-c",
+        "import site, sys; site.addsitedir(sys.argv[1]); import pynvml, hostlist; "
+        "print(pynvml.__file__); print(hostlist.__file__)",
+        str(unpacked / SITE),
+    ).stdout
     assert mods.count(str(unpacked / SITE / "nodehealth" / "_vendor")) == 2, mods
 
 
@@ -247,10 +269,16 @@ def test_rpm_file_list(rpm: Path) -> None:
     files = set(rpm_q(rpm, "-l"))
     site = "/usr/lib/python3.9/site-packages"
     expected = {f"/usr/bin/{s}" for s in SCRIPTS} | {
-        "/usr/lib/systemd/system/nodehealth.service", "/etc/nodehealth/nodehealth.toml", "/run/nodehealth",
-        "/usr/lib/tmpfiles.d/nodehealth.conf", f"{site}/nodehealth/cli.py", f"{site}/nodehealth-vendor.pth",
-        f"{site}/nodehealth/_vendor/pynvml.py", f"{site}/nodehealth/_vendor/hostlist.py",
-        f"{site}/nodehealth/_vendor/tomli/__init__.py", f"{site}/nodehealth-{VERSION}.dist-info/entry_points.txt",
+        "/usr/lib/systemd/system/nodehealth.service",
+        "/etc/nodehealth/nodehealth.toml",
+        "/run/nodehealth",
+        "/usr/lib/tmpfiles.d/nodehealth.conf",
+        f"{site}/nodehealth/cli.py",
+        f"{site}/nodehealth-vendor.pth",
+        f"{site}/nodehealth/_vendor/pynvml.py",
+        f"{site}/nodehealth/_vendor/hostlist.py",
+        f"{site}/nodehealth/_vendor/tomli/__init__.py",
+        f"{site}/nodehealth-{VERSION}.dist-info/entry_points.txt",
         "/usr/share/nodehealth/scenarios/healthy-8x-h100.toml",
     }
     assert expected - files == set()
@@ -284,7 +312,7 @@ def test_rpm_scriptlets_never_enable_the_unit(rpm: Path) -> None:
 
 
 def test_vendor_pins_satisfy_pyproject() -> None:
-    pins = dict(re.findall(r'^([A-Z]+)_PIN=(\S+)$', (ROOT / "packaging" / "vendor.sh").read_text(), re.M))
+    pins = dict(re.findall(r"^([A-Z]+)_PIN=(\S+)$", (ROOT / "packaging" / "vendor.sh").read_text(), re.M))
     pyproject = (ROOT / "pyproject.toml").read_text()
 
     def version(pin: str) -> tuple[int, ...]:

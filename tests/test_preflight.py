@@ -24,27 +24,51 @@ def _config(tmp: Path, node: str, scenario: Path) -> None:
 
 
 def _driver_535(tmp: Path) -> Path:
-    text = (SCEN / "healthy.toml").read_text().replace('driver_version = "550.127.05"',
-                                                       'driver_version = "535.104.05"')
+    text = (SCEN / "healthy.toml").read_text().replace('driver_version = "550.127.05"', 'driver_version = "535.104.05"')
     p = tmp / "driver-535.toml"
     p.write_text(text)
     return p
 
 
-def _run(tmp: Path, shared: Path, n: int, scen: dict[int, Path], args: tuple[str, ...] = (),
-         skip: Optional[int] = None) -> tuple[dict[int, int], str]:
+def _run(
+    tmp: Path, shared: Path, n: int, scen: dict[int, Path], args: tuple[str, ...] = (), skip: Optional[int] = None
+) -> tuple[dict[int, int], str]:
     procs = {}
     for r in range(n):
         node = f"n{r + 1}"
         _config(tmp, node, scen.get(r, SCEN / "healthy.toml"))
         if r == skip:
             continue
-        env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS=str(n), SLURM_NODEID=str(r), SLURMD_NODENAME=node,
-                   SLURM_JOB_ID="77", SLURM_STEP_ID="1", SLURM_JOB_NODELIST=f"n[1-{n}]", SLURM_NNODES=str(n),
-                   SLURM_CONF="/nonexistent/slurm.conf")
-        procs[r] = subprocess.Popen([sys.executable, "-m", "nodehealth", "preflight", "--shared-dir", str(shared),
-                                     "--config", str(tmp / "nh-%n.toml"), *args], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        env = dict(
+            os.environ,
+            SLURM_PROCID=str(r),
+            SLURM_NTASKS=str(n),
+            SLURM_NODEID=str(r),
+            SLURMD_NODENAME=node,
+            SLURM_JOB_ID="77",
+            SLURM_STEP_ID="1",
+            SLURM_JOB_NODELIST=f"n[1-{n}]",
+            SLURM_NNODES=str(n),
+            SLURM_CONF="/nonexistent/slurm.conf",
+        )
+        procs[r] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodehealth",
+                "preflight",
+                "--shared-dir",
+                str(shared),
+                "--config",
+                str(tmp / "nh-%n.toml"),
+                *args,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
     outs = {r: p.communicate(timeout=60)[0] for r, p in procs.items()}
     return {r: p.returncode for r, p in procs.items()}, "".join(outs.values())
 
@@ -137,7 +161,8 @@ def test_node_local_storage() -> None:
     entries = host.parse_mountinfo(
         "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
         "2 1 0:5 / /pfs rw - lustre 10.0.0.1@o2ib:/pfs rw\n"
-        "3 1 0:6 / /dev/shm rw - tmpfs tmpfs rw\n")
+        "3 1 0:6 / /dev/shm rw - tmpfs tmpfs rw\n"
+    )
     assert local.locality("/pfs/run", local.containing_mount(entries, "/pfs/run")) is None
     shm = local.containing_mount(entries, "/dev/shm/x")
     assert local.locality("/dev/shm/x", shm) == "under /dev/shm (tmpfs at /dev/shm)"

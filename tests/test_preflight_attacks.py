@@ -31,8 +31,13 @@ def ground_(tmp_path: Path) -> tuple[Path, Path, Path]:
     shared.chmod(0o1777)
     victim = tmp_path / "home-victim"
     victim.mkdir(mode=0o700)
-    for name, text in (("r0.json", "victim's r0\n"), ("notes.txt", "thesis\n"), (".bashrc", "alias x=y\n"),
-                       ("verdict.json", "{}\n"), (".tmp-0-1", "t\n")):
+    for name, text in (
+        ("r0.json", "victim's r0\n"),
+        ("notes.txt", "thesis\n"),
+        (".bashrc", "alias x=y\n"),
+        ("verdict.json", "{}\n"),
+        (".tmp-0-1", "t\n"),
+    ):
         (victim / name).write_text(text)
     (victim / "sub").mkdir()
     (victim / "sub" / "data").write_text("d\n")
@@ -40,8 +45,10 @@ def ground_(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def _tree(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir/link>")
-            for p in sorted(d.rglob("*"))}
+    return {
+        str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir/link>")
+        for p in sorted(d.rglob("*"))
+    }
 
 
 def _plant(path: Path) -> None:
@@ -171,29 +178,38 @@ def test_a_pointer_holding_a_path_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_missing_pointer_is_waited_for_only_until_the_deadline(tmp_path: Path) -> None:
-    other = exchange.Exchange(str(tmp_path), _rank(1, 2), clock=iter([0.0, 0.5, 1.0, 99.0, 99.0]).__next__,
-                              sleep=lambda s: None)
+    other = exchange.Exchange(
+        str(tmp_path), _rank(1, 2), clock=iter([0.0, 0.5, 1.0, 99.0, 99.0]).__next__, sleep=lambda s: None
+    )
     other.open_shared()
     assert other.join(2.0) is False
     other.release()
 
 
 def test_reports_are_bounded_typed_and_printable() -> None:
-    doc = {"rank": 1, "node": "n2\x1b[2J" + "x" * 500, "facts": {"gpu_model": "\u202eH" + "H" * 5000, "driver": 550},
-           "health": {"results": [{"name": "gpu\x1b]0;t\x07", "summary": "s" * 5000, "fails": True}]},
-           "extra": [[[[[[[[[["deep"]]]]]]]]]], "n": float("inf")}
+    doc = {
+        "rank": 1,
+        "node": "n2\x1b[2J" + "x" * 500,
+        "facts": {"gpu_model": "\u202eH" + "H" * 5000, "driver": 550},
+        "health": {"results": [{"name": "gpu\x1b]0;t\x07", "summary": "s" * 5000, "fails": True}]},
+        "extra": [[[[[[[[[["deep"]]]]]]]]]],
+        "n": float("inf"),
+    }
     got = schema.report(doc, 1)
     assert got["node"].startswith("n2\\x1b[2J") and len(got["node"]) <= schema.MAX_NAME
     assert got["facts"]["gpu_model"].startswith("\\u202eH") and len(got["facts"]["gpu_model"]) <= schema.MAX_NAME
     assert got["health"]["results"][0]["name"] == "gpu\\x1b]0;t\\x07"
     assert len(got["health"]["results"][0]["summary"]) == schema.MAX_TEXT and got["n"] is None
     assert "deep" not in json.dumps(got)
-    for bad, why in (([], "not a JSON object"), ({"rank": 2}, "holds rank 2"), ({"rank": True}, "rank is not"),
-                     ({"rank": 1, "facts": {"driver": {"x": 1}}}, "facts.driver"),
-                     ({"rank": 1, "paths": [{"path": 3}]}, "paths holds"),
-                     ({"rank": 1, "health": {"results": ["x"]}}, "health.results"),
-                     ({"rank": 1, "nccl": {"runs": [{"paths": [1]}]}}, "nccl.runs")):
+    for bad, why in (
+        ([], "not a JSON object"),
+        ({"rank": 2}, "holds rank 2"),
+        ({"rank": True}, "rank is not"),
+        ({"rank": 1, "facts": {"driver": {"x": 1}}}, "facts.driver"),
+        ({"rank": 1, "paths": [{"path": 3}]}, "paths holds"),
+        ({"rank": 1, "health": {"results": ["x"]}}, "health.results"),
+        ({"rank": 1, "nccl": {"runs": [{"paths": [1]}]}}, "nccl.runs"),
+    ):
         with pytest.raises(schema.Invalid, match=why):
             schema.report(bad, 1)
     assert schema.verdict({"ok": "yes"}) is None and schema.verdict({"ok": False, "x": 1}) == {"ok": False}
-

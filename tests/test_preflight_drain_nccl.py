@@ -17,7 +17,7 @@ FAKE_NCCL = ROOT / "tests" / "fakes" / "all_reduce_perf"
 A100 = ROOT / "tests" / "fixtures" / "nccl_selftest" / "gcm_single_node_8xA100.txt"
 
 # A logging scontrol: `show node(s)` answers from nodes.json, `update` drains (or is refused).
-SCONTROL = '''#!{python}
+SCONTROL = """#!{python}
 import json, os, sys
 d = {d!r}
 with open(d + "/calls.jsonl", "a") as f:
@@ -38,7 +38,7 @@ elif args[0] == "update":
     state, reason = nodes[kv["nodename"]]
     nodes[kv["nodename"]] = [state + "+DRAIN", kv["reason"]] if kv["state"] == "drain" else [state, None]
     json.dump(nodes, open(d + "/nodes.json", "w"))
-'''
+"""
 
 
 def _setup(tmp: Path, scenarios: dict[str, Path], extra: str = "") -> Path:
@@ -49,23 +49,50 @@ def _setup(tmp: Path, scenarios: dict[str, Path], extra: str = "") -> Path:
     for node, scen in scenarios.items():
         (tmp / f"nh-{node}.toml").write_text(
             f'[nvml]\nsimulate = "{scen}"\n[paths]\nstate_dir = "{tmp}/state-{node}"\n'
-            f'[slurm]\nscontrol = "{fake}"\ntimeout_s = 5\n{extra}')
+            f'[slurm]\nscontrol = "{fake}"\ntimeout_s = 5\n{extra}'
+        )
     shared = tmp / "shared"
     shared.mkdir()
     return shared
 
 
-def _run(tmp: Path, shared: Path, nodes: list[str], args: tuple[str, ...], env_extra: dict[str, str]) -> tuple[
-        dict[int, int], str]:
+def _run(
+    tmp: Path, shared: Path, nodes: list[str], args: tuple[str, ...], env_extra: dict[str, str]
+) -> tuple[dict[int, int], str]:
     procs = {}
     n = len(nodes)
     for r, node in enumerate(nodes):
-        env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS=str(n), SLURM_NODEID=str(r), SLURMD_NODENAME=node,
-                   SLURM_JOB_ID="88", SLURM_STEP_ID="0", SLURM_JOB_NODELIST=",".join(nodes), SLURM_NNODES=str(n),
-                   SLURM_CONF="/nonexistent/slurm.conf", **env_extra)
-        procs[r] = subprocess.Popen([sys.executable, "-m", "nodehealth", "preflight", "--shared-dir", str(shared),
-                                     "--config", str(tmp / "nh-%n.toml"), *args], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        env = dict(
+            os.environ,
+            SLURM_PROCID=str(r),
+            SLURM_NTASKS=str(n),
+            SLURM_NODEID=str(r),
+            SLURMD_NODENAME=node,
+            SLURM_JOB_ID="88",
+            SLURM_STEP_ID="0",
+            SLURM_JOB_NODELIST=",".join(nodes),
+            SLURM_NNODES=str(n),
+            SLURM_CONF="/nonexistent/slurm.conf",
+            **env_extra,
+        )
+        procs[r] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodehealth",
+                "preflight",
+                "--shared-dir",
+                str(shared),
+                "--config",
+                str(tmp / "nh-%n.toml"),
+                *args,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
     outs = {r: p.communicate(timeout=120)[0] for r, p in procs.items()}
     return {r: p.returncode for r, p in procs.items()}, "".join(outs.values())
 
@@ -104,8 +131,10 @@ def test_no_drain_without_the_flag(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("outcome", "ok"), [("replay", True), ("socket", False)])
 def test_nccl_expect_ib_names_a_socket_path(tmp_path: Path, outcome: str, ok: bool) -> None:
     # The runner inherits nothing of the rank's environment: the double's controls are configured.
-    extra = (f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE_NCCL}"\nrunner = "nccl-tests"\ngpus = 8\n'
-             f'gpu_model = "NVIDIA A100-SXM4-80GB"\nenv = ["FAKE_NCCL_FIXTURE={A100}", "FAKE_NCCL={outcome}"]\n')
+    extra = (
+        f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE_NCCL}"\nrunner = "nccl-tests"\ngpus = 8\n'
+        f'gpu_model = "NVIDIA A100-SXM4-80GB"\nenv = ["FAKE_NCCL_FIXTURE={A100}", "FAKE_NCCL={outcome}"]\n'
+    )
     shared = _setup(tmp_path, {"n1": SCEN / "healthy.toml", "n2": SCEN / "healthy.toml"}, extra)
     codes, out = _run(tmp_path, shared, ["n1", "n2"], ("--nccl", "--expect-ib"), {})
     if ok:

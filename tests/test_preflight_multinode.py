@@ -34,8 +34,20 @@ def _scenario(c: MultiNode, node: str, name: str, driver: str = "") -> None:
 
 
 def _preflight(c: MultiNode, *srun: str) -> Any:
-    return c.run("/usr/bin/srun", "--ntasks-per-node=1", "-D", str(c.shared), *srun, str(BIN / "nodehealth"),
-                 "preflight", "--config", str(c.root / "nh-%n.toml"), "--timeout", "3", timeout=60)
+    return c.run(
+        "/usr/bin/srun",
+        "--ntasks-per-node=1",
+        "-D",
+        str(c.shared),
+        *srun,
+        str(BIN / "nodehealth"),
+        "preflight",
+        "--config",
+        str(c.root / "nh-%n.toml"),
+        "--timeout",
+        "3",
+        timeout=60,
+    )
 
 
 def test_healthy_allocation_passes(cluster: MultiNode) -> None:

@@ -33,8 +33,10 @@ def _files(d: Path) -> dict[str, bytes]:
 
 def refuse_scontrol(monkeypatch: pytest.MonkeyPatch) -> None:
     """From now on any Slurm call fails the test, not just counted."""
+
     def refuse(self: Scontrol, *args: object, **kwargs: object) -> None:
         raise AssertionError(f"a preview called scontrol: {args}")
+
     monkeypatch.setattr(Scontrol, "_call", refuse)
 
 
@@ -45,7 +47,8 @@ def no_scontrol(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("face", ["prolog", "epilog", "healthcheck"])
 def test_a_preview_of_a_fault_names_the_sequences_drain_and_acts_on_nothing(
-        face: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_scontrol: None) -> None:
+    face: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_scontrol: None
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     before = _files(tmp_path / "state")
     got = preview(face, dict(os.environ))
@@ -56,8 +59,9 @@ def test_a_preview_of_a_fault_names_the_sequences_drain_and_acts_on_nothing(
     assert any(line.startswith("would log: drained n1: nh:rowremap GPU1") for line in got.decision), got.decision
 
 
-def test_a_preview_of_a_due_resume_says_resume_where_prose_could_not(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_preview_of_a_due_resume_says_resume_where_prose_could_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The health check drained for a fault (really: the Fake's scontrol); the fault is gone and one clean
     run is all [resume] asks: the preview's sequence resumes the node (recorded), the disk stays as it was."""
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=1)
@@ -74,8 +78,9 @@ def test_a_preview_of_a_due_resume_says_resume_where_prose_could_not(tmp_path: P
     assert any(line.startswith("drain record of ours: 'nh:rowremap GPU1") for line in got.inputs), got.inputs
 
 
-def test_a_preview_with_drain_disabled_says_the_sequences_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 no_scontrol: None) -> None:
+def test_a_preview_with_drain_disabled_says_the_sequences_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_scontrol: None
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     cfg = tmp_path / "nh.toml"
     cfg.write_text(cfg.read_text() + "[drain]\nenabled = false\n")
@@ -113,8 +118,16 @@ def test_the_sequence_on_memory_drains_in_memory_only(tmp_path: Path, monkeypatc
     cfg = load()
     before = _files(tmp_path / "state")
     client, store, said = observe.RecordingClient("n1"), act.MemoryStore(cfg.paths), []
-    actor = act.Actor(cfg=cfg, node="n1", phase="healthcheck", client=client, deadline=Deadline(30),
-                      log=lambda m, **k: said.append(m), boot_id="boot-1", store=store)
+    actor = act.Actor(
+        cfg=cfg,
+        node="n1",
+        phase="healthcheck",
+        client=client,
+        deadline=Deadline(30),
+        log=lambda m, **k: said.append(m),
+        boot_id="boot-1",
+        store=store,
+    )
     assert act.after_check(actor, _fault()).outcome == act.ActOutcome.DRAINED
     assert [(r.action, r.node) for r in client.recorded] == [("drain", "n1")]
     assert store.state.drain is not None and store.state.drain.check == "gpu_ecc"
@@ -125,8 +138,9 @@ def test_the_sequence_on_memory_drains_in_memory_only(tmp_path: Path, monkeypatc
     assert json.dumps(said)  # what it said is plain text for the preview's lines
 
 
-def test_check_as_json_carries_what_the_sequence_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str], no_scontrol: None) -> None:
+def test_check_as_json_carries_what_the_sequence_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_scontrol: None
+) -> None:
     from nodehealth.cli import main as cli_main
 
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")

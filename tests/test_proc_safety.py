@@ -95,8 +95,9 @@ def _spawner(m: str, redirect: str = "") -> list[str]:
 
 def _fake_plan(**env: str) -> nccl_runner.Plan:
     extra = {"FAKE_NCCL_FIXTURE": A100, **env}
-    return nccl_runner.Plan(runner="nccl-tests", all_reduce_perf=FAKE, json="off",
-                            env=tuple(f"{k}={v}" for k, v in extra.items()))
+    return nccl_runner.Plan(
+        runner="nccl-tests", all_reduce_perf=FAKE, json="off", env=tuple(f"{k}={v}" for k, v in extra.items())
+    )
 
 
 # --------------------------------------------------------------------------- trusted, isolated
@@ -129,9 +130,17 @@ def test_a_python_child_runs_isolated_or_not_at_all(tmp_path):
     assert done.returncode == 0 and done.argv[1] == "-I"
 
 
-POISON = {"LD_PRELOAD": "/nonexistent/evil.so", "LD_LIBRARY_PATH": "/tmp/evil", "PYTHONPATH": "/tmp/evil",
-          "PYTHONSTARTUP": "/tmp/evil.py", "PATH": "/tmp/evil:/usr/bin:/bin", "NCCL_SOCKET_IFNAME": "evil0",
-          "NCCL_DEBUG_FILE": "/tmp/evil.log", "CUDA_VISIBLE_DEVICES": "7", "BASH_ENV": "/tmp/evil.sh"}
+POISON = {
+    "LD_PRELOAD": "/nonexistent/evil.so",
+    "LD_LIBRARY_PATH": "/tmp/evil",
+    "PYTHONPATH": "/tmp/evil",
+    "PYTHONSTARTUP": "/tmp/evil.py",
+    "PATH": "/tmp/evil:/usr/bin:/bin",
+    "NCCL_SOCKET_IFNAME": "evil0",
+    "NCCL_DEBUG_FILE": "/tmp/evil.log",
+    "CUDA_VISIBLE_DEVICES": "7",
+    "BASH_ENV": "/tmp/evil.sh",
+}
 
 
 def _env_of(text: str) -> dict[str, str]:
@@ -204,8 +213,12 @@ def test_a_builtin_runner_planted_in_the_working_directory_never_runs(tmp_path, 
     (pkg / "builtin.py").write_text(PLANTED.format(marker=str(ran)))
     monkeypatch.chdir(evil)
     monkeypatch.setenv("PYTHONPATH", str(evil))
-    plan = nccl_runner.Plan(runner="builtin", builtin_backend="cpu", python=sys.executable,
-                            args=("-b", "4K", "-e", "4K", "-n", "1", "-w", "0", "-c", "1"))
+    plan = nccl_runner.Plan(
+        runner="builtin",
+        builtin_backend="cpu",
+        python=sys.executable,
+        args=("-b", "4K", "-e", "4K", "-n", "1", "-w", "0", "-c", "1"),
+    )
     obs = nccl_runner.gather(plan, 2, 120.0)
     assert not ran.exists(), ran.read_text()
     run = obs.runs[0]
@@ -262,8 +275,11 @@ def test_a_flooding_nccl_runner_is_killed_at_the_cap_and_judged_unknown(tmp_path
     run = obs.runs[0]
     assert run.truncated and not run.timed_out and run.output_bytes <= (4 << 20) + 1
     assert time.monotonic() - t0 < 300.0 - nccl_runner.MARGIN_S  # ended by the cap, not the deadline
-    res = nccl_selftest.evaluate(Observations(nccl=obs), nccl_selftest.Settings(gpus=8),
-                                 Context(name="nccl_selftest", phase="manual", node="n1", expected_gpus=8))
+    res = nccl_selftest.evaluate(
+        Observations(nccl=obs),
+        nccl_selftest.Settings(gpus=8),
+        Context(name="nccl_selftest", phase="manual", node="n1", expected_gpus=8),
+    )
     assert res.status == Status.UNKNOWN and "output cap" in res.summary
 
 
@@ -281,8 +297,12 @@ def test_no_survivor_at_the_deadline(marker):
 def test_no_survivor_after_a_normal_exit_that_left_children_behind(marker, tmp_path):
     """The runner exits 0 once its background children run; they no longer hold its pipes."""
     go = tmp_path / "go"
-    argv = [SH, "-c", f"sleep {marker} >/dev/null 2>&1 & (sleep {marker} >/dev/null 2>&1 &); "
-                      f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0"]
+    argv = [
+        SH,
+        "-c",
+        f"sleep {marker} >/dev/null 2>&1 & (sleep {marker} >/dev/null 2>&1 &); "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0",
+    ]
 
     def check() -> None:
         if len(_live_with(marker)) == 2:
@@ -352,8 +372,9 @@ def test_no_survivor_when_the_probe_child_is_killed_by_its_parent(marker):
 
 def test_no_survivor_when_the_agent_dies_while_the_probe_child_runs(marker):
     """The agent killed outright (SIGKILL: no handler runs): the probe child sees its parent gone."""
-    agent = _fork_agent(lambda: nccl_runner.start(
-        _fake_plan(FAKE_NCCL="spawn", FAKE_NCCL_MARKER=marker), 8, 600.0).collect() and None)
+    agent = _fork_agent(
+        lambda: nccl_runner.start(_fake_plan(FAKE_NCCL="spawn", FAKE_NCCL_MARKER=marker), 8, 600.0).collect() and None
+    )
     assert _wait_for(lambda: len(_live_with(marker)) == 3, START_S)
     os.kill(agent, signal.SIGKILL)
     _wait_exit(agent)
@@ -393,9 +414,11 @@ def test_no_survivor_and_the_runners_verdict_when_the_probe_deadline_comes(marke
 
     cfg = tmp_path / "nodehealth.toml"
     env = ", ".join(json.dumps(e) for e in _fake_plan(FAKE_NCCL="spawn", FAKE_NCCL_MARKER=marker).env)
-    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
-                   f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\njson_output = "off"\n'
-                   f'env = [{env}]\n')
+    cfg.write_text(
+        f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
+        f'[checks.nccl_selftest]\nall_reduce_perf = "{FAKE}"\ngpus = 8\njson_output = "off"\n'
+        f"env = [{env}]\n"
+    )
     code = main(["nccl", "run", "--config", str(cfg), "--timeout", "4", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["status"] == "FAIL", doc

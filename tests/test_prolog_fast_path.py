@@ -22,9 +22,22 @@ from nodehealth.statedir import verdict as daemon_state
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 HUNG = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml-init.toml"
-HEAVY = ("pynvml", "psutil", "prometheus_client", "nodehealth.runner", "nodehealth.probes", "nodehealth.config.loader",
-         "nodehealth.config.schema", "nodehealth.registry", "dataclasses", "hostlist", "nodehealth.slurm.policy",
-         "nodehealth.slurm.act", "nodehealth.faces.common", "nodehealth.model")
+HEAVY = (
+    "pynvml",
+    "psutil",
+    "prometheus_client",
+    "nodehealth.runner",
+    "nodehealth.probes",
+    "nodehealth.config.loader",
+    "nodehealth.config.schema",
+    "nodehealth.registry",
+    "dataclasses",
+    "hostlist",
+    "nodehealth.slurm.policy",
+    "nodehealth.slurm.act",
+    "nodehealth.faces.common",
+    "nodehealth.model",
+)
 
 RUN = """
 import json, sys, time
@@ -58,7 +71,8 @@ class Node:
         self.config.write_text(
             f'node_name = "n1"\n[phases.prolog]\nbudget_s = 12\n[nvml]\nsimulate = "{self.scenario}"\n'
             f'[paths]\nstate_dir = "{self.state}"\nprocfs_root = "{self.d / "proc"}"\n'
-            f'[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n[checks.nvml]\ntimeout_s = 3\n' + extra)
+            f'[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n[checks.nvml]\ntimeout_s = 3\n' + extra
+        )
         if validated:
             from nodehealth.config.loader import load_valid
 
@@ -77,16 +91,24 @@ class Node:
         report: dict[str, Any] = runner.run(load(str(self.config)), phase="daemon", node="n1").to_json()
         return report
 
-    def write_state(self, report: dict[str, Any], age: float = 1.0, boot: str = "boot-1",
-                    follower: str = "alive") -> None:
+    def write_state(
+        self, report: dict[str, Any], age: float = 1.0, boot: str = "boot-1", follower: str = "alive"
+    ) -> None:
         from nodehealth.statedir.files import write_atomic
 
-        write_atomic(daemon_state.path_in(str(self.state)),
-                     daemon_state.encode(report, boot, time.time() - age, follower, interval_s=30, round=3))
+        write_atomic(
+            daemon_state.path_in(str(self.state)),
+            daemon_state.encode(report, boot, time.time() - age, follower, interval_s=30, round=3),
+        )
 
     def prolog(self, job: str = "7", gpus: Optional[str] = "0,1") -> tuple[dict[str, Any], str]:
-        env = {"NODEHEALTH_CONFIG": str(self.config), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": job,
-               "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000"}
+        env = {
+            "NODEHEALTH_CONFIG": str(self.config),
+            "SLURMD_NODENAME": "n1",
+            "SLURM_JOB_ID": job,
+            "SLURM_JOB_USER": "alice",
+            "SLURM_JOB_UID": "1000",
+        }
         if gpus is not None:
             env["SLURM_JOB_GPUS"] = gpus
         res = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=60)
@@ -153,17 +175,19 @@ def test_cold_path_with_a_hung_nvml_takes_its_deadline(node: Node, healthy_repor
     assert "nodehealth.runner" in out["modules"]
 
 
-@pytest.mark.parametrize("how, words", [
-    ("stale", "s old (limit 90 s)"),
-    ("other-boot", "from another boot"),
-    ("follower-dead", "XID follower dead"),
-    ("truncated", "corrupt or partial"),
-    ("empty", "is empty"),
-    ("garbage", "corrupt or partial"),
-    ("missing-fields", "incomplete"),
-])
-def test_unusable_verdict_runs_the_cold_path(node: Node, healthy_report: dict[str, Any], how: str,
-                                             words: str) -> None:
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("stale", "s old (limit 90 s)"),
+        ("other-boot", "from another boot"),
+        ("follower-dead", "XID follower dead"),
+        ("truncated", "corrupt or partial"),
+        ("empty", "is empty"),
+        ("garbage", "corrupt or partial"),
+        ("missing-fields", "incomplete"),
+    ],
+)
+def test_unusable_verdict_runs_the_cold_path(node: Node, healthy_report: dict[str, Any], how: str, words: str) -> None:
     path = Path(daemon_state.path_in(str(node.state)))
     if how == "stale":
         node.write_state(healthy_report, age=1000)
@@ -174,8 +198,14 @@ def test_unusable_verdict_runs_the_cold_path(node: Node, healthy_report: dict[st
     else:
         node.write_state(healthy_report)
         text = path.read_text()
-        path.write_text({"truncated": text[: len(text) // 2], "empty": "", "garbage": "\x00\xff not json",
-                         "missing-fields": json.dumps({"v": 1, "kind": daemon_state.KIND})}[how])
+        path.write_text(
+            {
+                "truncated": text[: len(text) // 2],
+                "empty": "",
+                "garbage": "\x00\xff not json",
+                "missing-fields": json.dumps({"v": 1, "kind": daemon_state.KIND}),
+            }[how]
+        )
     out, err = node.prolog()
     assert out["rc"] == 0, err  # healthy node: the cold path passes it
     assert "fast path not taken" in err and words in err, err
@@ -183,10 +213,15 @@ def test_unusable_verdict_runs_the_cold_path(node: Node, healthy_report: dict[st
     assert [r["event"] for r in node.ledger()] == ["start"]
 
 
-def test_fault_in_the_fresh_verdict_drains_through_the_same_policy(node: Node,
-                                                                    healthy_report: dict[str, Any]) -> None:
-    bad = with_check(healthy_report, "gpu_remapped_rows", status="FAIL", action="reset_gpu", gpu=1,
-                     summary="GPU 1: row remap pending (GPU reset needed)")
+def test_fault_in_the_fresh_verdict_drains_through_the_same_policy(node: Node, healthy_report: dict[str, Any]) -> None:
+    bad = with_check(
+        healthy_report,
+        "gpu_remapped_rows",
+        status="FAIL",
+        action="reset_gpu",
+        gpu=1,
+        summary="GPU 1: row remap pending (GPU reset needed)",
+    )
     node.write_state(bad)
     node.hang()
     out, err = node.prolog()
@@ -202,8 +237,15 @@ def test_fault_in_the_fresh_verdict_drains_through_the_same_policy(node: Node,
 
 
 def test_process_fault_on_another_jobs_gpu_is_scoped_away(node: Node, healthy_report: dict[str, Any]) -> None:
-    bad = with_check(healthy_report, "gpu_processes", status="FAIL", action="restart_app", gpu=4,
-                     summary="GPU 4: 1 compute process(es)", details={"gpus": {"4": "GPU 4: 1 compute process(es)"}})
+    bad = with_check(
+        healthy_report,
+        "gpu_processes",
+        status="FAIL",
+        action="restart_app",
+        gpu=4,
+        summary="GPU 4: 1 compute process(es)",
+        details={"gpus": {"4": "GPU 4: 1 compute process(es)"}},
+    )
     node.write_state(bad)
     node.hang()
     out, err = node.prolog(gpus="0,1")
@@ -212,8 +254,9 @@ def test_process_fault_on_another_jobs_gpu_is_scoped_away(node: Node, healthy_re
 
 
 def test_daemon_saw_processes_on_this_jobs_gpu_checks_now(node: Node, healthy_report: dict[str, Any]) -> None:
-    busy = with_check(healthy_report, "gpu_processes", details={"gpus_judged": list(range(8)),
-                                                                "processes": {"1": [4242]}})
+    busy = with_check(
+        healthy_report, "gpu_processes", details={"gpus_judged": list(range(8)), "processes": {"1": [4242]}}
+    )
     node.write_state(busy)
     out, err = node.prolog(gpus="0,1")
     assert out["rc"] == 0 and "compute processes on GPU(s) 1 of this job" in err, err
@@ -234,10 +277,12 @@ def test_fast_path_copies_the_latest_counters_as_the_job_baseline(node: Node, he
 
 def test_settings_reader_defaults_overrides_and_bad_values(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[daemon]\nstate_max_age_s = 30\n[[override]]\nhosts = "n[1-3]"\npaths.state_dir = "/x"\n'
-                   'phases.prolog.budget_s = 4\n[[override]]\nhosts = "m1"\npaths.state_dir = "/y"\n'
-                   '[[override]]\nhosts = "n1"\ngpu.expected_count = 4\n[[override]]\nhosts = "n2"\n'
-                   '[override.slurm]\ntimeout_s = 1\n')
+    cfg.write_text(
+        '[daemon]\nstate_max_age_s = 30\n[[override]]\nhosts = "n[1-3]"\npaths.state_dir = "/x"\n'
+        'phases.prolog.budget_s = 4\n[[override]]\nhosts = "m1"\npaths.state_dir = "/y"\n'
+        '[[override]]\nhosts = "n1"\ngpu.expected_count = 4\n[[override]]\nhosts = "n2"\n'
+        "[override.slurm]\ntimeout_s = 1\n"
+    )
     s, why = lean.read_settings({"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "n2"})
     assert s is not None and s.state_dir == "/x" and s.max_age_s == 30.0 and s.unknown == "pass", why
     assert (s.prolog_budget_s, s.slurm_timeout_s, s.procfs_root) == (4.0, 1.0, "/proc")
@@ -271,7 +316,7 @@ def test_unreadable_boot_id_under_procfs_root_runs_the_cold_path(node: Node, hea
 
 def test_a_config_error_still_ends_in_the_cold_paths_verdict(node: Node, healthy_report: dict[str, Any]) -> None:
     node.write_state(healthy_report)
-    node.write_config("[daemon]\nstate_max_age_s = \"soon\"\n", validated=False)
+    node.write_config('[daemon]\nstate_max_age_s = "soon"\n', validated=False)
     out, err = node.prolog()
     assert out["rc"] == 0 and "configuration error" in err, err
 
@@ -281,8 +326,13 @@ def test_fast_ledger_record_is_the_ledgers_format(tmp_path: Path) -> None:
     from nodehealth.slurm import jobenv
     from nodehealth.statedir import ledger
 
-    env = {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "al\nice\"", "SLURM_JOB_UID": "1000", "SLURM_JOB_GPUS": "3,1",
-           "SLURMD_NODENAME": "gpu01"}
+    env = {
+        "SLURM_JOB_ID": "12",
+        "SLURM_JOB_USER": 'al\nice"',
+        "SLURM_JOB_UID": "1000",
+        "SLURM_JOB_GPUS": "3,1",
+        "SLURMD_NODENAME": "gpu01",
+    }
     s = lean.Settings()
     s.state_dir = str(tmp_path)
     fast.append_ledger(s, env, "gpu01", "b", Log("prolog"))

@@ -103,9 +103,17 @@ scrape_configs:
   - job_name: nodehealth
     static_configs: [{{targets: ["127.0.0.1:{dport}"]}}]
 """)
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{pport}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    prom = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{pport}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(f"http://127.0.0.1:{dport}/metrics")
         wait_for(f"http://127.0.0.1:{pport}/-/ready", timeout=30)
@@ -120,10 +128,17 @@ scrape_configs:
         m = result[0]["metric"]
         assert m["job"] == "nodehealth" and m["pci_bus_id"] and m["uuid"] and m["model"]
         assert _query(pport, 'up{job="nodehealth"}')[0]["value"][1] == "1"
-        for expr in ("nodehealth_gpu_temperature_celsius", "nodehealth_gpu_utilization_ratio",
-                     "nodehealth_gpu_memory_used_bytes", "nodehealth_gpu_power_watts",
-                     'nodehealth_check_status{check="gpu_remapped_rows"} == 4', "nodehealth_rounds_total",
-                     "nodehealth_gpu_ecc_errors_total", "nodehealth_gpu_nvlink_up", "nodehealth_xid_follower_up"):
+        for expr in (
+            "nodehealth_gpu_temperature_celsius",
+            "nodehealth_gpu_utilization_ratio",
+            "nodehealth_gpu_memory_used_bytes",
+            "nodehealth_gpu_power_watts",
+            'nodehealth_check_status{check="gpu_remapped_rows"} == 4',
+            "nodehealth_rounds_total",
+            "nodehealth_gpu_ecc_errors_total",
+            "nodehealth_gpu_nvlink_up",
+            "nodehealth_xid_follower_up",
+        ):
             assert _query(pport, expr), expr
         assert len(_query(pport, "nodehealth_gpu_temperature_celsius")) == 8
         # The rules load in the server and the failing check turns into an alert (pending, for: 2m).

@@ -82,10 +82,10 @@ def test_probe_deadline_is_capped_by_the_phase_budget():
 
     ticks = iter([100.0] + [101.5] * 50)  # 1.5 s of the 2 s budget gone before the probe starts
     gpu = {"timeout_s": 2}
-    cfg = resolve(_own({"phases": {"manual": {"budget_s": 2}},
-                   "checks": {spec.name: gpu for spec in CHECKS}}), "<test>")
-    runner.run(cfg, only=("gpu_count",), probes=_table(nvml=Probe("nvml", spy)), node="n1",
-               clock=lambda: next(ticks))
+    cfg = resolve(
+        _own({"phases": {"manual": {"budget_s": 2}}, "checks": {spec.name: gpu for spec in CHECKS}}), "<test>"
+    )
+    runner.run(cfg, only=("gpu_count",), probes=_table(nvml=Probe("nvml", spy)), node="n1", clock=lambda: next(ticks))
     assert seen["timeout"] == pytest.approx(0.5)
 
 
@@ -124,8 +124,13 @@ def test_disabled_checks_do_not_run_in_a_phase():
 @pytest.mark.parametrize("phase", ["prolog", "epilog", "healthcheck", "manual"])
 def test_every_phase_runs_in_registry_order(phase):
     cfg = resolve(_own({}), "<test>")
-    report = runner.run(cfg, phase=phase, probes={**PROBES, **_table()}, node="n1",
-                        only=tuple(s.name for s in CHECKS if s.needs[0] == "nvml"))
+    report = runner.run(
+        cfg,
+        phase=phase,
+        probes={**PROBES, **_table()},
+        node="n1",
+        only=tuple(s.name for s in CHECKS if s.needs[0] == "nvml"),
+    )
     order = [s.name for s in CHECKS]
     names = [r.name for r in report.results]
     assert names == sorted(names, key=order.index)

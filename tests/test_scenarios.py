@@ -62,65 +62,156 @@ ROWS = [
     Row("pcie-degraded.toml", "gpu_pcie", FAIL, Action.INSPECT, 7, "x8, capable of x16"),
     Row("recovery-action-reboot.toml", "gpu_recovery_action", FAIL, Action.REBOOT, 5, "node reboot"),
     Row("hung-nvml-call.toml", "nvml", FAIL, Action.REBOOT, 4, "did not return within", hangs=True),
-    Row("hung-nvml-init.toml", "nvml", FAIL, Action.REBOOT, None, "did not return within",
-        others=_all_but("nvml", UNKNOWN), hangs=True),
-    Row("nvml-not-installed.toml", "nvml", FAIL, Action.INSPECT, None, "not available",
-        others=_all_but("nvml", UNKNOWN)),
+    Row(
+        "hung-nvml-init.toml",
+        "nvml",
+        FAIL,
+        Action.REBOOT,
+        None,
+        "did not return within",
+        others=_all_but("nvml", UNKNOWN),
+        hangs=True,
+    ),
+    Row(
+        "nvml-not-installed.toml", "nvml", FAIL, Action.INSPECT, None, "not available", others=_all_but("nvml", UNKNOWN)
+    ),
     Row("gpu-lost.toml", "nvml", FAIL, Action.REBOOT, 3, "GPU is lost"),
     Row("fabric-not-registered.toml", "gpu_fabric", FAIL, Action.REBOOT, 0, "not started"),
-    Row("stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "pid 48213",
-        phase="prolog"),
+    Row("stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "pid 48213", phase="prolog"),
     # Outside the idle phases a process that no running job owns (no ledger job on GPU 4, not in a
     # Slurm job's cgroup) is a stray: a fault, so a drain for it lasts while it lives.
-    Row("stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "of no running job",
-        phase="manual"),
+    Row(
+        "stray-compute-process.toml", "gpu_processes", FAIL, Action.RESTART_APP, 4, "of no running job", phase="manual"
+    ),
     Row("persistence-off.toml", "gpu_persistence", WARN, Action.NONE, 0, "persistence mode off"),
-    Row("a100-pcie-no-nvlink.toml", "gpu_nvlink", SKIPPED, summary_has="no NVLink bridges fitted",
-        others={"gpu_fabric": SKIPPED}),
-    Row("h100-nvl-bridge-link-down.toml", "gpu_nvlink", FAIL, Action.RESET_GPU, 3, "NVLink 4,5 inactive",
-        others={"gpu_fabric": SKIPPED}, expected_count=4),
-    Row("healthy-8x-a100-driver-470.toml", "nvml", OK, summary_has="8 GPU(s)",
-        others={"gpu_fabric": SKIPPED}),
+    Row(
+        "a100-pcie-no-nvlink.toml",
+        "gpu_nvlink",
+        SKIPPED,
+        summary_has="no NVLink bridges fitted",
+        others={"gpu_fabric": SKIPPED},
+    ),
+    Row(
+        "h100-nvl-bridge-link-down.toml",
+        "gpu_nvlink",
+        FAIL,
+        Action.RESET_GPU,
+        3,
+        "NVLink 4,5 inactive",
+        others={"gpu_fabric": SKIPPED},
+        expected_count=4,
+    ),
+    Row("healthy-8x-a100-driver-470.toml", "nvml", OK, summary_has="8 GPU(s)", others={"gpu_fabric": SKIPPED}),
     Row("gpu-handle-unreachable.toml", "nvml", FAIL, Action.REBOOT, 3, "unable to determine the device handle"),
     Row("gpu-insufficient-power.toml", "nvml", FAIL, Action.INSPECT, 6, "Insufficient External Power"),
     # Slow, not hung: a 2 s budget with 1.5 s to open each GPU reads two GPUs, names the rest.
-    Row("persistence-off-slow-init.toml", "gpu_persistence", WARN, Action.NONE, 0, "persistence mode off",
-        others={"nvml": UNKNOWN}, timeout_s=2.0, max_wall_s=2.6),
+    Row(
+        "persistence-off-slow-init.toml",
+        "gpu_persistence",
+        WARN,
+        Action.NONE,
+        0,
+        "persistence mode off",
+        others={"nvml": UNKNOWN},
+        timeout_s=2.0,
+        max_wall_s=2.6,
+    ),
     Row("slow-driver-10ms.toml", "nvml", OK, summary_has="8 GPU(s)", max_wall_s=3.0),
     Row("thermal-slowdown-driver-525.toml", "gpu_temperature", FAIL, Action.INSPECT, 2, "HW thermal slowdown"),
     Row("hbm-hot-sw-thermal.toml", "gpu_temperature", WARN, Action.INSPECT, 5, "memory (HBM)"),
-    Row("nvml-init-no-permission.toml", "nvml", FAIL, Action.INSPECT, None, "refused access",
-        others=_all_but("nvml", UNKNOWN)),
+    Row(
+        "nvml-init-no-permission.toml",
+        "nvml",
+        FAIL,
+        Action.INSPECT,
+        None,
+        "refused access",
+        others=_all_but("nvml", UNKNOWN),
+    ),
     Row("recovery-action-field-error.toml", "gpu_recovery_action", UNKNOWN, Action.NONE, 4, "field 230"),
     Row("recovery-action-drain-p2p.toml", "gpu_recovery_action", FAIL, Action.RESTART_APP, 2, "peer-to-peer"),
-    Row("vmd-domain-gpu-missing.toml", "gpu_count", FAIL, Action.REBOOT, None, "10000:e2:00.0",
-        expected_count="auto"),
+    Row("vmd-domain-gpu-missing.toml", "gpu_count", FAIL, Action.REBOOT, None, "10000:e2:00.0", expected_count="auto"),
     Row("fabric-in-progress-after-boot.toml", "gpu_fabric", FAIL, Action.NONE, 0, "in progress"),
     Row("gb200-fabric-unhealthy.toml", "gpu_fabric", FAIL, Action.REBOOT, 1, "fabric unhealthy", expected_count=4),
     Row("mig-enabled.toml", "gpu_remapped_rows", SKIPPED, summary_has="not supported"),
-    Row("v100-retired-pages-pending.toml", "gpu_retired_pages", FAIL, Action.RESET_GPU, 1, "pending",
-        others={"gpu_remapped_rows": SKIPPED, "gpu_fabric": SKIPPED}),
+    Row(
+        "v100-retired-pages-pending.toml",
+        "gpu_retired_pages",
+        FAIL,
+        Action.RESET_GPU,
+        1,
+        "pending",
+        others={"gpu_remapped_rows": SKIPPED, "gpu_fabric": SKIPPED},
+    ),
     # An SXM/NVSwitch board has no optional bridge: every link down is a fault, not "no bridge".
-    Row("hgx-h100-all-nvlinks-down.toml", "gpu_nvlink", FAIL, Action.REBOOT, 0,
-        "every NVLink of every GPU inactive"),
+    Row("hgx-h100-all-nvlinks-down.toml", "gpu_nvlink", FAIL, Action.REBOOT, 0, "every NVLink of every GPU inactive"),
     # A 9 s nvmlInit without persistence mode is slow, not hung (the read's budget here 20 s).
-    Row("persistence-off-slow-nvml-init.toml", "gpu_persistence", WARN, Action.NONE, 0, "persistence mode off",
-        timeout_s=20.0, max_wall_s=18.0),
-    Row("gb200-driver-570-route-unhealthy.toml", "gpu_fabric", FAIL, Action.REBOOT, 1, "route unhealthy",
-        expected_count=4),
-    Row("gb200-fabric-incorrect-configuration.toml", "gpu_fabric", FAIL, Action.INSPECT, 2,
-        "incorrect configuration: insufficient NVLinks", expected_count=4),
+    Row(
+        "persistence-off-slow-nvml-init.toml",
+        "gpu_persistence",
+        WARN,
+        Action.NONE,
+        0,
+        "persistence mode off",
+        timeout_s=20.0,
+        max_wall_s=18.0,
+    ),
+    Row(
+        "gb200-driver-570-route-unhealthy.toml",
+        "gpu_fabric",
+        FAIL,
+        Action.REBOOT,
+        1,
+        "route unhealthy",
+        expected_count=4,
+    ),
+    Row(
+        "gb200-fabric-incorrect-configuration.toml",
+        "gpu_fabric",
+        FAIL,
+        Action.INSPECT,
+        2,
+        "incorrect configuration: insufficient NVLinks",
+        expected_count=4,
+    ),
     Row("ecc-disabled-by-operator.toml", "gpu_ecc", FAIL, Action.INSPECT, 2, "ECC disabled"),
-    Row("nvml-return-code-13x.toml", "gpu_recovery_action", UNKNOWN, Action.NONE, 5,
-        "reset type not supported (NVML return 30)"),
+    Row(
+        "nvml-return-code-13x.toml",
+        "gpu_recovery_action",
+        UNKNOWN,
+        Action.NONE,
+        5,
+        "reset type not supported (NVML return 30)",
+    ),
     # The node-wide checks answered (NVML counted 8 GPUs, gave the driver version); the per-GPU ones
     # could read nothing and say so (UNKNOWN "not read"), never "does not apply".
-    Row("every-gpu-handle-unknown.toml", "nvml", FAIL, Action.REBOOT, 0, "unable to determine the device handle",
-        others={n: UNKNOWN for n in GPU_CHECKS if n not in ("nvml", "gpu_count", "gpu_driver")}),
-    Row("cpu-node-no-gpu.toml", "nvml", SKIPPED, summary_has="no GPU expected",
-        others=_all_but("nvml", SKIPPED), expected_count="auto"),
-    Row("cpu-node-no-gpu.toml", "nvml", FAIL, Action.INSPECT, None, "GPUs are expected",
-        others=_all_but("nvml", UNKNOWN), expected_count=8),
+    Row(
+        "every-gpu-handle-unknown.toml",
+        "nvml",
+        FAIL,
+        Action.REBOOT,
+        0,
+        "unable to determine the device handle",
+        others={n: UNKNOWN for n in GPU_CHECKS if n not in ("nvml", "gpu_count", "gpu_driver")},
+    ),
+    Row(
+        "cpu-node-no-gpu.toml",
+        "nvml",
+        SKIPPED,
+        summary_has="no GPU expected",
+        others=_all_but("nvml", SKIPPED),
+        expected_count="auto",
+    ),
+    Row(
+        "cpu-node-no-gpu.toml",
+        "nvml",
+        FAIL,
+        Action.INSPECT,
+        None,
+        "GPUs are expected",
+        others=_all_but("nvml", UNKNOWN),
+        expected_count=8,
+    ),
 ]
 
 
@@ -132,9 +223,11 @@ def _id(row: Row) -> str:
 
 def _config(row: Row) -> Any:
     # A state dir of its own: the ledger there holds no running job (the host's is not read).
-    raw: dict[str, Any] = {"nvml": {"simulate": str(SCENARIOS / row.file)},
-                           "gpu": {"expected_count": row.expected_count},
-                           "paths": {"state_dir": tempfile.mkdtemp(prefix="nh-scenario-")}}
+    raw: dict[str, Any] = {
+        "nvml": {"simulate": str(SCENARIOS / row.file)},
+        "gpu": {"expected_count": row.expected_count},
+        "paths": {"state_dir": tempfile.mkdtemp(prefix="nh-scenario-")},
+    }
     if row.hangs:
         raw["nvml"].update(call_timeout_s=HANG_TIMEOUT_S, init_timeout_s=HANG_TIMEOUT_S)
     if row.timeout_s is not None:
@@ -154,8 +247,7 @@ def _others(row: Row) -> dict[str, Status]:
     absent = {
         "gpu_recovery_action": scenario.branch < 570,
         "gpu_retired_pages": all("nvmlDeviceGetRetiredPages" in g.unsupported for g in gpus),
-        "gpu_fabric": all(g.values["fabric"].get("state") == "not_supported"
-                          or scenario.branch < 525 for g in gpus),
+        "gpu_fabric": all(g.values["fabric"].get("state") == "not_supported" or scenario.branch < 525 for g in gpus),
     }
     for check, gone in absent.items():
         if gone and check != row.check:
@@ -240,14 +332,28 @@ CLI_ROWS = [r for r in ROWS if not r.hangs and r.expected_count == 8 and r.timeo
 
 
 @pytest.mark.parametrize("row", CLI_ROWS, ids=_id)
-def test_cli_json_verdict(row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_verdict(
+    row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``nodehealth check --simulate FILE --format json`` gives the same verdict and exit code."""
     monkeypatch.delenv("NODEHEALTH_CONFIG", raising=False)
     conf = tmp_path / "nodehealth.toml"
     conf.write_text("[gpu]\nexpected_count = 8\n", encoding="utf-8")
-    code = cli.main(["check", "--config", str(conf), "--simulate", str(SCENARIOS / row.file),
-                     "--phase", row.phase, "--format", "json", "--only", *GPU_CHECKS])
+    code = cli.main(
+        [
+            "check",
+            "--config",
+            str(conf),
+            "--simulate",
+            str(SCENARIOS / row.file),
+            "--phase",
+            row.phase,
+            "--format",
+            "json",
+            "--only",
+            *GPU_CHECKS,
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     worst = max([row.status, *_others(row).values()])
     assert code == EXIT[worst]
@@ -256,12 +362,14 @@ def test_cli_json_verdict(row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (entry["status"], entry["action"], entry["gpu"]) == (row.status.name, row.action.value, row.gpu)
 
 
-def test_config_simulate_is_relative_to_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_simulate_is_relative_to_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("NODEHEALTH_CONFIG", raising=False)
     (tmp_path / "sim").mkdir()
     (tmp_path / "sim" / "node.toml").write_text(
-        (SCENARIOS / "pcie-degraded.toml").read_text(encoding="utf-8"), encoding="utf-8")
+        (SCENARIOS / "pcie-degraded.toml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     conf = tmp_path / "nodehealth.toml"
     conf.write_text('[gpu]\nexpected_count = 8\n[nvml]\nsimulate = "sim/node.toml"\n', encoding="utf-8")
     monkeypatch.chdir("/")

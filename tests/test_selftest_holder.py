@@ -18,8 +18,16 @@ NOW = 1_800_000_000.0
 
 
 def _start(job: str, at: float, gpus: Optional[list[int]] = None, boot: Optional[str] = BOOT) -> dict[str, object]:
-    return {"v": 1, "event": "start", "job_id": job, "user": "alice", "gpus": gpus, "node": "n1", "time": at,
-            "boot_id": boot}
+    return {
+        "v": 1,
+        "event": "start",
+        "job_id": job,
+        "user": "alice",
+        "gpus": gpus,
+        "node": "n1",
+        "time": at,
+        "boot_id": boot,
+    }
 
 
 def _end(job: str, at: float, boot: Optional[str] = BOOT) -> dict[str, object]:
@@ -39,8 +47,10 @@ CASES = {
     "two jobs on one GPU": ([_start("1", NOW - 60, [0]), _start("2", NOW - 30, [0])], True),
     "a job of another boot": ([_start("1", NOW - 60, [0], boot="another-boot")], False),
     "a record without a boot id": ([_start("1", NOW - 60, [0], boot=None)], True),
-    "requeued: started again after its end": ([_start("1", NOW - 90, [0]), _end("1", NOW - 80),
-                                               _start("1", NOW - 10, [1])], True),
+    "requeued: started again after its end": (
+        [_start("1", NOW - 90, [0]), _end("1", NOW - 80), _start("1", NOW - 10, [1])],
+        True,
+    ),
 }
 
 

@@ -50,10 +50,16 @@ def simulator_imports(pkg_dir: Path, allowed: set[str]) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
                 how = "imports"
-            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                  and isinstance(node.args[0].value, str)
-                  and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                       or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and (
+                    (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                    or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+                )
+            ):
                 if rel in allowed:
                     continue
                 names = [node.args[0].value]
@@ -76,7 +82,9 @@ def test_the_simulator_import_rule_can_fail(tmp_path):
     (pkg / "checks.py").write_text("import os\n\ndef f():\n    from nodehealth_sim import nvml\n")
     (pkg / "kit.py").write_text("import importlib\nimportlib.import_module('nodehealth_sim.validation')\n")
     assert simulator_imports(pkg, {"probes/source.py"}) == [
-        "nodehealth/checks.py:4 imports nodehealth_sim", "nodehealth/kit.py:2 names nodehealth_sim.validation"]
+        "nodehealth/checks.py:4 imports nodehealth_sim",
+        "nodehealth/kit.py:2 names nodehealth_sim.validation",
+    ]
 
 
 def test_the_simulator_has_the_products_version_and_pins_it():
@@ -158,12 +166,23 @@ def test_one_branch_builds_with_its_symbols_and_a_second_build_compiles_nothing(
 # --------------------------------------------------------------------------- validate-nvml without the simulator
 
 
-def test_validate_nvml_without_the_simulator_writes_the_record_and_says_how_to_replay(tmp_path, monkeypatch,
-                                                                                       capsys):
+def test_validate_nvml_without_the_simulator_writes_the_record_and_says_how_to_replay(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(kit, "SIM_REPLAY", "nodehealth_sim_absent.replay")  # as on a node without nodehealth-sim
     out = tmp_path / "record"
-    assert cli.main(["validate-nvml", "--out", str(out), "--simulate", str(SCENARIOS / "healthy-8x-h100.toml"),
-                     "--timeout", "30"]) == 0
+    assert (
+        cli.main(
+            [
+                "validate-nvml",
+                "--out",
+                str(out),
+                "--simulate",
+                str(SCENARIOS / "healthy-8x-h100.toml"),
+                "--timeout",
+                "30",
+            ]
+        )
+        == 0
+    )
     said = capsys.readouterr().out
     assert f"nodehealth-sim replay {out}" in said and "pip install nodehealth-sim" in said
     for name in ("calls.jsonl", "symbols.json", "report.json", "report.md"):
@@ -177,15 +196,19 @@ def test_validate_nvml_without_the_simulator_writes_the_record_and_says_how_to_r
     doc = json.loads((out / "report.json").read_text())
     assert doc["replay"]["differences"] == [] and doc["replay"]["replayed_calls"] == doc["timing"]["total_calls"]
     assert doc["symbols"]["status"] == "compared" and "scenario.toml" in doc["files"]
-    assert nodehealth_sim.nvml_source(str(out / "scenario.toml")).pci_bus_ids == nodehealth_sim.nvml_source(
-        str(SCENARIOS / "healthy-8x-h100.toml")).pci_bus_ids
+    assert (
+        nodehealth_sim.nvml_source(str(out / "scenario.toml")).pci_bus_ids
+        == nodehealth_sim.nvml_source(str(SCENARIOS / "healthy-8x-h100.toml")).pci_bus_ids
+    )
     assert "same function sequence: yes" in (out / "report.md").read_text()
 
 
 def test_simulate_without_the_simulator_is_a_usage_error_saying_what_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(kit, "SIM_PACKAGE", "nodehealth_sim_absent")
-    assert cli.main(["validate-nvml", "--out", str(tmp_path / "o"), "--simulate",
-                     str(SCENARIOS / "healthy-8x-h100.toml")]) == 2
+    assert (
+        cli.main(["validate-nvml", "--out", str(tmp_path / "o"), "--simulate", str(SCENARIOS / "healthy-8x-h100.toml")])
+        == 2
+    )
     assert "--simulate needs the simulator: pip install nodehealth-sim" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -199,6 +222,11 @@ def test_replay_refuses_a_directory_that_holds_no_record(tmp_path, capsys):
 def test_the_sim_command_is_installed_and_runs():
     exe = Path(sys.executable).with_name("nodehealth-sim")
     assert exe.is_file(), "nodehealth-sim is not installed in this venv (make fakenvml)"
-    proc = subprocess.run([str(exe), "replay", "--help"], capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")})
+    proc = subprocess.run(
+        [str(exe), "replay", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+    )
     assert proc.returncode == 0 and "validate-nvml" in proc.stdout

@@ -12,9 +12,26 @@ from nodehealth_sim.smi import parse_smi_q
 FIXTURES = Path(__file__).parent / "fixtures" / "real-world" / "nvidia_smi"
 SAMPLED = [(m, f) for m, files in models.SAMPLES.items() for f in files]
 ALL_KEYS = {
-    "name", "pci_device_id", "architecture", "cc", "memory_total_mib", "power_limit_w", "power_w",
-    "temperature_c", "shutdown_c", "slowdown_c", "gpu_max_c", "mem_max_c", "memory_temp_c", "pcie", "nvlink",
-    "retired_pages_supported", "remapped_rows_supported", "ecc_enabled", "persistence_mode", "fabric",
+    "name",
+    "pci_device_id",
+    "architecture",
+    "cc",
+    "memory_total_mib",
+    "power_limit_w",
+    "power_w",
+    "temperature_c",
+    "shutdown_c",
+    "slowdown_c",
+    "gpu_max_c",
+    "mem_max_c",
+    "memory_temp_c",
+    "pcie",
+    "nvlink",
+    "retired_pages_supported",
+    "remapped_rows_supported",
+    "ecc_enabled",
+    "persistence_mode",
+    "fabric",
     "form_factor",
 }
 PROVENANCE_KINDS = ("sample", "sibling ", "derived", "driver-table", "nvml.h", "datasheet", "issue", "assumed")
@@ -116,8 +133,14 @@ def test_idle_values_were_seen(model_id: str) -> None:
         assert m[key] in {g[key] for g in seen}, f"{model_id} {key}={m[key]} is not in its samples"
 
 
-@pytest.mark.parametrize("model_id", [m for m, p in models.PROVENANCE.items() if p.get("gpu_max_c") == "derived"
-                                      or p.get("shutdown_c", "").startswith("sibling")])
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        m
+        for m, p in models.PROVENANCE.items()
+        if p.get("gpu_max_c") == "derived" or p.get("shutdown_c", "").startswith("sibling")
+    ],
+)
 def test_hopper_thresholds_agree_with_tlimit_offsets(model_id: str) -> None:
     """Newer drivers print T.Limit offsets on Hopper: current + margin is the max operating temperature."""
     m = models.MODELS[model_id]
@@ -148,8 +171,19 @@ def test_sibling_thresholds_exist_in_the_sibling_sample() -> None:
 def test_model_sanity(model_id: str) -> None:
     m = models.MODELS[model_id]
     assert set(m) <= ALL_KEYS, set(m) - ALL_KEYS
-    for key in ("name", "pci_device_id", "architecture", "cc", "power_limit_w", "nvlink",
-                "retired_pages_supported", "remapped_rows_supported", "ecc_enabled", "fabric", "form_factor"):
+    for key in (
+        "name",
+        "pci_device_id",
+        "architecture",
+        "cc",
+        "power_limit_w",
+        "nvlink",
+        "retired_pages_supported",
+        "remapped_rows_supported",
+        "ecc_enabled",
+        "fabric",
+        "form_factor",
+    ):
         assert key in m, f"{model_id}: {key} missing"
     assert m["pci_device_id"] & 0xFFFF == 0x10DE  # NVIDIA's vendor ID in the low half
     assert m["architecture"] in (5, 7, 9, 10)

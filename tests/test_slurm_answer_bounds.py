@@ -32,8 +32,9 @@ def fake(tmp_path: Path, body: bytes) -> Path:
     script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.buffer.write(open({str(out)!r}, 'rb').read())\n")
     script.chmod(0o755)
     cfg = tmp_path / "nh.toml"
-    cfg.write_text(f'node_name = "n1"\n[paths]\nstate_dir = "{tmp_path}/state"\n'
-                   f'[slurm]\nscontrol = "{script}"\ntimeout_s = 60\n')
+    cfg.write_text(
+        f'node_name = "n1"\n[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nscontrol = "{script}"\ntimeout_s = 60\n'
+    )
     return cfg
 
 
@@ -90,8 +91,9 @@ def test_the_state_writer_refuses_what_its_reader_would(tmp_path: Path) -> None:
     before = state_file(tmp_path).read_bytes()
     logged: list[str] = []
     huge = {"name": "n1", "reason": "x" * (files.MAX_READ + 1)}
-    got = slurmstate.update(sd, lambda s: s.__class__(clean_runs=4, slurm_node=huge), 1.0,
-                            log=lambda msg, **kw: logged.append(msg))
+    got = slurmstate.update(
+        sd, lambda s: s.__class__(clean_runs=4, slurm_node=huge), 1.0, log=lambda msg, **kw: logged.append(msg)
+    )
     assert got is None and "not written" in logged[0]
     assert state_file(tmp_path).read_bytes() == before  # the last good state stands
     assert slurmstate.load(sd).clean_runs == 3

@@ -101,18 +101,25 @@ def test_a_person_resuming_a_held_drain_restarts_its_count(tmp_path: Path, monke
     assert f.nodes()["n1"][1].startswith("nh:rowremap GPU1 ")  # drain 1 of a new count, not held
 
 
-def test_drain_history_survives_a_new_process_and_stays_bounded(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_drain_history_survives_a_new_process_and_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The history is in the state file (faces and daemon share it); a file with garbage, NaN,
     future and too many entries is read back bounded, the rest of the state kept."""
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=1)
     flap_config(f)
     no_job(monkeypatch)
     now = time.time()
-    junk: list[Any] = [{"check": "gpu_remapped_rows", "time": now - 60},
-                       {"check": "gpu_remapped_rows", "time": now - 30},
-                       {"check": "x", "time": "soon"}, {"check": 7, "time": now}, "text", None,
-                       {"check": "y" * 500, "time": now}, {"check": "gpu_ecc", "time": -1}]
+    junk: list[Any] = [
+        {"check": "gpu_remapped_rows", "time": now - 60},
+        {"check": "gpu_remapped_rows", "time": now - 30},
+        {"check": "x", "time": "soon"},
+        {"check": 7, "time": now},
+        "text",
+        None,
+        {"check": "y" * 500, "time": now},
+        {"check": "gpu_ecc", "time": -1},
+    ]
     write_state(f, {"version": 1, "history": [{"check": "old", "time": 1000.0 + i} for i in range(300)] + junk})
     st = slurmstate.load(load().paths)
     assert len(st.history) == slurmstate.MAX_HISTORY
@@ -121,8 +128,16 @@ def test_drain_history_survives_a_new_process_and_stays_bounded(tmp_path: Path,
     assert f.nodes()["n1"][1].startswith("nh:flap GPU1 gpu_remapped_rows: flapping: 3 drains in 1 h")
     kept = f.state()["history"]
     assert [e["check"] for e in kept] == ["gpu_remapped_rows"] * 3  # old entries out of the window dropped
-    nan = slurmstate.State.from_json({"version": 1, "history": [
-        {"check": "x", "time": math.nan}, {"check": "x", "time": math.inf}, {"check": "x", "time": 5.0}]})
+    nan = slurmstate.State.from_json(
+        {
+            "version": 1,
+            "history": [
+                {"check": "x", "time": math.nan},
+                {"check": "x", "time": math.inf},
+                {"check": "x", "time": 5.0},
+            ],
+        }
+    )
     assert nan.history == (slurmstate.DrainEvent("x", 5.0),)
     bad = {"version": 1, "drain": {"reason": "r", "drains": 10**12, "flapping": "yes", "gpus": [1, -1, True, "2", 3]}}
     rec = slurmstate.State.from_json(bad).drain
@@ -150,9 +165,16 @@ class Recording:
     def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
         self.calls += 1
         self.log.append(("show", node or "*"))
-        return [NodeInfo(name=n, state=parse_state(s), gres_gpus=8,
-                         reason=parse_reason(f"{r} [root@2026-12-01T10:00:00]" if r else None))
-                for n, (s, r) in self.nodes.items() if node in (None, n)]
+        return [
+            NodeInfo(
+                name=n,
+                state=parse_state(s),
+                gres_gpus=8,
+                reason=parse_reason(f"{r} [root@2026-12-01T10:00:00]" if r else None),
+            )
+            for n, (s, r) in self.nodes.items()
+            if node in (None, n)
+        ]
 
     def update(self, node: str, state: str, reason: Optional[str] = None) -> UpdateOutcome:
         self.calls += 1
@@ -168,20 +190,33 @@ class Recording:
 
 
 def _report(status: Status) -> Report:
-    r = CheckResult("gpu_ecc", status, "GPU 6: 2 uncorrectable ECC errors" if status == Status.FAIL else "ok",
-                    action=Action.RESET_GPU if status == Status.FAIL else Action.NONE, gpu=6)
+    r = CheckResult(
+        "gpu_ecc",
+        status,
+        "GPU 6: 2 uncorrectable ECC errors" if status == Status.FAIL else "ok",
+        action=Action.RESET_GPU if status == Status.FAIL else Action.NONE,
+        gpu=6,
+    )
     return Report(node="n1", phase="healthcheck", results=(r,), duration_s=0.1, version="t", started_at=time.time())
 
 
-def test_an_admin_edit_inside_the_cache_window_is_never_resumed(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_admin_edit_inside_the_cache_window_is_never_resumed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Drained by us; the cached view is seconds old when a person edits the reason; the resume
     falls due: the sequence reads the node first and leaves the edit alone."""
     Fake(tmp_path, monkeypatch, clean_runs=1)
     cfg = load()
     client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
-    actor = act.Actor(cfg=cfg, node="n1", phase="healthcheck", client=client, deadline=Deadline(30),
-                      log=lambda *a, **k: None, boot_id="boot-1")
+    actor = act.Actor(
+        cfg=cfg,
+        node="n1",
+        phase="healthcheck",
+        client=client,
+        deadline=Deadline(30),
+        log=lambda *a, **k: None,
+        boot_id="boot-1",
+    )
     assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
     ours = client.nodes["n1"][1]
     assert ours is not None
@@ -258,7 +293,8 @@ def test_processes_gone_needs_the_gpus_read() -> None:
 
 
 def test_a_wiped_state_dir_gives_one_orphan_line_and_status_says_how_to_resume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from nodehealth.daemon.hooks import slurm_view
 
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=1)
@@ -290,8 +326,9 @@ def test_a_wiped_state_dir_gives_one_orphan_line_and_status_says_how_to_resume(
     assert f.state()["orphan"] is None
 
 
-def test_a_faulty_orphan_is_left_alone_and_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_faulty_orphan_is_left_alone_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     orphan = "nh:ecc GPU3 gpu_ecc: x"
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", nodes={"n1": ["IDLE+DRAIN", orphan]})
     no_job(monkeypatch)
@@ -308,8 +345,9 @@ def test_a_faulty_orphan_is_left_alone_and_said_once(tmp_path: Path, monkeypatch
 # ----------------------------------------------------------------------------- 5. quiet
 
 
-def test_a_drained_faulty_node_logs_one_line_per_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_drained_faulty_node_logs_one_line_per_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     no_job(monkeypatch)
     assert healthcheck.main() == 1  # the drain: said, exit 1
@@ -329,16 +367,21 @@ def test_a_drained_faulty_node_logs_one_line_per_change(tmp_path: Path, monkeypa
 def test_changed_lines() -> None:
     before = {"gpu_ecc": "FAIL gpu_ecc: GPU 1: 2", "gpu_temperature": "WARN gpu_temperature: hot"}
     now = {"gpu_ecc": "FAIL gpu_ecc: GPU 1: 3", "gpu_nvlink": "FAIL gpu_nvlink: down"}
-    assert policy.changed_lines(before, now) == ["FAIL gpu_ecc: GPU 1: 3", "FAIL gpu_nvlink: down",
-                                                 "OK gpu_temperature: cleared (was: WARN gpu_temperature: hot)"]
+    assert policy.changed_lines(before, now) == [
+        "FAIL gpu_ecc: GPU 1: 3",
+        "FAIL gpu_nvlink: down",
+        "OK gpu_temperature: cleared (was: WARN gpu_temperature: hot)",
+    ]
     assert policy.changed_lines(now, now) == []
     long = {"c": "FAIL c: " + "x" * 2000}
-    assert policy.changed_lines({"c": long["c"][:slurmstate.MAX_LOGGED_CHARS]}, long) == []
+    assert policy.changed_lines({"c": long["c"][: slurmstate.MAX_LOGGED_CHARS]}, long) == []
 
 
 def test_state_logged_memory_is_bounded() -> None:
-    raw = {"version": 1, "logged": {"healthcheck": {f"c{i}": "y" * 5000 for i in range(500)}, "": {}, "x": 5,
-                                     "daemon": {"a": 3}}}
+    raw = {
+        "version": 1,
+        "logged": {"healthcheck": {f"c{i}": "y" * 5000 for i in range(500)}, "": {}, "x": 5, "daemon": {"a": 3}},
+    }
     logged = slurmstate.State.from_json(raw).logged
     assert logged is not None and set(logged) == {"healthcheck", "daemon"}
     assert len(logged["healthcheck"]) == slurmstate.MAX_LOGGED and logged["daemon"] == {}

@@ -29,8 +29,10 @@ def cluster() -> Any:
     hc, scontrol = r / "hc.sh", r / "scontrol"
     # A health check that outlives its slurmd must not run once the directory is gone (a config that
     # is missing means the built-in defaults: the host's own state dirs).
-    hc.write_text(f"#!/bin/sh\nNODEHEALTH_CONFIG={r}/nh-$(hostname).toml\nexport NODEHEALTH_CONFIG\n"
-                  f'[ -f "$NODEHEALTH_CONFIG" ] || exit 0\nexec {BIN / "nodehealth-healthcheck"}\n')
+    hc.write_text(
+        f"#!/bin/sh\nNODEHEALTH_CONFIG={r}/nh-$(hostname).toml\nexport NODEHEALTH_CONFIG\n"
+        f'[ -f "$NODEHEALTH_CONFIG" ] || exit 0\nexec {BIN / "nodehealth-healthcheck"}\n'
+    )
     scontrol.write_text(f'#!/bin/sh\necho "$(hostname) $*" >> {r}/scontrol-calls.log\nexec /usr/bin/scontrol "$@"\n')
     for p in (hc, scontrol):
         p.chmod(0o755)
@@ -39,11 +41,29 @@ def cluster() -> Any:
     boot.write_text("boot-1\n")
     for n in NODES:
         use(c, n, "healthy.toml")
-        (r / f"nh-{n}.toml").write_text("\n".join([
-            f'node_name = "{n}"', "[gpu]", "expected_count = 8", "[nvml]", f'simulate = "{r}/scenario-{n}.toml"',
-            "[paths]", f'state_dir = "{r}/state-{n}"', f'procfs_root = "{r}/proc"',
-            "[slurm]", f'scontrol = "{scontrol}"', "timeout_s = 2", f'conf = "{c.conf}"',
-            "[resume]", "clean_runs = 1", "flap_drains = 3", "flap_window_s = 600"]) + "\n")
+        (r / f"nh-{n}.toml").write_text(
+            "\n".join(
+                [
+                    f'node_name = "{n}"',
+                    "[gpu]",
+                    "expected_count = 8",
+                    "[nvml]",
+                    f'simulate = "{r}/scenario-{n}.toml"',
+                    "[paths]",
+                    f'state_dir = "{r}/state-{n}"',
+                    f'procfs_root = "{r}/proc"',
+                    "[slurm]",
+                    f'scontrol = "{scontrol}"',
+                    "timeout_s = 2",
+                    f'conf = "{c.conf}"',
+                    "[resume]",
+                    "clean_runs = 1",
+                    "flap_drains = 3",
+                    "flap_window_s = 600",
+                ]
+            )
+            + "\n"
+        )
     c.extra = [f"HealthCheckProgram={hc}", "HealthCheckInterval=2", "HealthCheckNodeState=ANY"]
     c.start()
     yield c
@@ -116,7 +136,7 @@ def test_flapping_on_one_node_and_an_admin_edit_on_another(cluster: MultiNode) -
     use(c, "n3", "remap-pending.toml")
     wait(c, lambda: drained(c, "n3"), "n3 drained")
     ours = show(c, "n3")[1]
-    cfg = (c.root / "nh-n3.toml")
+    cfg = c.root / "nh-n3.toml"
     cfg.write_text(cfg.read_text().replace("clean_runs = 1", "clean_runs = 3"))
     use(c, "n3", "healthy.toml")
     wait(c, lambda: state(c, "n3").get("clean_runs", 0) >= 1, "n3's clean run 1")
@@ -141,5 +161,7 @@ def test_flapping_on_one_node_and_an_admin_edit_on_another(cluster: MultiNode) -
     by = {n: [x for x in updates if x.startswith(n + " ")] for n in NODES}
     assert by["n1"] == [] and sum("state=drain" in x for x in by["n2"]) == 3, by
     assert sum("state=resume" in x for x in by["n2"]) == 2 and not any("state=resume" in x for x in by["n3"]), by
-    print(f"scontrol calls by node: { {n: sum(x.startswith(n + ' ') for x in log) for n in NODES} }; "
-          f"updates: { {n: len(by[n]) for n in NODES} }")
+    print(
+        f"scontrol calls by node: { {n: sum(x.startswith(n + ' ') for x in log) for n in NODES} }; "
+        f"updates: { {n: len(by[n]) for n in NODES} }"
+    )

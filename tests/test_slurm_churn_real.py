@@ -40,9 +40,15 @@ def runs_after(c: SlurmCluster, count: int) -> None:
 
 def test_a_flapping_fault_gives_k_drains_then_one_held_for_a_person(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
     wrapper, log = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={
-        "clean_runs": 1, "slurm": {"scontrol": f'"{wrapper}"'},
-        "resume": {"flap_drains": 3, "flap_window_s": 600}})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        hc_interval=1,
+        nodehealth={
+            "clean_runs": 1,
+            "slurm": {"scontrol": f'"{wrapper}"'},
+            "resume": {"flap_drains": 3, "flap_window_s": 600},
+        },
+    )
     reasons = []
     for cycle in range(1, 4):
         node = c.wait_node(drained, 60, f"drain {cycle}")
@@ -65,8 +71,11 @@ def test_a_flapping_fault_gives_k_drains_then_one_held_for_a_person(slurm_cluste
 
 def test_an_admin_edit_inside_the_cache_window_is_never_resumed(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
     wrapper, log = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={
-        "clean_runs": 3, "slurm": {"scontrol": f'"{wrapper}"'}})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        hc_interval=1,
+        nodehealth={"clean_runs": 3, "slurm": {"scontrol": f'"{wrapper}"'}},
+    )
     ours = c.wait_node(drained, 60, "drained by the health check")["reason"]
     c.use_scenario("healthy.toml")
     wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 1, 60, "clean run 1 (it reads the node)")
@@ -105,8 +114,11 @@ def test_a_stray_in_its_jobs_cgroup_stays_drained_until_it_is_gone(slurm_cluster
 
 def test_a_wiped_state_dir_gives_the_orphan_line_and_metric(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
     wrapper, log = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, nodehealth={
-        "clean_runs": 1, "slurm": {"scontrol": f'"{wrapper}"'}})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        hc_interval=1,
+        nodehealth={"clean_runs": 1, "slurm": {"scontrol": f'"{wrapper}"'}},
+    )
     ours = c.wait_node(drained, 60, "drained by the health check")["reason"]
     c.use_scenario("healthy.toml")
     (c.persistent_dir / "slurm-state.json").unlink()  # the state lost while drained by us
@@ -116,8 +128,9 @@ def test_a_wiped_state_dir_gives_the_orphan_line_and_metric(slurm_cluster, tmp_p
     assert drained(node) and node["reason"] == ours, node
     assert not any("state=resume" in x for x in calls(log))
     env = dict(os.environ, NODEHEALTH_CONFIG=str(c.nh_config))
-    out = subprocess.run([sys.executable, "-m", "nodehealth", "status"], capture_output=True, text=True, env=env,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "nodehealth", "status"], capture_output=True, text=True, env=env, timeout=60
+    )
     (line,) = [x for x in out.stdout.splitlines() if "ORPHAN" in x]
     assert f"scontrol update nodename={c.host} state=resume" in line and out.returncode == 1, out.stdout
     from nodehealth.config.loader import load

@@ -18,7 +18,7 @@ from nodehealth.registry import CHECKS
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 
-FAKE = '''#!{python}
+FAKE = """#!{python}
 import json, sys
 d = {d!r}
 with open(d + "/calls.jsonl", "a") as f:
@@ -42,12 +42,18 @@ elif args[0] == "update":
     elif kv["state"] == "resume":
         nodes[name] = [state.split("+")[0], None]
     json.dump(nodes, open(d + "/nodes.json", "w"))
-'''
+"""
 
 
 class Fake:
-    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, scenario: str = "healthy.toml",
-                 nodes: dict[str, Any] | None = None, clean_runs: int = 2) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        scenario: str = "healthy.toml",
+        nodes: dict[str, Any] | None = None,
+        clean_runs: int = 2,
+    ) -> None:
         self.d = tmp
         self.scontrol = tmp / "scontrol"
         self.scontrol.write_text(FAKE.format(python=sys.executable, d=str(tmp)))
@@ -59,9 +65,11 @@ class Fake:
         self.scenario = tmp / "scenario.toml"
         self.use(scenario)
         cfg = tmp / "nh.toml"
-        cfg.write_text(f'node_name = "n1"\n[nvml]\nsimulate = "{self.scenario}"\n[paths]\nstate_dir = "{tmp}/state"\n'
-                       f'procfs_root = "{tmp}/proc"\n[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n'
-                       f'[resume]\nclean_runs = {clean_runs}\n')
+        cfg.write_text(
+            f'node_name = "n1"\n[nvml]\nsimulate = "{self.scenario}"\n[paths]\nstate_dir = "{tmp}/state"\n'
+            f'procfs_root = "{tmp}/proc"\n[slurm]\nscontrol = "{self.scontrol}"\ntimeout_s = 5\n'
+            f"[resume]\nclean_runs = {clean_runs}\n"
+        )
         for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_CONF"):
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("NODEHEALTH_CONFIG", str(cfg))
@@ -170,8 +178,9 @@ def test_reboot_class_fault_needs_new_boot(tmp_path: Path, monkeypatch: pytest.M
     assert f.nodes()["n1"] == ["IDLE", None]
 
 
-def test_config_error_never_drains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_error_never_drains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[drain]\nmax_share = 7\n')
     monkeypatch.setenv("NODEHEALTH_CONFIG", str(bad))
@@ -201,16 +210,20 @@ HUNG_NVML = Path(__file__).parent.parent / "examples" / "scenarios" / "hung-nvml
 
 
 @pytest.mark.timing
-@pytest.mark.parametrize("face,budget,scenario", [
-    ("prolog", 2.0, "remap-pending.toml"),
-    ("healthcheck", 2.0, "remap-pending.toml"),
-    # NVML hangs until its deadline: the checks take nearly all of the budget, and the drain call
-    # that follows may have only what is left (no minimum call time that outlives the budget).
-    ("prolog", 1.5, HUNG_NVML),
-], ids=["prolog", "healthcheck", "prolog-nvml-hung"])
-def test_face_with_slurmctld_hung_returns_within_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             face: str, budget: float, scenario: Any,
-                                                             timing: Timing) -> None:
+@pytest.mark.parametrize(
+    "face,budget,scenario",
+    [
+        ("prolog", 2.0, "remap-pending.toml"),
+        ("healthcheck", 2.0, "remap-pending.toml"),
+        # NVML hangs until its deadline: the checks take nearly all of the budget, and the drain call
+        # that follows may have only what is left (no minimum call time that outlives the budget).
+        ("prolog", 1.5, HUNG_NVML),
+    ],
+    ids=["prolog", "healthcheck", "prolog-nvml-hung"],
+)
+def test_face_with_slurmctld_hung_returns_within_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, face: str, budget: float, scenario: Any, timing: Timing
+) -> None:
     """The deadline starts at process start and covers config load, the checks and every Slurm call."""
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     if isinstance(scenario, Path):
@@ -221,11 +234,20 @@ def test_face_with_slurmctld_hung_returns_within_its_budget(tmp_path: Path, monk
     cfg = Path(os.environ["NODEHEALTH_CONFIG"])
     # A hung nvmlInit inside a 1.5 s budget cannot be told from a slow one (docs/nvml.md): it is
     # UNKNOWN, which this site counts as a fault, so the face tries to drain against a hung scontrol.
-    policy = "[policy]\nunknown = \"fail\"\n" if scenario is HUNG_NVML else ""
-    cfg.write_text(cfg.read_text() + policy + f"[phases.{face}]\nbudget_s = {budget}\n" + "".join(
-        f"[checks.{c.name}]\ntimeout_s = {budget}\n" for c in CHECKS))
-    out = subprocess.run([sys.executable, "-c", FACE_RUN.format(face=face)], capture_output=True, text=True,
-                         timeout=60, env=dict(os.environ))
+    policy = '[policy]\nunknown = "fail"\n' if scenario is HUNG_NVML else ""
+    cfg.write_text(
+        cfg.read_text()
+        + policy
+        + f"[phases.{face}]\nbudget_s = {budget}\n"
+        + "".join(f"[checks.{c.name}]\ntimeout_s = {budget}\n" for c in CHECKS)
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", FACE_RUN.format(face=face)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["rc"] == 1, out.stderr  # a fault: exit 1 even though the drain reason could not be set
     # Measured by the face process's own clock (its age when it was done), so a loaded machine's
@@ -237,7 +259,8 @@ def test_face_with_slurmctld_hung_returns_within_its_budget(tmp_path: Path, monk
 
 @pytest.mark.parametrize("scenario,unreachable_counted", [("healthy.toml", False), ("remap-pending.toml", True)])
 def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, unreachable_counted: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, unreachable_counted: bool
+) -> None:
     """With slurmctld down, a healthy round is no Slurm action (it was counted as "unreachable" every
     round); a fault that cannot be drained is."""
     from nodehealth import runner
@@ -260,8 +283,9 @@ def test_daemon_and_health_check_share_one_flow_with_slurmctld_down(
     assert f.state()["clean_runs"] == (2 if not unreachable_counted else 0)
 
 
-def test_a_prolog_does_not_trust_a_drain_record_older_than_its_job(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_prolog_does_not_trust_a_drain_record_older_than_its_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A person resumed the node while its fault persists: the next prolog's job could only start
     because the drain was lifted, so the prolog drains again (with our reason, not Slurm's "Prolog
     error", which nodehealth would never resume) instead of trusting its old record."""

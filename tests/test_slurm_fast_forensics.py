@@ -29,8 +29,10 @@ def daemon_round_state(c: SlurmCluster) -> None:
     report: dict[str, Any] = runner.run(cfg, phase="daemon", node=c.host).to_json()
     assert report["status"] in ("OK", "WARN"), report
     boot = c.boot_id.read_text().strip()
-    write_atomic(daemon_state.path_in(str(c.state_dir)),
-                 daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1))
+    write_atomic(
+        daemon_state.path_in(str(c.state_dir)),
+        daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1),
+    )
 
 
 def test_prolog_fast_path_from_a_daemon_verdict(slurm_cluster) -> None:  # noqa: F811
@@ -50,6 +52,7 @@ def test_prolog_fast_path_from_a_daemon_verdict(slurm_cluster) -> None:  # noqa:
         nonlocal got
         got = c.job(job)
         return got.get("JobState") == "COMPLETED" or int(got.get("Restarts", "0") or 0) > 0
+
     wait_for(settled, 60, f"job {job} completed or requeued")
     assert got.get("JobState") == "COMPLETED" and got.get("Restarts") == "0", got
     assert "prolog failed" not in c.log("slurmd.log")
@@ -89,9 +92,11 @@ def test_a_killed_daemons_verdict_sends_the_next_prolog_cold(slurm_cluster) -> N
     assert res.returncode == 0 and "fast path" in res.stderr and "not taken" not in res.stderr, res.stderr
     # The same verdict, as written by a daemon that was then killed.
     path = daemon_state.path_in(str(c.state_dir))
-    code = ("import sys, json; from nodehealth.statedir import verdict as v; raw = json.load(open(sys.argv[1])); "
-            "print(v.encode(raw['report'], raw['boot_id'], raw['written_at'], 'alive', interval_s=30, round=2), "
-            "end='')")
+    code = (
+        "import sys, json; from nodehealth.statedir import verdict as v; raw = json.load(open(sys.argv[1])); "
+        "print(v.encode(raw['report'], raw['boot_id'], raw['written_at'], 'alive', interval_s=30, round=2), "
+        "end='')"
+    )
     dead = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
     with open(path, "w") as f:
         f.write(dead)

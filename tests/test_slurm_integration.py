@@ -156,9 +156,10 @@ def test_prolog_keeps_its_budget_when_slurmctld_is_down(slurm_cluster, timing: T
     # 2 s on a quiet machine, more on a loaded one (the budget counts from the process's start, so a
     # slow start-up eats it); scontrol's own deadline (2.5 times that) is longer: the budget must cut it.
     budget = min(timing.slack(2.0), 20.0)
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml",
-                                    nodehealth={"prolog_budget": budget, "slurm_timeout": 2.5 * budget,
-                                                "check_timeout": budget / 2})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        nodehealth={"prolog_budget": budget, "slurm_timeout": 2.5 * budget, "check_timeout": budget / 2},
+    )
     c.stop_daemon("slurmctld")
     res, elapsed = run_face(c, "nodehealth-prolog", c.face_env(job_id="141"))
     assert res.returncode == 1, res.stderr
@@ -173,8 +174,13 @@ def test_prolog_keeps_its_budget_when_slurmctld_is_down(slurm_cluster, timing: T
 
 def test_breaker_holds_when_most_nodes_are_already_drained_by_us(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", ghosts=9)
-    c.run("/usr/bin/scontrol", "update", "nodename=ghost[1-9]", "state=drain",
-          "reason=nodehealth: gpu_count: 7 of 8 GPUs visible")
+    c.run(
+        "/usr/bin/scontrol",
+        "update",
+        "nodename=ghost[1-9]",
+        "state=drain",
+        "reason=nodehealth: gpu_count: 7 of 8 GPUs visible",
+    )
     assert c.node("ghost5")["reason"].startswith("nodehealth:")
     job = c.sbatch("--gres=gpu:1", "--wrap", "true")
     info = c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)

@@ -48,8 +48,9 @@ def no_job(monkeypatch: pytest.MonkeyPatch) -> None:
 # ----------------------------------------------------------------------------- observe mode
 
 
-def test_observe_mode_makes_no_update_and_says_what_it_would_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_observe_mode_makes_no_update_and_says_what_it_would_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
     configure(f, mode='"observe"')
     assert prolog.main() == 0  # a fault: would exit 1, exits 0
@@ -109,8 +110,9 @@ def test_a_leftover_would_be_drain_is_never_overlaid_in_enforce_mode(tmp_path: P
     """Only [slurm] mode turns observe mode on: a would-be drain in the file does not."""
     from nodehealth.config.schema import Config, Paths, SlurmSettings
 
-    cfg = Config(paths=Paths(state_dir=str(tmp_path), persistent_dir=str(tmp_path)),
-                 slurm=SlurmSettings(mode="enforce"))
+    cfg = Config(
+        paths=Paths(state_dir=str(tmp_path), persistent_dir=str(tmp_path)), slurm=SlurmSettings(mode="enforce")
+    )
     observe.update_doc(cfg.paths, observe.FILE_NAME, lambda d: {"drain": {"node": "n1", "reason": "nh:x"}})
     rec = slurmstate.DrainRecord(reason="nh:x", check="gpu_count", action="reboot", boot_id="b", time=1.0, phase="x")
     slurmstate.update(cfg.paths, lambda s: replace(s, drain=rec), 1.0)
@@ -143,8 +145,9 @@ def test_an_invalid_mode_with_nothing_validated_runs_enforce(tmp_path: Path, mon
 
 @as_root
 @pytest.mark.parametrize("how", ["file-owner", "file-mode"])
-def test_observe_mode_from_a_config_others_can_change_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 how: str) -> None:
+def test_observe_mode_from_a_config_others_can_change_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml")
     assert prolog.main() == 1  # enforce, validated and remembered
     cfg = configure(f, mode='"observe"')
@@ -164,10 +167,15 @@ def test_observe_mode_from_a_config_others_can_change_is_refused(tmp_path: Path,
 # ----------------------------------------------------------------------------- the reboot loop
 
 
-@pytest.mark.parametrize("times,expect", [
-    ([], "reboot"), ([100.0], "reboot"), ([100.0, 200.0], "escalate"),
-    ([-90000.0 + 1000, 200.0], "reboot"),  # the first is out of the window
-])
+@pytest.mark.parametrize(
+    "times,expect",
+    [
+        ([], "reboot"),
+        ([100.0], "reboot"),
+        ([100.0, 200.0], "escalate"),
+        ([-90000.0 + 1000, 200.0], "reboot"),  # the first is out of the window
+    ],
+)
 def test_decide_counts_reboots_within_the_window(times: list[float], expect: str) -> None:
     d = reboot.decide("asap", "reboot", ("reboot",), times, 1000.0, 2, 86400.0)
     assert d.action == expect
@@ -208,7 +216,8 @@ def test_reboot_loop_asks_for_reboots_then_escalates(tmp_path: Path, monkeypatch
 
 
 def test_while_slurm_reboots_the_node_it_is_read_every_run_so_its_return_is_seen(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """During the reboot we asked for, Slurm shows our reason with its own " : reboot issued": still
     ours (no disowning, no orphan). Slurm then returns the node to service by itself (nextstate=RESUME,
     ReturnToService after a timed-out boot): the run after that must see it, not trust the record
@@ -301,8 +310,9 @@ def test_the_daemon_exports_the_reboot_loop(tmp_path: Path, monkeypatch: pytest.
     assert with_loop(SlurmView(), loaded, "n1").reboot_escalated is True
 
 
-def test_after_the_reboot_the_cached_view_is_not_taken_for_our_drain(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_the_reboot_the_cached_view_is_not_taken_for_our_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Slurm resumes the node itself after the boot (nextstate=RESUME). A view cached while it waited for
     the boot shows our drain; trusted for [slurm] reconcile_s, the node would take jobs with the fault."""
     f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)

@@ -48,15 +48,17 @@ def reboot(c: SlurmCluster) -> None:
 
 
 def drained_by_us(c: SlurmCluster) -> dict[str, str]:
-    node = c.wait_node(lambda n: n["state"] in ("drained", "draining") and n["reason"].startswith("nh:"), 60,
-                       "drained by nodehealth")
+    node = c.wait_node(
+        lambda n: n["state"] in ("drained", "draining") and n["reason"].startswith("nh:"), 60, "drained by nodehealth"
+    )
     assert c.nh_state()["drain"]["action"] == "reboot"
     return node
 
 
 def test_a_reboot_class_drain_resumes_by_itself_after_the_reboot(slurm_cluster) -> None:  # noqa: F811
-    c: SlurmCluster = slurm_cluster(scenario="gpu-missing.toml", hc_interval=1,
-                                    nodehealth={"clean_runs": 2, "persistent_dir": True})
+    c: SlurmCluster = slurm_cluster(
+        scenario="gpu-missing.toml", hc_interval=1, nodehealth={"clean_runs": 2, "persistent_dir": True}
+    )
     node = drained_by_us(c)
     assert (c.persistent_dir / "slurm-state.json").exists() and not (c.state_dir / "slurm-state.json").exists()
     assert oct(os.stat(c.persistent_dir).st_mode & 0o7777) == "0o700"
@@ -73,8 +75,11 @@ def test_the_single_tmpfs_dir_of_before_forgets_the_drain_and_waits_for_a_person
     node = drained_by_us(c)
     reboot(c)
     # Clean runs of the new boot are counted afresh, with no record of the drain: more than enough to resume.
-    wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 4 and c.nh_state().get("boot_id") == "boot-2", 90,
-             "clean runs after the reboot")
+    wait_for(
+        lambda: c.nh_state().get("clean_runs", 0) >= 4 and c.nh_state().get("boot_id") == "boot-2",
+        90,
+        "clean runs after the reboot",
+    )
     after = c.node()
     assert after["state"] in ("drained", "draining") and after["reason"] == node["reason"], after
     assert c.nh_state()["drain"] is None

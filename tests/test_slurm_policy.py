@@ -19,8 +19,7 @@ FIX = Path(__file__).parent / "fixtures" / "real-world" / "scontrol"
 
 
 def report(*results: CheckResult) -> Report:
-    return Report(node="n1", phase="healthcheck", results=tuple(results), duration_s=0.1, version="t",
-                  started_at=0.0)
+    return Report(node="n1", phase="healthcheck", results=tuple(results), duration_s=0.1, version="t", started_at=0.0)
 
 
 def res(name: str, status: Status, summary: str = "x", action: Action = Action.NONE, **details: object) -> CheckResult:
@@ -77,31 +76,34 @@ LINE_2205 = (
 )
 
 
-@pytest.mark.parametrize("state,base,flags,drained", [
-    ("IDLE", "IDLE", set(), False),
-    ("IDLE+DRAIN", "IDLE", {"DRAIN"}, True),
-    ("MIXED+DRAIN", "MIXED", {"DRAIN"}, True),
-    ("ALLOCATED+DRAIN", "ALLOCATED", {"DRAIN"}, True),
-    ("DOWN+NOT_RESPONDING", "DOWN", {"NOT_RESPONDING"}, False),
-    ("DOWN+DRAIN+NOT_RESPONDING", "DOWN", {"DRAIN", "NOT_RESPONDING"}, True),
-    ("IDLE+NOT_RESPONDING", "IDLE", {"NOT_RESPONDING"}, False),
-    ("IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, True),
-    ("MIXED+REBOOT_ISSUED", "MIXED", {"REBOOT_ISSUED"}, False),
-    ("IDLE+MAINTENANCE+RESERVED", "IDLE", {"MAINTENANCE", "RESERVED"}, False),
-    ("UNKNOWN+DRAIN+INVALID_REG", "UNKNOWN", {"DRAIN", "INVALID_REG"}, True),
-    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}, False),
-    ("DRAINED", "IDLE", {"DRAIN"}, True),
-    ("DRAINING", "MIXED", {"DRAIN"}, True),
-    ("DOWN*", "DOWN", {"NOT_RESPONDING"}, False),
-    ("drained", "IDLE", {"DRAIN"}, True),
-    ("draining", "MIXED", {"DRAIN"}, True),
-    ("drng", "MIXED", {"DRAIN"}, True),
-    ("idle~", "IDLE", {"POWERED_DOWN"}, False),
-    ("drained*", "IDLE", {"DRAIN", "NOT_RESPONDING"}, True),
-    ("mixed@", "MIXED", {"REBOOT_REQUESTED"}, False),
-    ("maint", "IDLE", {"MAINTENANCE"}, False),
-    ("idle$", "IDLE", {"MAINTENANCE"}, False),
-])
+@pytest.mark.parametrize(
+    "state,base,flags,drained",
+    [
+        ("IDLE", "IDLE", set(), False),
+        ("IDLE+DRAIN", "IDLE", {"DRAIN"}, True),
+        ("MIXED+DRAIN", "MIXED", {"DRAIN"}, True),
+        ("ALLOCATED+DRAIN", "ALLOCATED", {"DRAIN"}, True),
+        ("DOWN+NOT_RESPONDING", "DOWN", {"NOT_RESPONDING"}, False),
+        ("DOWN+DRAIN+NOT_RESPONDING", "DOWN", {"DRAIN", "NOT_RESPONDING"}, True),
+        ("IDLE+NOT_RESPONDING", "IDLE", {"NOT_RESPONDING"}, False),
+        ("IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, True),
+        ("MIXED+REBOOT_ISSUED", "MIXED", {"REBOOT_ISSUED"}, False),
+        ("IDLE+MAINTENANCE+RESERVED", "IDLE", {"MAINTENANCE", "RESERVED"}, False),
+        ("UNKNOWN+DRAIN+INVALID_REG", "UNKNOWN", {"DRAIN", "INVALID_REG"}, True),
+        ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}, False),
+        ("DRAINED", "IDLE", {"DRAIN"}, True),
+        ("DRAINING", "MIXED", {"DRAIN"}, True),
+        ("DOWN*", "DOWN", {"NOT_RESPONDING"}, False),
+        ("drained", "IDLE", {"DRAIN"}, True),
+        ("draining", "MIXED", {"DRAIN"}, True),
+        ("drng", "MIXED", {"DRAIN"}, True),
+        ("idle~", "IDLE", {"POWERED_DOWN"}, False),
+        ("drained*", "IDLE", {"DRAIN", "NOT_RESPONDING"}, True),
+        ("mixed@", "MIXED", {"REBOOT_REQUESTED"}, False),
+        ("maint", "IDLE", {"MAINTENANCE"}, False),
+        ("idle$", "IDLE", {"MAINTENANCE"}, False),
+    ],
+)
 def test_states(state: str, base: str, flags: set[str], drained: bool) -> None:
     st_ = sn.parse_state(state)
     assert st_.base == base.upper() or st_.base == base
@@ -128,65 +130,84 @@ def test_reason_with_equals_and_brackets_runs_to_end() -> None:
 
 
 def test_multiple_one_line_records() -> None:
-    text = "\n".join(LINE_2205.replace("NodeName=vm", f"NodeName=n{i}").format(state="IDLE", reason="")
-                     for i in range(3))
+    text = "\n".join(
+        LINE_2205.replace("NodeName=vm", f"NodeName=n{i}").format(state="IDLE", reason="") for i in range(3)
+    )
     assert [n.name for n in sn.parse_nodes(text)] == ["n0", "n1", "n2"]
 
 
 # ----------------------------------------------------------------------------- ownership, reasons
 
 
-@pytest.mark.parametrize("reason,ours", [
-    ("nh:gpucount gpu_count: 7 of 8", True),
-    ("nh:rowremap GPU2 gpu_remapped_rows: GPU 2: row remap pending", True),
-    ("nh:xid79 GPU3 gpu_xid: GPU 3: XID 79", True),
-    ("nh:mount", True),
-    ("  nh:ecc GPU6 x", True),
-    ("nh: x", False),
-    ("nh:ECC x", False),
-    ("nh:ecc: x", False),
-    ("nh:9 x", False),
-    ("nhx:ecc x", False),
-    ("admin: nh:ecc x", False),
-    # The shape of the reasons of versions before the codes: a node they drained is still ours.
-    ("nodehealth: gpu_count: 7 of 8", True),
-    ("  nodehealth: x", True),
-    ("Nodehealth: x", False),
-    ("admin: nodehealth: x", False),
-    ("nodehealth x", False),
-    ("Prolog error", False),
-    ("Kill task failed", False),
-    ("", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    "reason,ours",
+    [
+        ("nh:gpucount gpu_count: 7 of 8", True),
+        ("nh:rowremap GPU2 gpu_remapped_rows: GPU 2: row remap pending", True),
+        ("nh:xid79 GPU3 gpu_xid: GPU 3: XID 79", True),
+        ("nh:mount", True),
+        ("  nh:ecc GPU6 x", True),
+        ("nh: x", False),
+        ("nh:ECC x", False),
+        ("nh:ecc: x", False),
+        ("nh:9 x", False),
+        ("nhx:ecc x", False),
+        ("admin: nh:ecc x", False),
+        # The shape of the reasons of versions before the codes: a node they drained is still ours.
+        ("nodehealth: gpu_count: 7 of 8", True),
+        ("  nodehealth: x", True),
+        ("Nodehealth: x", False),
+        ("admin: nodehealth: x", False),
+        ("nodehealth x", False),
+        ("Prolog error", False),
+        ("Kill task failed", False),
+        ("", False),
+        (None, False),
+    ],
+)
 def test_ownership(reason: str | None, ours: bool) -> None:
     assert sn.is_ours(reason) is ours
 
 
 def test_format_reason() -> None:
-    r = replace(res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU),
-                gpu=3)
+    r = replace(
+        res("gpu_remapped_rows", Status.FAIL, "GPU 3: row remap pending (GPU reset needed)", Action.RESET_GPU), gpu=3
+    )
     assert policy.format_reason(r) == "nh:rowremap GPU3 gpu_remapped_rows: GPU 3: row remap pending (GPU reset needed)"
     assert policy.format_reason(r, more=2).endswith("(+2 more)")
 
 
-@pytest.mark.parametrize("result,head", [
-    (replace(res("gpu_ecc", Status.FAIL, "GPU 6: 3 uncorrectable", Action.RESET_GPU), gpu=6), "nh:ecc GPU6 "),
-    (replace(res("gpu_xid", Status.FAIL, "GPU 3 (0000:3b:00.0): XID 79", Action.REBOOT, xid=79), gpu=3),
-     "nh:xid79 GPU3 "),
-    (res("gpu_xid", Status.UNKNOWN, "cannot watch XIDs: denied"), "nh:xid "),
-    (replace(res("job_forensics", Status.FAIL, "job 42: GPU 0: XID 48 during the job", Action.REBOOT, xid=48), gpu=0),
-     "nh:xid48 GPU0 "),
-    (replace(res("job_forensics", Status.FAIL, "job 42: GPU 1: +1 uncorrectable ECC", Action.RESET_GPU), gpu=1),
-     "nh:jobecc GPU1 "),
-    (res("gpu_count", Status.FAIL, "7 of 8 GPUs visible", Action.REBOOT), "nh:gpucount "),
-    (res("host_mounts", Status.FAIL, "/scratch: not mounted"), "nh:mount "),
-    (replace(res("gpu_remapped_rows", Status.FAIL, "GPU 12: row remap failed", Action.INSPECT), gpu=12),
-     "nh:rowremap GPU12 "),
-    # An XID number only names XID checks; a check's details never make up another code.
-    (replace(res("gpu_ecc", Status.FAIL, "GPU 6: x", xid=79), gpu=6), "nh:ecc GPU6 "),
-    (res("gpu_xid", Status.FAIL, "x", xid="79; state=resume"), "nh:xid "),
-], ids=lambda v: v if isinstance(v, str) else v.name)
+@pytest.mark.parametrize(
+    "result,head",
+    [
+        (replace(res("gpu_ecc", Status.FAIL, "GPU 6: 3 uncorrectable", Action.RESET_GPU), gpu=6), "nh:ecc GPU6 "),
+        (
+            replace(res("gpu_xid", Status.FAIL, "GPU 3 (0000:3b:00.0): XID 79", Action.REBOOT, xid=79), gpu=3),
+            "nh:xid79 GPU3 ",
+        ),
+        (res("gpu_xid", Status.UNKNOWN, "cannot watch XIDs: denied"), "nh:xid "),
+        (
+            replace(
+                res("job_forensics", Status.FAIL, "job 42: GPU 0: XID 48 during the job", Action.REBOOT, xid=48), gpu=0
+            ),
+            "nh:xid48 GPU0 ",
+        ),
+        (
+            replace(res("job_forensics", Status.FAIL, "job 42: GPU 1: +1 uncorrectable ECC", Action.RESET_GPU), gpu=1),
+            "nh:jobecc GPU1 ",
+        ),
+        (res("gpu_count", Status.FAIL, "7 of 8 GPUs visible", Action.REBOOT), "nh:gpucount "),
+        (res("host_mounts", Status.FAIL, "/scratch: not mounted"), "nh:mount "),
+        (
+            replace(res("gpu_remapped_rows", Status.FAIL, "GPU 12: row remap failed", Action.INSPECT), gpu=12),
+            "nh:rowremap GPU12 ",
+        ),
+        # An XID number only names XID checks; a check's details never make up another code.
+        (replace(res("gpu_ecc", Status.FAIL, "GPU 6: x", xid=79), gpu=6), "nh:ecc GPU6 "),
+        (res("gpu_xid", Status.FAIL, "x", xid="79; state=resume"), "nh:xid "),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
 def test_reason_starts_with_code_and_gpu_within_sinfo_R_20(result: CheckResult, head: str) -> None:
     text = policy.format_reason(result)
     assert text.startswith(head), text
@@ -257,8 +278,9 @@ def test_reason_sanitised_and_capped() -> None:
 def test_reason_keeps_whole_findings_and_counts_the_rest() -> None:
     summary = "GPU 0-7: NVLink 1,2 inactive; GPU 3: NVLink 4: 2000 replays; GPU 5: NVLink 9: 90 recoveries"
     text = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=110)
-    assert text == ("nh:nvlink gpu_nvlink: GPU 0-7: NVLink 1,2 inactive / GPU 3: NVLink 4: 2000 replays "
-                    "(+1 more finding)")
+    assert text == (
+        "nh:nvlink gpu_nvlink: GPU 0-7: NVLink 1,2 inactive / GPU 3: NVLink 4: 2000 replays (+1 more finding)"
+    )
     whole = policy.format_reason(res("gpu_nvlink", Status.FAIL, summary), limit=200)
     assert whole.endswith("GPU 5: NVLink 9: 90 recoveries") and "..." not in whole
 
@@ -298,16 +320,24 @@ NO_RECORD = slurmstate.State()
 
 
 def recorded(reason: str = REASON, action: str = "reboot") -> slurmstate.State:
-    return slurmstate.State(drain=slurmstate.DrainRecord(reason=reason, check="gpu_count", action=action,
-                                                          boot_id="b", time=1.0, phase="epilog", job_id="42"))
+    return slurmstate.State(
+        drain=slurmstate.DrainRecord(
+            reason=reason, check="gpu_count", action=action, boot_id="b", time=1.0, phase="epilog", job_id="42"
+        )
+    )
 
 
 def test_drain_never_overwrites_other_reasons() -> None:
-    for other in ("admin maintenance [alice@2026-01-01T00:00:00]", "Kill task failed [slurm@now]",
-                  "Prolog error [root@now]", "other-tool: disk [root@now]",
-                  # starts like ours, but a person wrote or edited it (nothing of ours is recorded, or
-                  # what is recorded differs): never overwritten
-                  REASON + " -- investigating, DO NOT RESUME [alice@now]", REASON + " [alice@now]"):
+    for other in (
+        "admin maintenance [alice@2026-01-01T00:00:00]",
+        "Kill task failed [slurm@now]",
+        "Prolog error [root@now]",
+        "other-tool: disk [root@now]",
+        # starts like ours, but a person wrote or edited it (nothing of ours is recorded, or
+        # what is recorded differs): never overwritten
+        REASON + " -- investigating, DO NOT RESUME [alice@now]",
+        REASON + " [alice@now]",
+    ):
         for st_ in (NO_RECORD, recorded(REASON + " (+1 more)")):
             d = policy.decide_drain(node("IDLE+DRAIN", other), st_, FAULT, REASON)
             assert d.action == "none", (other, st_)
@@ -346,8 +376,9 @@ def test_slurms_reboot_issued_suffix_keeps_the_drain_ours_only_while_the_reboot_
 
 
 def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boot-a") -> slurmstate.State:
-    rec = slurmstate.DrainRecord(reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0,
-                                 phase="prolog")
+    rec = slurmstate.DrainRecord(
+        reason=REASON, check="gpu_count", action=action, boot_id=boot, time=1.0, phase="prolog"
+    )
     return slurmstate.State(clean_runs=clean, drain=rec)
 
 
@@ -429,9 +460,15 @@ def test_breaker() -> None:
 
 
 def test_state_round_trip_and_garbage() -> None:
-    s = slurmstate.State(clean_runs=4, last_status="OK", last_run=3.5, boot_id="b",
-                 drain=slurmstate.DrainRecord("nodehealth: x", "x", "reboot", "b", 1.0, "prolog", "12"),
-                 breaker_held={"ours": 9}, slurm_node={"name": "n1", "gres_gpus": 8})
+    s = slurmstate.State(
+        clean_runs=4,
+        last_status="OK",
+        last_run=3.5,
+        boot_id="b",
+        drain=slurmstate.DrainRecord("nodehealth: x", "x", "reboot", "b", 1.0, "prolog", "12"),
+        breaker_held={"ours": 9},
+        slurm_node={"name": "n1", "gres_gpus": 8},
+    )
     assert slurmstate.State.from_json(json.loads(json.dumps(s.to_json()))) == s
     for junk in (None, [], "x", {"version": 99}, {"version": 1, "clean_runs": "many", "drain": {"nope": 1}}):
         got = slurmstate.State.from_json(junk)
@@ -441,22 +478,30 @@ def test_state_round_trip_and_garbage() -> None:
 # ----------------------------------------------------------------------------- job GPUs
 
 
-@pytest.mark.parametrize("env,gpus", [
-    ({"SLURM_JOB_GPUS": "0,1"}, (0, 1)),
-    ({"SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}, (3,)),
-    ({"CUDA_VISIBLE_DEVICES": "2,0"}, (0, 2)),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-8c2f0a1e-0000"}, None),
-    ({"SLURM_JOB_GPUS": "$(reboot)"}, None),
-    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "env,gpus",
+    [
+        ({"SLURM_JOB_GPUS": "0,1"}, (0, 1)),
+        ({"SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}, (3,)),
+        ({"CUDA_VISIBLE_DEVICES": "2,0"}, (0, 2)),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8c2f0a1e-0000"}, None),
+        ({"SLURM_JOB_GPUS": "$(reboot)"}, None),
+        ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None),
+        ({}, None),
+    ],
+)
 def test_job_gpus(env: dict[str, str], gpus: tuple[int, ...] | None) -> None:
     assert jobenv.job_gpus(env) == gpus
 
 
 def test_scope_processes_to_job_gpus() -> None:
-    procs = res("gpu_processes", Status.FAIL, "GPU 5: 1 compute process(es)", Action.RESTART_APP,
-                gpus={"5": "GPU 5: 1 compute process(es) (pid 42, 1024 MiB) before/after a job (epilog)"})
+    procs = res(
+        "gpu_processes",
+        Status.FAIL,
+        "GPU 5: 1 compute process(es)",
+        Action.RESTART_APP,
+        gpus={"5": "GPU 5: 1 compute process(es) (pid 42, 1024 MiB) before/after a job (epilog)"},
+    )
     rep = report(procs, res("gpu_ecc", Status.OK))
     other = policy.scope_processes(rep, (0, 1))
     assert other.status == Status.OK

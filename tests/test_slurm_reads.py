@@ -19,20 +19,22 @@ from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import nodes as sn
 from nodehealth.slurm.client import MAX_NODE_ANSWER, Scontrol
 
-SCONTROL_LINE = ("NodeName=n1 Arch=x86_64 Gres=gpu:8 State=IDLE+DRAIN Partitions=debug "
-                 "Reason=nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending [root@2026-12-02T01:02:22]")
+SCONTROL_LINE = (
+    "NodeName=n1 Arch=x86_64 Gres=gpu:8 State=IDLE+DRAIN Partitions=debug "
+    "Reason=nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending [root@2026-12-02T01:02:22]"
+)
 
 
 def programs(tmp_path: Path, sinfo_body: str | None) -> tuple[Scontrol, Path]:
     """``scontrol`` (answers SCONTROL_LINE) and, unless None, ``sinfo`` running ``sinfo_body`` with
     ``$END`` set to the record end it was asked for; both log their argv (one JSON list a line)."""
     log = tmp_path / "calls.log"
-    log_cmd = ("python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> " + str(log))
+    log_cmd = "python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> " + str(log)
     (tmp_path / "scontrol").write_text(f"#!/bin/sh\n{log_cmd}\necho '{SCONTROL_LINE}'\n")
     (tmp_path / "scontrol").chmod(0o755)
     if sinfo_body is not None:
         # -O's argument is the 6th: the fields then the end token after "Reason:".
-        (tmp_path / "sinfo").write_text(f"#!/bin/bash\n{log_cmd}\nEND=\"${{6#*Reason:}}\"\n{sinfo_body}\n")
+        (tmp_path / "sinfo").write_text(f'#!/bin/bash\n{log_cmd}\nEND="${{6#*Reason:}}"\n{sinfo_body}\n')
         (tmp_path / "sinfo").chmod(0o755)
     return Scontrol(str(tmp_path / "scontrol"), 30.0, Deadline(60.0)), log
 
@@ -42,14 +44,21 @@ def calls(log: Path) -> list[list[str]]:
 
 
 def test_one_node_is_read_with_sinfo_and_means_what_scontrol_says(tmp_path: Path) -> None:
-    client, log = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|root|2026-12-02T01:02:22|"
-                           "nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending%s\\n' \"$END\"")
+    client, log = programs(
+        tmp_path,
+        "printf 'n1|idle+drain|gpu:8|root|2026-12-02T01:02:22|"
+        'nh:rowremap GPU1 gpu_remapped_rows: GPU 1: row remap pending%s\\n\' "$END"',
+    )
     got = client.show("n1")
     assert not isinstance(got, ProbeError), got
     (via_sinfo,) = got
     (via_scontrol,) = sn.parse_nodes(SCONTROL_LINE)
-    assert (via_sinfo.name, via_sinfo.state, via_sinfo.reason, via_sinfo.gres_gpus) == \
-        (via_scontrol.name, via_scontrol.state, via_scontrol.reason, via_scontrol.gres_gpus)
+    assert (via_sinfo.name, via_sinfo.state, via_sinfo.reason, via_sinfo.gres_gpus) == (
+        via_scontrol.name,
+        via_scontrol.state,
+        via_scontrol.reason,
+        via_scontrol.gres_gpus,
+    )
     assert via_sinfo.to_json() == via_scontrol.to_json()  # the cached form is the same
     (argv,) = calls(log)
     assert argv[:5] == ["-h", "-N", "-n", "n1", "-O"] and client.calls == 1
@@ -57,8 +66,11 @@ def test_one_node_is_read_with_sinfo_and_means_what_scontrol_says(tmp_path: Path
 
 def test_a_reason_with_bars_and_a_forged_record_after_a_newline_is_one_reason(tmp_path: Path) -> None:
     # An admin's (or a hostile tool's) reason: '|' inside, then a newline and a healthy-looking record.
-    client, _ = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|alice|2026-12-02T01:02:22|"
-                         "hold|do not|resume\\nn1|idle|gpu:8|root|now|x%s\\n' \"$END\"")
+    client, _ = programs(
+        tmp_path,
+        "printf 'n1|idle+drain|gpu:8|alice|2026-12-02T01:02:22|"
+        'hold|do not|resume\\nn1|idle|gpu:8|root|now|x%s\\n\' "$END"',
+    )
     got = client.show("n1")
     assert not isinstance(got, ProbeError), got
     (n,) = got
@@ -77,14 +89,15 @@ def test_a_record_that_does_not_end_with_the_token_is_no_answer(tmp_path: Path) 
 
 def test_records_of_the_node_in_two_partitions_are_one_node(tmp_path: Path) -> None:
     rec = "n1|mixed+drain|gpu:h100:8(S:0-1)|root|t|nh:ecc GPU6 gpu_ecc: x"
-    client, _ = programs(tmp_path, f"printf '{rec}%s\\n{rec}%s\\n' \"$END\" \"$END\"")
+    client, _ = programs(tmp_path, f'printf \'{rec}%s\\n{rec}%s\\n\' "$END" "$END"')
     got = client.show("n1")
     assert not isinstance(got, ProbeError) and len(got) == 1 and got[0].gres_gpus == 8 and got[0].drained_by_us
 
 
 def test_records_that_disagree_are_no_answer(tmp_path: Path) -> None:
-    client, _ = programs(tmp_path, "printf 'n1|idle+drain|gpu:8|root|t|nh:ecc x%s\\nn1|idle|gpu:8|root|t|none%s\\n' "
-                         "\"$END\" \"$END\"")
+    client, _ = programs(
+        tmp_path, 'printf \'n1|idle+drain|gpu:8|root|t|nh:ecc x%s\\nn1|idle|gpu:8|root|t|none%s\\n\' "$END" "$END"'
+    )
     got = client.show("n1")
     assert isinstance(got, ProbeError) and "disagree" in got.message
 
@@ -124,11 +137,14 @@ def test_a_failing_sinfo_is_an_error_not_a_second_call(tmp_path: Path) -> None:
     assert len(calls(log)) == 1
 
 
-@pytest.mark.parametrize("text,why", [
-    ("n1|idle|gpu:8%s\n", "field"),
-    ("", None),
-    ("garbage without an end\n", "end"),
-])
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("n1|idle|gpu:8%s\n", "field"),
+        ("", None),
+        ("garbage without an end\n", "end"),
+    ],
+)
 def test_parse_sinfo_node_table(text: str, why: str | None) -> None:
     end = "@nhabc@"
     got = sn.parse_sinfo_node(text.replace("%s", end), "n1", end)
@@ -165,9 +181,12 @@ def test_a_nodes_jitter_is_stable_and_its_own() -> None:
 
 def _node_due(early: bool) -> str:
     """A node name whose reconciliation falls due before (``early``) or after 0.97 × reconcile_s."""
-    return next(n for n in (f"gpu{i:04d}" for i in range(10_000))
-                if (sn.reconcile_after_s(n, 3600.0) < 0.97 * 3600.0) is early
-                and abs(sn.reconcile_after_s(n, 3600.0) - 0.97 * 3600.0) > 60)
+    return next(
+        n
+        for n in (f"gpu{i:04d}" for i in range(10_000))
+        if (sn.reconcile_after_s(n, 3600.0) < 0.97 * 3600.0) is early
+        and abs(sn.reconcile_after_s(n, 3600.0) - 0.97 * 3600.0) > 60
+    )
 
 
 @pytest.mark.parametrize("early", [True, False], ids=["due-early", "due-late"])
@@ -186,8 +205,10 @@ def test_the_slurm_node_probe_reconciles_at_the_nodes_own_due_time(tmp_path: Pat
     script.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\necho 'NodeName={name} Gres=gpu:8 State=IDLE'\n")
     script.chmod(0o755)
     cfg_path = tmp_path / "nh.toml"
-    cfg_path.write_text(f'node_name = "{name}"\n[paths]\nstate_dir = "{tmp_path}/state"\n'
-                        f'[slurm]\nscontrol = "{script}"\ntimeout_s = 60\nreconcile_s = 3600\n')
+    cfg_path.write_text(
+        f'node_name = "{name}"\n[paths]\nstate_dir = "{tmp_path}/state"\n'
+        f'[slurm]\nscontrol = "{script}"\ntimeout_s = 60\nreconcile_s = 3600\n'
+    )
     cfg = load(str(cfg_path))
     cached = {"name": name, "gres_gpus": 7, "state": "IDLE", "reason": None, "time": time.time() - 0.97 * 3600}
     assert slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=cached), lock_timeout_s=5.0) is not None
@@ -207,11 +228,17 @@ def test_a_sinfo_others_can_write_is_never_run_scontrol_reads(tmp_path: Path) ->
     assert not marker.exists() and calls(log) == [["show", "node", "-o", "n1"]]
 
 
-def test_sinfo_gets_slurm_conf_and_none_of_the_callers_sinfo_variables(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sinfo_gets_slurm_conf_and_none_of_the_callers_sinfo_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # SINFO_FORMAT / SINFO_PARTITION / SLURM_TIME_FORMAT would change what sinfo prints or lists.
-    for k, v in {"SINFO_FORMAT": "%N", "SINFO_PARTITION": "other", "SLURM_TIME_FORMAT": "%s",
-                 "SLURM_CONF": "/etc/slurm/x.conf", "LD_PRELOAD": "/tmp/evil.so"}.items():
+    for k, v in {
+        "SINFO_FORMAT": "%N",
+        "SINFO_PARTITION": "other",
+        "SLURM_TIME_FORMAT": "%s",
+        "SLURM_CONF": "/etc/slurm/x.conf",
+        "LD_PRELOAD": "/tmp/evil.so",
+    }.items():
         monkeypatch.setenv(k, v)
     seen = tmp_path / "env"
     client, _ = programs(tmp_path, f"env > {seen}; printf 'n1|idle|gpu:8|root|t|none%s\\n' \"$END\"")

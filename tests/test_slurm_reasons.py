@@ -22,12 +22,16 @@ def client(c: SlurmCluster, sinfo: Any = None) -> Scontrol:
 
 
 def test_sinfo_R_shows_the_code_and_the_gpu_and_one_node_is_read_alone(slurm_cluster) -> None:  # noqa: F811
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1, ghosts=40,
-                                    nodehealth={"disable": HOST_CHECKS})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml", hc_interval=1, ghosts=40, nodehealth={"disable": HOST_CHECKS}
+    )
     # slurmd's health check can drain the node before slurmd has registered (UNKNOWN+DRAIN); the
     # node's base state then moves to IDLE on its own, between any two reads compared below.
-    c.wait_node(lambda n: drained(n) and n["reason"].startswith("nh:")
-                and not n["scontrol_state"].startswith("UNKNOWN"), 60, "drained by the health check, registered")
+    c.wait_node(
+        lambda n: drained(n) and n["reason"].startswith("nh:") and not n["scontrol_state"].startswith("UNKNOWN"),
+        60,
+        "drained by the health check, registered",
+    )
     # sinfo -R in its default format: REASON is 20 characters wide.
     lines = c.run("/usr/bin/sinfo", "-R").stdout.splitlines()
     ours = [line for line in lines if line.rstrip().endswith(c.host)]

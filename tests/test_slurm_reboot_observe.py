@@ -35,9 +35,11 @@ def would(c: SlurmCluster) -> dict[str, int]:
 
 def test_observe_mode_makes_no_update_while_faults_come_and_go(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
     wrapper, calls = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(scenario="remap-pending.toml", hc_interval=1,
-                                    nodehealth={"clean_runs": 1, "slurm": {"mode": '"observe"',
-                                                                           "scontrol": f'"{wrapper}"'}})
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        hc_interval=1,
+        nodehealth={"clean_runs": 1, "slurm": {"mode": '"observe"', "scontrol": f'"{wrapper}"'}},
+    )
     before = c.sdiag_counts()
     wait_for(lambda: would(c).get("drain", 0) >= 1, 30, "a would-be drain")
     job = c.sbatch("--gres=gpu:1", "--wrap", "true")  # prolog and epilog see the fault: exit 0, the job runs
@@ -62,9 +64,14 @@ def test_reboot_loop_reboots_twice_then_holds_for_a_person(slurm_cluster, tmp_pa
     program.write_text(f'#!/bin/sh\necho "reboot $*" >> {record}\n')  # records the call, reboots nothing
     program.chmod(0o755)
     c: SlurmCluster = slurm_cluster(
-        scenario="gpu-missing.toml", hc_interval=1,
-        nodehealth={"clean_runs": 1, "slurm": {"reboot": '"asap"', "reboot_max": 2},
-                    "slurm_conf": [f"RebootProgram={program}", "ResumeTimeout=5"]})
+        scenario="gpu-missing.toml",
+        hc_interval=1,
+        nodehealth={
+            "clean_runs": 1,
+            "slurm": {"reboot": '"asap"', "reboot_max": 2},
+            "slurm_conf": [f"RebootProgram={program}", "ResumeTimeout=5"],
+        },
+    )
 
     def reboots() -> int:
         return len(record.read_text().splitlines()) if record.exists() else 0

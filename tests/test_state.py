@@ -14,10 +14,24 @@ BOOT = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
 
 
 def _report(status: Status = Status.OK) -> Report:
-    return Report(node="gpu001", phase="daemon", duration_s=0.02, version="0.1.0", started_at=1000.0,
-                  results=(CheckResult("nvml", Status.OK, "fine", duration_s=0.01),
-                           CheckResult("gpu_remapped_rows", status, "GPU 3: remap pending", action=Action.RESET_GPU,
-                                       gpu=3, details={"gpus": {"3": "pending"}})))
+    return Report(
+        node="gpu001",
+        phase="daemon",
+        duration_s=0.02,
+        version="0.1.0",
+        started_at=1000.0,
+        results=(
+            CheckResult("nvml", Status.OK, "fine", duration_s=0.01),
+            CheckResult(
+                "gpu_remapped_rows",
+                status,
+                "GPU 3: remap pending",
+                action=Action.RESET_GPU,
+                gpu=3,
+                details={"gpus": {"3": "pending"}},
+            ),
+        ),
+    )
 
 
 def _write(tmp_path, report=None, boot=BOOT, at=1000.0, xid="alive", text=None):
@@ -48,8 +62,11 @@ def test_refusals_say_why(tmp_path):
         (dict(text='{"v": 1, "kind": "nodehealth-daemon-state", "boot_id": "'), dict(now=1001.0), "corrupt or partial"),
         (dict(text='{"v": 1, "kind": "something-else"}'), dict(now=1001.0), "not a nodehealth"),
         (dict(text=json.dumps({"v": 2, "kind": state.KIND})), dict(now=1001.0), "version"),
-        (dict(text=json.dumps({"v": 1, "kind": state.KIND, "boot_id": BOOT, "written_at": 1000.0})),
-         dict(now=1001.0), "incomplete"),
+        (
+            dict(text=json.dumps({"v": 1, "kind": state.KIND, "boot_id": BOOT, "written_at": 1000.0})),
+            dict(now=1001.0),
+            "incomplete",
+        ),
         (dict(text="\xff\xfe garbage"), dict(now=1001.0), "corrupt"),
     ]
     for write_kw, read_kw, expect in cases:
@@ -84,11 +101,13 @@ def test_fast_path_imports_nothing_heavy(tmp_path):
     _write(tmp_path)
     # What the reader itself imports: modules the interpreter's start-up already loaded (a .pth
     # file imports typing on some Pythons) are not its cost.
-    code = (f"import sys; before = set(sys.modules); from nodehealth.statedir import verdict as state; "
-            f"r = state.read({str(tmp_path)!r}, 90, boot_id={BOOT!r}, "
-            "now=1001.0); assert r[0] is not None, r; "
-            "heavy = {'pynvml', 'psutil', 'prometheus_client', 'dataclasses', 'typing', 'nodehealth.model'}; "
-            "print(sorted(heavy & (set(sys.modules) - before)))")
+    code = (
+        f"import sys; before = set(sys.modules); from nodehealth.statedir import verdict as state; "
+        f"r = state.read({str(tmp_path)!r}, 90, boot_id={BOOT!r}, "
+        "now=1001.0); assert r[0] is not None, r; "
+        "heavy = {'pynvml', 'psutil', 'prometheus_client', 'dataclasses', 'typing', 'nodehealth.model'}; "
+        "print(sorted(heavy & (set(sys.modules) - before)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
@@ -103,8 +122,9 @@ def test_a_dead_daemons_verdict_is_not_trusted(tmp_path):
     try:
         started = state.start_ticks(child.pid)
         assert started is not None
-        _write(tmp_path, text=state.encode(_report().to_json(), BOOT, 1000.0, "alive", pid=child.pid,
-                                           pid_start=started))
+        _write(
+            tmp_path, text=state.encode(_report().to_json(), BOOT, 1000.0, "alive", pid=child.pid, pid_start=started)
+        )
         got, why = state.read(str(tmp_path), max_age_s=90, boot_id=BOOT, now=1001.0)
         assert got is not None and got.pid == child.pid, why
     finally:

@@ -23,9 +23,19 @@ from nodehealth.faces import healthcheck
 from nodehealth.statedir import files, layout, slurmstate
 
 NOBODY = 65534
-RECORD = {"version": 1, "clean_runs": 0, "boot_id": "boot-1",
-          "drain": {"reason": "nodehealth: gpu_remapped_rows: GPU 3 row remap pending", "check": "gpu_remapped_rows",
-                    "action": "reboot", "boot_id": "boot-1", "time": 1000.0, "phase": "health"}}
+RECORD = {
+    "version": 1,
+    "clean_runs": 0,
+    "boot_id": "boot-1",
+    "drain": {
+        "reason": "nodehealth: gpu_remapped_rows: GPU 3 row remap pending",
+        "check": "gpu_remapped_rows",
+        "action": "reboot",
+        "boot_id": "boot-1",
+        "time": 1000.0,
+        "phase": "health",
+    },
+}
 
 
 class Dirs:
@@ -75,18 +85,27 @@ CASES = {
     "both": ('[paths]\nstate_dir = "/srv/run"\npersistent_dir = "/srv/lib"\n', "/srv/run", "/srv/lib"),
     "persistent_dir only": ('[paths]\npersistent_dir = "/srv/lib"\n', RUN, "/srv/lib"),
     "state_dir in an override for this node": (
-        '[[override]]\nhosts = "n[1-2]"\npaths.state_dir = "/srv/nh"\n', "/srv/nh", "/srv/nh"),
+        '[[override]]\nhosts = "n[1-2]"\npaths.state_dir = "/srv/nh"\n',
+        "/srv/nh",
+        "/srv/nh",
+    ),
     "state_dir in an override for another node": (
-        '[[override]]\nhosts = "n9"\npaths.state_dir = "/srv/nh"\n', RUN, LIB),
+        '[[override]]\nhosts = "n9"\npaths.state_dir = "/srv/nh"\n',
+        RUN,
+        LIB,
+    ),
     "persistent_dir in the file, state_dir in an override": (
         '[paths]\npersistent_dir = "/srv/lib"\n[[override]]\nhosts = "n1"\npaths.state_dir = "/srv/nh"\n',
-        "/srv/nh", "/srv/lib"),
+        "/srv/nh",
+        "/srv/lib",
+    ),
 }
 
 
 @pytest.mark.parametrize("text,state_dir,persistent_dir", CASES.values(), ids=CASES.keys())
-def test_the_full_loader_and_the_fast_paths_reader_place_the_dirs_alike(tmp_path: Path, text: str, state_dir: str,
-                                                                        persistent_dir: str) -> None:
+def test_the_full_loader_and_the_fast_paths_reader_place_the_dirs_alike(
+    tmp_path: Path, text: str, state_dir: str, persistent_dir: str
+) -> None:
     """A config that sets state_dir and not persistent_dir keeps everything in that state_dir (every
     test config of the suite is one, and a site that followed the old advice loses nothing)."""
     path = tmp_path / "nh.toml"
@@ -128,13 +147,15 @@ def split(f: Fake, tmp: Path) -> Dirs:
     """The Fake's config with a run dir and a persistent dir."""
     d = Dirs(tmp)
     cfg = Path(os.environ["NODEHEALTH_CONFIG"])
-    cfg.write_text(cfg.read_text().replace(f'state_dir = "{tmp}/state"',
-                                           f'state_dir = "{d.run}"\npersistent_dir = "{d.lib}"'))
+    cfg.write_text(
+        cfg.read_text().replace(f'state_dir = "{tmp}/state"', f'state_dir = "{d.run}"\npersistent_dir = "{d.lib}"')
+    )
     return d
 
 
 def test_a_reboot_class_drain_outlives_the_run_dir_and_resumes_after_the_reboot(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's path on a default layout: drained for a reboot-class fault, then the reboot (the
     tmpfs run dir gone, a new boot id): the record in the persistent dir makes the reason provably
     ours, and clean runs after the new boot resume the node."""
@@ -155,7 +176,8 @@ def test_a_reboot_class_drain_outlives_the_run_dir_and_resumes_after_the_reboot(
 
 
 def test_one_wiped_directory_forgets_the_drain_and_leaves_it_to_a_person(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same with the single tmpfs dir of before (a config that sets state_dir only): after the
     reboot the reason is no longer provably ours and the node is not resumed."""
     f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)
@@ -183,8 +205,10 @@ def test_an_upgraded_node_keeps_its_drain_record_moved_once(tmp_path: Path) -> N
     assert not old.exists()
     assert json.loads((d.lib / layout.SLURM_STATE).read_text())["drain"]["check"] == "gpu_remapped_rows"
     assert oct(os.stat(d.lib / layout.SLURM_STATE).st_mode & 0o7777) == "0o600"
-    assert [m for m in said if "moved" in m] == [f"moved {old} to {d.lib / layout.SLURM_STATE} (state that must "
-                                                 "outlive a reboot now lives in the persistent dir)"]
+    assert [m for m in said if "moved" in m] == [
+        f"moved {old} to {d.lib / layout.SLURM_STATE} (state that must "
+        "outlive a reboot now lives in the persistent dir)"
+    ]
     said.clear()
     slurmstate.update(d, lambda s: s, 0.5, log)
     assert said == []  # once
@@ -239,8 +263,9 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("plant,why", HOSTILE.values(), ids=HOSTILE.keys())
-def test_a_hostile_or_corrupt_old_file_is_refused_without_losing_protection(tmp_path: Path, plant: Any,
-                                                                            why: str) -> None:
+def test_a_hostile_or_corrupt_old_file_is_refused_without_losing_protection(
+    tmp_path: Path, plant: Any, why: str
+) -> None:
     """Refused: not read, not moved, said once; the state is written afresh in the persistent dir and
     keeps working (a drain recorded after it is kept, and a reboot does not lose it)."""
     d = Dirs(tmp_path)
@@ -261,15 +286,17 @@ def test_a_hostile_or_corrupt_old_file_is_refused_without_losing_protection(tmp_
 
 
 def test_check_by_hand_neither_makes_the_persistent_dir_nor_moves_an_old_record(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`nodehealth check` writes nothing (docs/operations.md): on the split layout it reads the drain
     record where an upgrade left it and creates no persistent dir."""
     from test_check_writes_nothing import cli, node, snapshot
 
     _, cfg, env = node(tmp_path, monkeypatch, "remap-pending.toml")
     d = Dirs(tmp_path)
-    cfg.write_text(cfg.read_text().replace(f'state_dir = "{tmp_path}/state"',
-                                           f'state_dir = "{d.run}"\npersistent_dir = "{d.lib}"'))
+    cfg.write_text(
+        cfg.read_text().replace(f'state_dir = "{tmp_path}/state"', f'state_dir = "{d.run}"\npersistent_dir = "{d.lib}"')
+    )
     old_record(d)
     before = snapshot(d.run)
     for argv in (["check"], ["check", "--as", "healthcheck"]):

@@ -79,8 +79,7 @@ def test_the_last_good_record_goes_nowhere_near_an_untrusted_dir(tmp_path: Path)
 
 
 @MASKS
-def test_a_fresh_state_dir_from_the_first_face_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    mask: int) -> None:
+def test_a_fresh_state_dir_from_the_first_face_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mask: int) -> None:
     """Prolog, epilog and health check of a healthy node, then a faulty prolog that drains: the config
     record, the ledger, counters, the job baseline, the Slurm state and every lock."""
     f = Fake(tmp_path, monkeypatch)
@@ -93,22 +92,33 @@ def test_a_fresh_state_dir_from_the_first_face_runs(tmp_path: Path, monkeypatch:
         f.use("remap-pending.toml")
         assert prolog.main() == 1
     names = set(walk_modes(sd))
-    assert {layout.CONFIG_GOOD, layout.LEDGER, f"{layout.LEDGER}.lock", layout.SLURM_STATE, layout.COUNTERS,
-            layout.JOBS_DIR} <= names, names
+    assert {
+        layout.CONFIG_GOOD,
+        layout.LEDGER,
+        f"{layout.LEDGER}.lock",
+        layout.SLURM_STATE,
+        layout.COUNTERS,
+        layout.JOBS_DIR,
+    } <= names, names
     assert wrong_modes(sd) == {}
 
 
 @MASKS
-def test_a_fresh_state_dir_from_the_first_face_as_slurm_runs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                mask: int) -> None:
+def test_a_fresh_state_dir_from_the_first_face_as_slurm_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mask: int
+) -> None:
     """The same through the installed entry point, a process of its own started with the umask."""
     Fake(tmp_path, monkeypatch)
     sd = tmp_path / "state"
     exe = Path(sys.executable).parent / "nodehealth-prolog"
-    argv = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from nodehealth.faces.prolog "
-                                                                  "import main; sys.exit(main())"]
-    res = subprocess.run(argv, capture_output=True, text=True, cwd="/", timeout=120,
-                         preexec_fn=lambda: os.umask(mask) and None)
+    argv = (
+        [str(exe)]
+        if exe.exists()
+        else [sys.executable, "-c", "import sys; from nodehealth.faces.prolog import main; sys.exit(main())"]
+    )
+    res = subprocess.run(
+        argv, capture_output=True, text=True, cwd="/", timeout=120, preexec_fn=lambda: os.umask(mask) and None
+    )
     assert res.returncode == 0, res.stderr
     assert (sd / layout.CONFIG_GOOD).exists() and (sd / layout.LEDGER).exists()
     assert wrong_modes(sd) == {}

@@ -38,26 +38,53 @@ def umask(value: int):  # type: ignore[no-untyped-def]
 
 
 def verdict_text(at: float = 1000.0) -> str:
-    report = {"node": "n1", "phase": "daemon", "status": "OK", "duration_s": 0.1, "version": "0",
-              "started_at": at, "checks": [{"name": "nvml", "status": "OK", "summary": "8 GPUs", "action": "none",
-                                            "gpu": None, "details": {}}]}
+    report = {
+        "node": "n1",
+        "phase": "daemon",
+        "status": "OK",
+        "duration_s": 0.1,
+        "version": "0",
+        "started_at": at,
+        "checks": [{"name": "nvml", "status": "OK", "summary": "8 GPUs", "action": "none", "gpu": None, "details": {}}],
+    }
     return daemon_state.encode(report, BOOT, at, "alive")
 
 
 def start_record(job: str, at: float = 100.0) -> dict:
-    return {"v": 1, "event": "start", "job_id": job, "user": "alice", "uid": 1000, "gpus": [0, 1],
-            "node": "n1", "time": at, "boot_id": BOOT}
+    return {
+        "v": 1,
+        "event": "start",
+        "job_id": job,
+        "user": "alice",
+        "uid": 1000,
+        "gpus": [0, 1],
+        "node": "n1",
+        "time": at,
+        "boot_id": BOOT,
+    }
 
 
 def counters_file(**over: object) -> dict:
-    rec = counters.counters_record({"0": {"uuid": "GPU-0", "volatile_uncorrected": 0, "volatile_corrected": 3,
-                                          "remapped_uncorrectable": 0, "remapped_correctable": None}},
-                                   1000.0, BOOT, "daemon")
+    rec = counters.counters_record(
+        {
+            "0": {
+                "uuid": "GPU-0",
+                "volatile_uncorrected": 0,
+                "volatile_corrected": 3,
+                "remapped_uncorrectable": 0,
+                "remapped_correctable": None,
+            }
+        },
+        1000.0,
+        BOOT,
+        "daemon",
+    )
     rec.update(over)
     return rec
 
 
 # --- item 3: the directory ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mask", [0o022, 0o277])
 def test_state_dir_is_created_0700_whatever_the_umask(tmp_path: Path, mask: int) -> None:
@@ -161,6 +188,7 @@ def test_a_symlinked_jobs_dir_is_refused(tmp_path: Path) -> None:
 
 # --- item 3: no symlink in the state dir is followed ---------------------------------------------
 
+
 @pytest.fixture
 def state(tmp_path: Path) -> Path:
     sd = tmp_path / "state"
@@ -196,8 +224,7 @@ def test_lock_symlinks_are_never_created_through(state: Path, tmp_path: Path) ->
     assert [r.job_id for r in ledger.read(str(state))] == ["1"]
 
 
-def test_state_file_symlinks_are_not_read_and_are_replaced_on_write(state: Path, target: Path,
-                                                                     tmp_path: Path) -> None:
+def test_state_file_symlinks_are_not_read_and_are_replaced_on_write(state: Path, target: Path, tmp_path: Path) -> None:
     planted = tmp_path / "planted"
     planted.write_text(json.dumps({"version": 1, "clean_runs": 9, "drain": {"reason": "x", "time": 1.0}}))
     (state / layout.SLURM_STATE).symlink_to(planted)
@@ -205,7 +232,7 @@ def test_state_file_symlinks_are_not_read_and_are_replaced_on_write(state: Path,
     raw, why = files.read_json_checked(str(state / layout.SLURM_STATE))
     assert raw is None and why and "symbolic link" in why
     assert slurmstate.update(str(state), lambda s: s, 0.1) is not None
-    assert not (state / layout.SLURM_STATE).is_symlink() and "clean_runs\": 9" in planted.read_text()
+    assert not (state / layout.SLURM_STATE).is_symlink() and 'clean_runs": 9' in planted.read_text()
 
     good = tmp_path / "counters"
     good.write_text(json.dumps(counters_file()))
@@ -254,6 +281,7 @@ def test_temp_files_have_unique_names_and_never_write_through(state: Path, targe
 
 # --- item 3: modes ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mask", [0o000, 0o277])
 def test_state_files_are_0600_whatever_the_umask(tmp_path: Path, mask: int) -> None:
     sd = tmp_path / "state"
@@ -264,9 +292,15 @@ def test_state_files_are_0600_whatever_the_umask(tmp_path: Path, mask: int) -> N
         counters.write_baseline(str(sd), "7", counters_file())
         ledger.append(str(sd), start_record("2"), 600)  # compaction rewrites the ledger
     got = {str(p.relative_to(sd)): mode(p) for p in sd.rglob("*")}
-    assert got == {layout.LEDGER: 0o600, f"{layout.LEDGER}.lock": 0o600, layout.SLURM_STATE: 0o600,
-                   f"{layout.SLURM_STATE}.lock": 0o600, layout.COUNTERS: 0o600, layout.JOBS_DIR: 0o700,
-                   f"{layout.JOBS_DIR}/7.json": 0o600}
+    assert got == {
+        layout.LEDGER: 0o600,
+        f"{layout.LEDGER}.lock": 0o600,
+        layout.SLURM_STATE: 0o600,
+        f"{layout.SLURM_STATE}.lock": 0o600,
+        layout.COUNTERS: 0o600,
+        layout.JOBS_DIR: 0o700,
+        f"{layout.JOBS_DIR}/7.json": 0o600,
+    }
 
 
 def test_files_for_other_readers_are_0644_whatever_the_umask(tmp_path: Path) -> None:
@@ -288,8 +322,13 @@ def test_an_atomic_write_is_0600_unless_asked_and_its_new_directory_0700(tmp_pat
 # --- item 4: poisoned state files ---------------------------------------------------------------------
 
 POISONS = {
-    "nan": "NaN", "infinity": "Infinity", "minus-infinity": "-Infinity", "overflowing-float": "1e400",
-    "huge-int": "1" + "0" * 30, "deep": "[" * 100_000 + "]" * 100_000, "nested-past-the-limit": "[" * 80 + "]" * 80,
+    "nan": "NaN",
+    "infinity": "Infinity",
+    "minus-infinity": "-Infinity",
+    "overflowing-float": "1e400",
+    "huge-int": "1" + "0" * 30,
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "nested-past-the-limit": "[" * 80 + "]" * 80,
 }
 
 
@@ -298,7 +337,8 @@ def test_parse_json_refuses_what_json_loads_accepts(poison: str) -> None:
     with pytest.raises(ValueError):
         files.parse_json('{"x": @}'.replace("@", POISONS[poison]))
     assert files.parse_json('{"x": [1.5, -2, 1e300, 12345678901234567890]}') == {
-        "x": [1.5, -2, 1e300, 12345678901234567890]}
+        "x": [1.5, -2, 1e300, 12345678901234567890]
+    }
 
 
 def _depth(value: object) -> int:
@@ -310,9 +350,11 @@ def _depth(value: object) -> int:
 
 
 _TEXT = st.text(alphabet='[]{}"\\/ax\n\u00e9', max_size=8)
-_VALUES = st.recursive(st.none() | st.integers(-5, 5) | _TEXT,
-                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
-                       max_leaves=40)
+_VALUES = st.recursive(
+    st.none() | st.integers(-5, 5) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=40,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -326,8 +368,9 @@ def test_the_depth_bound_is_exact_whatever_the_strings_hold(value: object, limit
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_poisoned_slurm_state_is_absent_logged_and_rewritten(state: Path, poison: str) -> None:
     p = state / layout.SLURM_STATE
-    p.write_text('{"version": 1, "clean_runs": @, "drain": {"reason": "nodehealth: x", "time": 1}}'
-                 .replace("@", POISONS[poison]))
+    p.write_text(
+        '{"version": 1, "clean_runs": @, "drain": {"reason": "nodehealth: x", "time": 1}}'.replace("@", POISONS[poison])
+    )
     assert slurmstate.load(str(state)) == slurmstate.State()
     logged: list[str] = []
     new = slurmstate.update(str(state), lambda s: s, 0.1, lambda m, **kw: logged.append(m))
@@ -348,20 +391,29 @@ def test_a_clean_run_count_of_the_wrong_kind_reads_as_zero(value: str) -> None:
 
 @pytest.mark.parametrize("value", ['"nan"', '"inf"', '"7"', "true", "[1]", "1e301", "-1e301"])
 def test_times_of_the_wrong_kind_read_as_zero_never_nan(value: str) -> None:
-    raw = files.parse_json('{"version": 1, "last_run": @, "drain": {"reason": "nodehealth: x", "time": @}}'
-                           .replace("@", value))
+    raw = files.parse_json(
+        '{"version": 1, "last_run": @, "drain": {"reason": "nodehealth: x", "time": @}}'.replace("@", value)
+    )
     st = slurmstate.State.from_json(raw)
     assert st.last_run == 0.0 and st.drain is not None and st.drain.time == 0.0
     st = slurmstate.State.from_json({"version": 1, "last_run": 5, "drain": {"reason": "r", "time": 1e9}})
     assert st.last_run == 5.0 and st.drain is not None and st.drain.time == 1e9
 
 
-@pytest.mark.parametrize("body", [
-    '{"time": NaN, "gpus": {}}', '{"time": 1, "gpus": 5}', '{"time": 1, "gpus": {"0": {"volatile_corrected": "x"}}}',
-    '{"time": 1, "gpus": {"0": {"volatile_corrected": 1e400}}}', '{"time": "1", "gpus": {}}',
-    '{"time": 1, "gpus": {"0": {"volatile_corrected": 100000000000000000000}}}', '[1]',
-    '{"time": 1, "gpus": {"zero": {}}}', '{"time": 1, "gpus": {"0": [' + "[" * 5000 + "]" * 5000 + "]}}",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"time": NaN, "gpus": {}}',
+        '{"time": 1, "gpus": 5}',
+        '{"time": 1, "gpus": {"0": {"volatile_corrected": "x"}}}',
+        '{"time": 1, "gpus": {"0": {"volatile_corrected": 1e400}}}',
+        '{"time": "1", "gpus": {}}',
+        '{"time": 1, "gpus": {"0": {"volatile_corrected": 100000000000000000000}}}',
+        "[1]",
+        '{"time": 1, "gpus": {"zero": {}}}',
+        '{"time": 1, "gpus": {"0": [' + "[" * 5000 + "]" * 5000 + "]}}",
+    ],
+)
 def test_poisoned_counters_are_absent_with_a_reason_and_rewritten(state: Path, body: str) -> None:
     (state / layout.COUNTERS).write_text(body)
     latest, why = counters.read_latest_checked(str(state))
@@ -402,23 +454,28 @@ def test_a_deep_verdict_is_corrupt_not_a_crash(state: Path) -> None:
 
 
 def test_non_finite_numbers_are_never_written(state: Path) -> None:
-    text = daemon_state.encode({"checks": [], "status": "OK", "duration_s": float("nan")}, BOOT,
-                               1000.0, "alive", interval_s=float("inf"))
+    text = daemon_state.encode(
+        {"checks": [], "status": "OK", "duration_s": float("nan")}, BOOT, 1000.0, "alive", interval_s=float("inf")
+    )
     assert files.parse_json(text)["interval_s"] is None
     files.write_json(str(state / "x.json"), {"a": float("-inf"), "b": [1.0, float("nan")]})
     assert files.parse_json((state / "x.json").read_text()) == {"a": None, "b": [1.0, None]}
 
 
-@pytest.mark.parametrize("line", [
-    '{"v":1,"event":"start","job_id":"5","time":NaN}', '{"v":1,"event":"start","job_id":"5","time":"nan"}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[1e400]}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[1000000000000000000000000000000]}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[100000]}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[true]}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"user":["x"]}',
-    '{"v":1,"event":"start","job_id":["5"],"time":1}',
-    '{"v":1,"event":"start","job_id":"5","time":1,"x":' + "[" * 100_000 + "]" * 100_000 + "}",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"v":1,"event":"start","job_id":"5","time":NaN}',
+        '{"v":1,"event":"start","job_id":"5","time":"nan"}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[1e400]}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[1000000000000000000000000000000]}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[100000]}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"gpus":[true]}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"user":["x"]}',
+        '{"v":1,"event":"start","job_id":["5"],"time":1}',
+        '{"v":1,"event":"start","job_id":"5","time":1,"x":' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
+)
 def test_poisoned_ledger_lines_are_skipped_and_counted(state: Path, line: str) -> None:
     good = json.dumps(start_record("6"), separators=(",", ":"))
     (state / layout.LEDGER).write_text(line + "\n" + good + "\n")
@@ -433,6 +490,7 @@ def test_a_huge_uid_is_dropped_not_kept() -> None:
 
 
 # --- item 6: the ledger keeps every record --------------------------------------------------------------
+
 
 def test_an_append_after_a_torn_record_starts_on_a_new_line(state: Path) -> None:
     torn = json.dumps(start_record("5"), separators=(",", ":"))[:40]

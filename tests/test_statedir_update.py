@@ -16,7 +16,8 @@ def test_a_record_over_what_the_reader_reads_is_refused_and_the_old_one_stands(t
     sd = str(tmp_path)
     name = layout.SLURM_OBSERVE
     assert records.update_doc(sd, name, lambda d: {"drain": {"node": "n1", "reason": "nh:x"}}) == {
-        "drain": {"node": "n1", "reason": "nh:x"}}
+        "drain": {"node": "n1", "reason": "nh:x"}
+    }
     path = Path(layout.path_for(sd, name))
     before = path.read_bytes()
     with pytest.raises(OSError, match="not written"):

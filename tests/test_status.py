@@ -17,8 +17,9 @@ def _status(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_status_after_a_drain_then_clean_runs_then_the_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_after_a_drain_then_clean_runs_then_the_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
     for var in ("SLURM_JOB_ID", "SLURM_JOB_GPUS"):
         monkeypatch.delenv(var)
@@ -29,8 +30,7 @@ def test_status_after_a_drain_then_clean_runs_then_the_resume(tmp_path: Path, mo
     code, doc = _status(capsys)
     assert code == 1
     assert doc["drain"]["check"] == "gpu_remapped_rows" and doc["drain"]["reason"].startswith("nh:rowremap ")
-    assert doc["drain"]["reboot_needed"] is False and doc["resume"] == {"clean_runs": 0, "needed": 2,
-                                                                        "enabled": True}
+    assert doc["drain"]["reboot_needed"] is False and doc["resume"] == {"clean_runs": 0, "needed": 2, "enabled": True}
     assert doc["slurm_view"]["gres_gpus"] == 8 and doc["last_run"]["status"] == "FAIL"
     f.use("healthy.toml")
     assert healthcheck.main() == 0
@@ -47,8 +47,9 @@ def test_status_after_a_drain_then_clean_runs_then_the_resume(tmp_path: Path, mo
     assert "drain: none of ours" in text and "config: " in text
 
 
-def test_status_shows_a_breaker_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_shows_a_breaker_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     nodes = {f"g{i}": ["IDLE+DRAIN", "nodehealth: gpu_count: 7 of 8"] for i in range(5)}
     nodes["n1"] = ["IDLE", None]
     Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", nodes=nodes)
@@ -59,8 +60,9 @@ def test_status_shows_a_breaker_hold(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "breaker: holding a drain back" in capsys.readouterr().out
 
 
-def test_status_with_a_config_that_does_not_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_with_a_config_that_does_not_validate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     Fake(tmp_path, monkeypatch)
     cfg = tmp_path / "bad.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[gpu]\nexpected_count = "eight"\n')
@@ -70,7 +72,8 @@ def test_status_with_a_config_that_does_not_validate(tmp_path: Path, monkeypatch
 
 
 def test_status_in_observe_mode_shows_the_would_be_drain_never_a_drain(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """In observe mode the act sequence records its drain as if made; Slurm has the node in service,
     so status must not say "drained by nodehealth": it says what would have been done."""
     from test_slurm_observe import configure, no_job
@@ -89,8 +92,9 @@ def test_status_in_observe_mode_shows_the_would_be_drain_never_a_drain(
     assert "drain: none of ours" in text and "would drain (observe mode" in text and "drain 1" in text
 
 
-def test_status_counts_the_reboots_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_counts_the_reboots_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from test_slurm_observe import configure, no_job
 
     f = Fake(tmp_path, monkeypatch, scenario="gpu-missing.toml", clean_runs=1)

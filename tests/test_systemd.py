@@ -80,16 +80,24 @@ REQUIRED = (
     ("ReadWritePaths", lambda u: "/run/nodehealth" in words(u, "ReadWritePaths")),
     # The state dir holds the config text, user names and the verdict a prolog trusts: root's alone
     # (docs/security.md); the daemon refuses one writable by others, and nothing else may read it.
-    ("RuntimeDirectoryMode", lambda u: last(u, "RuntimeDirectory") == "nodehealth"
-     and last(u, "RuntimeDirectoryMode") == "0700"),
+    (
+        "RuntimeDirectoryMode",
+        lambda u: last(u, "RuntimeDirectory") == "nodehealth" and last(u, "RuntimeDirectoryMode") == "0700",
+    ),
     # What must outlive a reboot ([paths] persistent_dir, /var/lib/nodehealth): the same discipline.
-    ("StateDirectoryMode", lambda u: last(u, "StateDirectory") == "nodehealth"
-     and last(u, "StateDirectoryMode") == "0700"),
+    (
+        "StateDirectoryMode",
+        lambda u: last(u, "StateDirectory") == "nodehealth" and last(u, "StateDirectoryMode") == "0700",
+    ),
     ("ProtectHome", lambda u: last(u, "ProtectHome") == "yes"),
     ("PrivateTmp", lambda u: last(u, "PrivateTmp") == "yes"),
     ("NoNewPrivileges", lambda u: last(u, "NoNewPrivileges") == "yes"),
-    ("DeviceAllow", lambda u: {"/dev/kmsg", "char-nvidia-frontend"}
-     <= {v.split()[0] for v in u.get("Service", {}).get("DeviceAllow", [])}),
+    (
+        "DeviceAllow",
+        lambda u: (
+            {"/dev/kmsg", "char-nvidia-frontend"} <= {v.split()[0] for v in u.get("Service", {}).get("DeviceAllow", [])}
+        ),
+    ),
     ("MemoryMax", lambda u: last(u, "MemoryMax") not in ("", "infinity")),
     ("CPUQuota", lambda u: last(u, "CPUQuota").endswith("%")),
 )
@@ -108,8 +116,9 @@ def test_unit_has_what_the_daemon_needs():
 
 
 def _commented_out(key: str) -> str:
-    return "".join(f"# {line}" if line.startswith(f"{key}=") else line
-                   for line in UNIT.read_text().splitlines(keepends=True))
+    return "".join(
+        f"# {line}" if line.startswith(f"{key}=") else line for line in UNIT.read_text().splitlines(keepends=True)
+    )
 
 
 @pytest.mark.parametrize("key", [key for key, _ in REQUIRED])
@@ -120,8 +129,10 @@ def test_a_commented_out_setting_is_missing(key):
 
 
 def test_parser_reads_systemd_syntax():
-    unit = parse_unit("[Service]\n; a comment\nDeviceAllow=/dev/a rw\nDeviceAllow=\nDeviceAllow=/dev/b \\\n  r\n"
-                      "WatchdogSec=0\n[Install]\nWantedBy=x.target\n")
+    unit = parse_unit(
+        "[Service]\n; a comment\nDeviceAllow=/dev/a rw\nDeviceAllow=\nDeviceAllow=/dev/b \\\n  r\n"
+        "WatchdogSec=0\n[Install]\nWantedBy=x.target\n"
+    )
     assert unit["Service"]["DeviceAllow"] == ["/dev/b r"]  # the empty assignment reset the list
     assert "WatchdogSec" in unmet(unit) and last(unit, "WantedBy", "Install") == "x.target"
     with pytest.raises(AssertionError):
@@ -162,8 +173,9 @@ EXPOSURE = 3.2
 def test_systemd_analyze_security_exposure(tmp_path):
     unit = tmp_path / "nodehealth.service"
     unit.write_text(UNIT.read_text())
-    res = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager", str(unit)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [ANALYZE, "security", "--offline=true", "--no-pager", str(unit)], capture_output=True, text=True
+    )
     found = re.search(r"Overall exposure level for nodehealth.service: (\d+\.\d)", res.stdout)
     assert found, res.stdout + res.stderr
     assert float(found.group(1)) <= EXPOSURE, res.stdout
@@ -193,11 +205,15 @@ def test_the_real_unit_starts_and_reports_ready(tmp_path):
     try:
         (work / "state").mkdir()
         config = work / "nodehealth.toml"
-        config.write_text(f'[paths]\nstate_dir = "{work / "state"}"\n[nvml]\nsimulate = '
-                          f'"{ROOT / "examples" / "scenarios" / "healthy-8x-h100.toml"}"\n')
+        config.write_text(
+            f'[paths]\nstate_dir = "{work / "state"}"\n[nvml]\nsimulate = '
+            f'"{ROOT / "examples" / "scenarios" / "healthy-8x-h100.toml"}"\n'
+        )
         exe = Path(sys.executable).parent / "nodehealth"
-        text = UNIT.read_text().replace("ExecStart=/usr/bin/nodehealth daemon --config /etc/nodehealth/nodehealth.toml",
-                                        f"ExecStart={exe} daemon --config {config}")
+        text = UNIT.read_text().replace(
+            "ExecStart=/usr/bin/nodehealth daemon --config /etc/nodehealth/nodehealth.toml",
+            f"ExecStart={exe} daemon --config {config}",
+        )
         text = text.replace("ReadWritePaths=/run/nodehealth", f"ReadWritePaths=/run/nodehealth {work}")
         text = text.replace("StateDirectory=nodehealth", "StateDirectory=nodehealth-test")  # not the host's
         target.write_text(text.replace("ProtectHome=yes", "ProtectHome=read-only"))

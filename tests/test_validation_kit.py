@@ -30,8 +30,17 @@ from nodehealth.validation.record import Call
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples" / "scenarios"
 KIT_SCENARIOS = ("healthy-8x-h100", "nvlink-down", "gpu-lost", "hung-nvml-call")
-FILES = ("calls.jsonl", "observations.jsonl", "symbols.json", "nvidia-smi-q.txt", "nvrm.txt", "scenario.toml",
-         "report.md", "report.json", "replay/calls.jsonl")
+FILES = (
+    "calls.jsonl",
+    "observations.jsonl",
+    "symbols.json",
+    "nvidia-smi-q.txt",
+    "nvrm.txt",
+    "scenario.toml",
+    "report.md",
+    "report.json",
+    "replay/calls.jsonl",
+)
 HANG_TIMEOUT_S = 2.0
 
 
@@ -78,8 +87,8 @@ def test_every_file_is_written_and_calls_jsonl_covers_every_call(runs, name):
     # The probe announces each call before making it: the recording has every one, in order.
     announced = [o["value"] for o in _lines(path / "observations.jsonl") if o["type"] == "call"]
     made = [s["fn"] for s in starts]
-    assert made[:len(announced)] == announced
-    assert set(made[len(announced):]) <= {"nvmlShutdown"}
+    assert made[: len(announced)] == announced
+    assert set(made[len(announced) :]) <= {"nvmlShutdown"}
     assert items[-1]["type"] == "end"
     assert not any(record.mutating(fn) for fn in made)
     # Handles are shown as GPU indices.
@@ -95,13 +104,26 @@ def test_healthy_scenario_replays_without_a_difference(runs):
     scenario = simnvml.parse(str(path / "scenario.toml"))
     assert len(scenario.gpus) == 8
     assert [g.values["pci_bus_id"] for g in scenario.gpus] == list(
-        simnvml.parse(str(SCENARIOS / "healthy-8x-h100.toml")).pci_bus_ids)
+        simnvml.parse(str(SCENARIOS / "healthy-8x-h100.toml")).pci_bus_ids
+    )
     replay = doc["replay"]
     assert replay["outcome"] == "complete" and replay["differences"] == []
     assert replay["recorded_calls"] == replay["replayed_calls"] == doc["timing"]["total_calls"]
     assert "same function sequence: yes" in (path / "report.md").read_text()
-    assert cli.main(["validate-nvml", "--out", str(path / "again"), "--simulate", str(path / "scenario.toml"),
-                     "--timeout", "30"]) == 0
+    assert (
+        cli.main(
+            [
+                "validate-nvml",
+                "--out",
+                str(path / "again"),
+                "--simulate",
+                str(path / "scenario.toml"),
+                "--timeout",
+                "30",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("name", ("nvlink-down", "gpu-lost"))
@@ -118,7 +140,7 @@ def test_faulty_scenarios_round_trip(runs, name):
 
 def test_a_hung_call_is_recorded_as_never_returned_within_the_timeout(runs):
     path, doc, seconds = runs["hung-nvml-call"]
-    (hang_call, hang_gpu), = simnvml.parse(str(SCENARIOS / "hung-nvml-call.toml")).hangs
+    ((hang_call, hang_gpu),) = simnvml.parse(str(SCENARIOS / "hung-nvml-call.toml")).hangs
     field_calls = getattr(simnvml, "FIELD_CALLS", {})
     expected_fn = "nvmlDeviceGetFieldValues" if hang_call in field_calls else hang_call
     items = _lines(path / "calls.jsonl")
@@ -137,25 +159,38 @@ def test_a_hung_call_is_recorded_as_never_returned_within_the_timeout(runs):
 def test_a_modified_scenario_shows_differences(runs, tmp_path):
     path, _, _ = runs["healthy-8x-h100"]
     text = (path / "scenario.toml").read_text()
-    text, n = re.subn(r"^temperature_c = (\d+)$", lambda m: f"temperature_c = {int(m.group(1)) + 20}", text,
-                      count=1, flags=re.M)
+    text, n = re.subn(
+        r"^temperature_c = (\d+)$", lambda m: f"temperature_c = {int(m.group(1)) + 20}", text, count=1, flags=re.M
+    )
     assert n == 1
     text += '\n[[faults.errors]]\ncall = "nvmlDeviceGetPowerUsage"\ngpu = 1\nerror = "GPU_IS_LOST"\n'
     changed = tmp_path / "changed.toml"
     changed.write_text(text)
     loader, _ = kit.simulated_loader(str(changed))
     record.record(str(tmp_path / "rec"), loader, 30.0)
-    diffs = compare.diff_calls(record.load(str(path / "calls.jsonl")),
-                              record.load(str(tmp_path / "rec" / "calls.jsonl")))
+    diffs = compare.diff_calls(
+        record.load(str(path / "calls.jsonl")), record.load(str(tmp_path / "rec" / "calls.jsonl"))
+    )
     kinds = {d["kind"] for d in diffs}
     assert {"value", "return", "only_recorded"} <= kinds, kinds
     temp = [d for d in diffs if d["fn"] == "nvmlDeviceGetTemperature" and d["kind"] == "value"]
     assert temp and temp[0]["gpu"] == 0 and temp[0]["replayed"] == temp[0]["recorded"] + 20
     lost = [d for d in diffs if d["kind"] == "return"]
     assert lost[0]["fn"] == "nvmlDeviceGetPowerUsage" and lost[0]["gpu"] == 1 and "GPU_IS_LOST" in lost[0]["replayed"]
-    md = report.render_markdown({"run": {}, "timing": report.timing([]), "symbols": {"status": "x"},
-                                 "replay": {"outcome": "complete", "recorded_calls": 1, "replayed_calls": 1,
-                                            "differences": diffs, "summary": compare.summarise_differences(diffs)}})
+    md = report.render_markdown(
+        {
+            "run": {},
+            "timing": report.timing([]),
+            "symbols": {"status": "x"},
+            "replay": {
+                "outcome": "complete",
+                "recorded_calls": 1,
+                "replayed_calls": 1,
+                "differences": diffs,
+                "summary": compare.summarise_differences(diffs),
+            },
+        }
+    )
     assert "same values: no" in md and "same return codes: no" in md and "same function sequence: no" in md
 
 
@@ -169,17 +204,33 @@ def test_the_recorder_refuses_every_mutating_call():
     proxy = record.RecordingNvml(pynvml, sink.append)
     with pytest.raises(record.MutatingCallRefused, match="never changes a GPU setting"):
         proxy.nvmlDeviceSetPersistenceMode(0, 1)
-    for name in ("nvmlDeviceClearEccErrorCounts", "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceSetPowerManagementLimit",
-                 "nvmlDeviceSetMigMode", "nvmlDeviceModifyDrainState", "nvmlDeviceRemoveGpu", "nvmlEventSetCreate",
-                 "nvmlDeviceRegisterEvents", "nvmlDeviceSetPersistenceMode", "nvmlLib", "_nvmlCheckReturn"):
+    for name in (
+        "nvmlDeviceClearEccErrorCounts",
+        "nvmlDeviceResetGpuLockedClocks",
+        "nvmlDeviceSetPowerManagementLimit",
+        "nvmlDeviceSetMigMode",
+        "nvmlDeviceModifyDrainState",
+        "nvmlDeviceRemoveGpu",
+        "nvmlEventSetCreate",
+        "nvmlDeviceRegisterEvents",
+        "nvmlDeviceSetPersistenceMode",
+        "nvmlLib",
+        "_nvmlCheckReturn",
+    ):
         with pytest.raises(record.MutatingCallRefused):
             getattr(proxy, name)
     # The C functions the probe calls itself pass the same guard, by symbol.
     for symbol in ("nvmlDeviceSetPersistenceMode", "nvmlDeviceClearEccErrorCounts", "nvmlDeviceResetGpuLockedClocks"):
         with pytest.raises(record.MutatingCallRefused):
             proxy._nvmlGetFunctionPointer(symbol)
-    setters = [n for n in dir(pynvml) if n.startswith("nvml") and callable(getattr(pynvml, n))
-               and re.search(r"Set|Clear|Reset|Register", n) and not re.search(r"Settings|Offset", n)]
+    setters = [
+        n
+        for n in dir(pynvml)
+        if n.startswith("nvml")
+        and callable(getattr(pynvml, n))
+        and re.search(r"Set|Clear|Reset|Register", n)
+        and not re.search(r"Settings|Offset", n)
+    ]
     assert setters and all(record.mutating(n) for n in setters)
     assert not [n for n in NVML_FUNCTIONS if record.mutating(n)]  # the probe's calls all go through
     assert not any(n for n in dir(proxy) if n.startswith("nvml") and record.mutating(n))
@@ -227,8 +278,10 @@ def test_the_recorder_wraps_calls_and_renders_ctypes_values():
     returns = [r for r in sink if r["type"] == "return"]
     assert returns[0]["value"] == {"handle": 2}
     assert returns[1]["gpu"] == 2 and returns[1]["value"] == {"total": 100, "free": 60, "used": 40}
-    assert returns[2]["value"] == [{"fieldId": 230, "scopeId": 0, "nvmlReturn": 0, "value": 2},
-                                   {"fieldId": 82, "scopeId": 0, "nvmlReturn": 3, "value": None}]
+    assert returns[2]["value"] == [
+        {"fieldId": 230, "scopeId": 0, "nvmlReturn": 0, "value": 2},
+        {"fieldId": 82, "scopeId": 0, "nvmlReturn": 3, "value": None},
+    ]
     assert (returns[3]["rc"], returns[3]["error"]) == (3, "NOT_SUPPORTED")
     assert [r["args"] for r in sink if r["type"] == "start"][1] == ["<gpu 2>"]
     json.dumps(sink)
@@ -300,18 +353,22 @@ def _call(seq, fn, gpu, argv, value=None, rc=0, error=None, out=None, returned=T
 def test_the_writer_reads_field_values_and_errors():
     h = {"handle": 0}
     fields = [[3, 0], [29, 0], [30, 0], [31, 0], [82, 0], [91, 0], [142, 0], [230, 0]]
-    values = [{"fieldId": 3, "scopeId": 0, "nvmlReturn": 0, "value": 2},
-              {"fieldId": 29, "scopeId": 0, "nvmlReturn": 3, "value": None},
-              {"fieldId": 30, "scopeId": 0, "nvmlReturn": 3, "value": None},
-              {"fieldId": 31, "scopeId": 0, "nvmlReturn": 3, "value": None},
-              {"fieldId": 82, "scopeId": 0, "nvmlReturn": 0, "value": 44},
-              {"fieldId": 91, "scopeId": 0, "nvmlReturn": 0, "value": 2},
-              {"fieldId": 142, "scopeId": 0, "nvmlReturn": 0, "value": 1},
-              {"fieldId": 230, "scopeId": 0, "nvmlReturn": 0, "value": 2}]
-    links = [{"fieldId": 165, "scopeId": 0, "nvmlReturn": 0, "value": 1},
-             {"fieldId": 161, "scopeId": 0, "nvmlReturn": 0, "value": 5},
-             {"fieldId": 165, "scopeId": 1, "nvmlReturn": 0, "value": 0},
-             {"fieldId": 161, "scopeId": 1, "nvmlReturn": 0, "value": 0}]
+    values = [
+        {"fieldId": 3, "scopeId": 0, "nvmlReturn": 0, "value": 2},
+        {"fieldId": 29, "scopeId": 0, "nvmlReturn": 3, "value": None},
+        {"fieldId": 30, "scopeId": 0, "nvmlReturn": 3, "value": None},
+        {"fieldId": 31, "scopeId": 0, "nvmlReturn": 3, "value": None},
+        {"fieldId": 82, "scopeId": 0, "nvmlReturn": 0, "value": 44},
+        {"fieldId": 91, "scopeId": 0, "nvmlReturn": 0, "value": 2},
+        {"fieldId": 142, "scopeId": 0, "nvmlReturn": 0, "value": 1},
+        {"fieldId": 230, "scopeId": 0, "nvmlReturn": 0, "value": 2},
+    ]
+    links = [
+        {"fieldId": 165, "scopeId": 0, "nvmlReturn": 0, "value": 1},
+        {"fieldId": 161, "scopeId": 0, "nvmlReturn": 0, "value": 5},
+        {"fieldId": 165, "scopeId": 1, "nvmlReturn": 0, "value": 0},
+        {"fieldId": 161, "scopeId": 1, "nvmlReturn": 0, "value": 0},
+    ]
     calls = [
         _call(1, "nvmlSystemGetDriverVersion", None, [], "550.127.05"),
         _call(2, "nvmlDeviceGetCount", None, [], 2),
@@ -335,8 +392,10 @@ def test_the_writer_reads_field_values_and_errors():
     assert sorted(g0["unsupported"]) == ["nvmlDeviceGetPersistenceMode", "nvmlDeviceGetRetiredPages"]
     assert built.gpus[1]["pci_bus_id"] == "0000:5e:00.0"  # counted, unreadable: the next PCI address
     assert built.gpus[2] == {"pci_bus_id": "0000:86:00.0", "missing": True}
-    assert built.faults["errors"] == [{"call": "nvmlDeviceGetUUID", "gpu": 0, "error": "UNKNOWN"},
-                                      {"call": "nvmlDeviceGetHandleByIndex", "gpu": 1, "error": "GPU_IS_LOST"}]
+    assert built.faults["errors"] == [
+        {"call": "nvmlDeviceGetUUID", "gpu": 0, "error": "UNKNOWN"},
+        {"call": "nvmlDeviceGetHandleByIndex", "gpu": 1, "error": "GPU_IS_LOST"},
+    ]
     assert built.faults["hangs"] == [{"call": "nvmlDeviceGetName", "gpu": 0}]
     assert built.node["driver_version"] == "550.127.05" and built.node["driver_branch"] == 550
     toml = scenario_writer.to_toml(built, "header")
@@ -347,9 +406,17 @@ def test_the_writer_reads_field_values_and_errors():
 
 
 def test_keys_the_simulator_refuses_are_dropped_with_a_note(tmp_path):
-    built = scenario_writer.Built(node={"driver_version": "550.127.05", "future_key": 1},
-                                  gpus=[{"pci_bus_id": "0000:18:00.0", "temperature_c": 30, "hbm_future_c": 3,
-                                         "unsupported": ["nvmlDeviceGetNoSuchThing", "nvmlDeviceGetName"]}])
+    built = scenario_writer.Built(
+        node={"driver_version": "550.127.05", "future_key": 1},
+        gpus=[
+            {
+                "pci_bus_id": "0000:18:00.0",
+                "temperature_c": 30,
+                "hbm_future_c": 3,
+                "unsupported": ["nvmlDeviceGetNoSuchThing", "nvmlDeviceGetName"],
+            }
+        ],
+    )
     notes = scenario_writer.write(str(tmp_path / "s.toml"), built)
     scenario = simnvml.parse(str(tmp_path / "s.toml"))
     assert scenario.gpus[0].values["temperature_c"] == 30
@@ -361,15 +428,16 @@ def test_real_mode_without_a_driver_writes_the_host_evidence(tmp_path):
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this machine has an NVIDIA driver: run nodehealth validate-nvml by hand")
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho \"==============NVSMI LOG==============\"\necho \"args: $*\"\n")
+    smi.write_text('#!/bin/sh\necho "==============NVSMI LOG=============="\necho "args: $*"\n')
     smi.chmod(0o755)
     kmsg = tmp_path / "kmsg"
-    kmsg.write_text("6,100,5000,-;usb 1-1: new device\n"
-                    "4,101,6000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    kmsg.write_text(
+        "6,100,5000,-;usb 1-1: new device\n"
+        "4,101,6000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    )
     (tmp_path / "sys").mkdir()
     out = tmp_path / "out"
-    doc = kit.run(str(out), timeout_s=30.0, sysfs_root=str(tmp_path / "sys"), kmsg_path=str(kmsg),
-                  nvidia_smi=str(smi))
+    doc = kit.run(str(out), timeout_s=30.0, sysfs_root=str(tmp_path / "sys"), kmsg_path=str(kmsg), nvidia_smi=str(smi))
     smi_text = (out / "nvidia-smi-q.txt").read_text()
     assert "NVSMI LOG" in smi_text and "args: -q" in smi_text
     nvrm = (out / "nvrm.txt").read_text()
@@ -409,8 +477,16 @@ def test_cli_bad_scenario_is_a_usage_error(tmp_path, capsys):
 # ---------------------------------------------------------------- --out on someone else's ground
 
 NOBODY = 65534
-OUT_NAMES = ("report.md", "report.json", "calls.jsonl", "observations.jsonl", "symbols.json", "scenario.toml",
-             "nvidia-smi-q.txt", "nvrm.txt")
+OUT_NAMES = (
+    "report.md",
+    "report.json",
+    "calls.jsonl",
+    "observations.jsonl",
+    "symbols.json",
+    "scenario.toml",
+    "nvidia-smi-q.txt",
+    "nvrm.txt",
+)
 
 
 def _victims(tmp_path: Path) -> dict[str, Path]:
@@ -461,8 +537,12 @@ def test_an_out_dir_of_another_user_is_refused_before_anything_is_written(tmp_pa
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(OSError, match=r"owned by uid 65534 \(nobody\), not by uid 0"):
         kit.run(str(out), simulate=str(SCENARIOS / "healthy-8x-h100.toml"), timeout_s=30.0, replay=False)
-    assert cli.main(["validate-nvml", "--out", str(out), "--simulate", str(SCENARIOS / "healthy-8x-h100.toml"),
-                     "--no-replay"]) == 2
+    assert (
+        cli.main(
+            ["validate-nvml", "--out", str(out), "--simulate", str(SCENARIOS / "healthy-8x-h100.toml"), "--no-replay"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "not written into" in err and "uid 65534 (nobody)" in err, err
     for name, victim in victims.items():

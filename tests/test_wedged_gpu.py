@@ -47,8 +47,9 @@ def hung_config(tmp_path: Path):
     path = write_config(tmp_path, "hung-nvml-init", free_port(), nvml_timeout_s=BUDGET_S)
     text = path.read_text()
     assert text.count("[nvml]\n") == 1
-    path.write_text(text.replace("[nvml]\n", f"[nvml]\ninit_timeout_s = {HANG_DEADLINE_S}\n"
-                                 f"call_timeout_s = {HANG_DEADLINE_S}\n"))
+    path.write_text(
+        text.replace("[nvml]\n", f"[nvml]\ninit_timeout_s = {HANG_DEADLINE_S}\ncall_timeout_s = {HANG_DEADLINE_S}\n")
+    )
     cfg = loader.load(str(path))
     before = set(_children())
     yield cfg, before
@@ -98,6 +99,7 @@ def test_a_reader_that_survives_sigkill_is_the_only_one_and_the_rounds_report_it
                 spared.append(pid)
                 return
             real(pid, sig)
+
         return kill
 
     monkeypatch.setattr(child.os, "killpg", unkillable(real_killpg))
@@ -112,8 +114,9 @@ def test_a_reader_that_survives_sigkill_is_the_only_one_and_the_rounds_report_it
         outcome = runner.execute(cfg, phase="daemon", only=ONLY)
         result = _nvml(outcome.report)
         assert result.status.name == "FAIL" and result.action.value == "reboot", result
-        assert "still not answering since" in result.summary and f"child pid {pid} stuck" in result.summary, \
+        assert "still not answering since" in result.summary and f"child pid {pid} stuck" in result.summary, (
             result.summary
+        )
         assert outcome.observations.nvml.kind == "timeout"
         assert set(_children()) - before == {pid}  # no new reader forked
 

@@ -26,9 +26,52 @@ from nodehealth.xid.parse import parse_line
 CATALOG = load_catalog()
 
 # Every XID in the reference table (shared REFERENCE.md) must be in the catalog.
-REFERENCE_XIDS = [8, 13, 31, 32, 38, 43, 44, 45, 46, 48, 54, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95,
-                  109, 110, 119, 120, 121, 136, 140, 143, 144, 145, 146, 147, 148, 149, 150, 151, 154, 155,
-                  156, 157, 158, 159]
+REFERENCE_XIDS = [
+    8,
+    13,
+    31,
+    32,
+    38,
+    43,
+    44,
+    45,
+    46,
+    48,
+    54,
+    61,
+    62,
+    63,
+    64,
+    68,
+    69,
+    74,
+    79,
+    92,
+    94,
+    95,
+    109,
+    110,
+    119,
+    120,
+    121,
+    136,
+    140,
+    143,
+    144,
+    145,
+    146,
+    147,
+    148,
+    149,
+    150,
+    151,
+    154,
+    155,
+    156,
+    157,
+    158,
+    159,
+]
 
 
 def test_catalog_names_its_source() -> None:
@@ -131,20 +174,39 @@ def _write(tmp_path: Path, body: str) -> Path:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        pytest.param('[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="awful"\naction="reboot"\n',
-                     r"XID 48: severity", id="bad-severity"),
-        pytest.param('[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\naction="pray"\n',
-                     r"XID 48: action", id="bad-action"),
-        pytest.param('[xid.48]\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\naction="reboot"\n',
-                     r"XID 48: mnemonic", id="missing-mnemonic"),
-        pytest.param('[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\n'
-                     'action="reboot"\ncolour="red"\n', r"XID 48: unknown key\(s\) colour", id="unknown-key"),
-        pytest.param('[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\n'
-                     'action="reboot"\nfatal_severity="drain"\n', r"XID 48: fatal_severity and fatal_action",
-                     id="fatal-half"),
+        pytest.param(
+            '[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="awful"\naction="reboot"\n',
+            r"XID 48: severity",
+            id="bad-severity",
+        ),
+        pytest.param(
+            '[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\naction="pray"\n',
+            r"XID 48: action",
+            id="bad-action",
+        ),
+        pytest.param(
+            '[xid.48]\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\naction="reboot"\n',
+            r"XID 48: mnemonic",
+            id="missing-mnemonic",
+        ),
+        pytest.param(
+            '[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\n'
+            'action="reboot"\ncolour="red"\n',
+            r"XID 48: unknown key\(s\) colour",
+            id="unknown-key",
+        ),
+        pytest.param(
+            '[xid.48]\nmnemonic="DBE"\nmeaning="m"\nnvidia_action="X"\nseverity="drain"\n'
+            'action="reboot"\nfatal_severity="drain"\n',
+            r"XID 48: fatal_severity and fatal_action",
+            id="fatal-half",
+        ),
         pytest.param('[xid.abc]\nmnemonic="DBE"\n', r"\[xid.abc\]: not an XID number", id="bad-key"),
-        pytest.param('[recovery_actions.1]\nname="Reset"\nseverity="drain"\naction="jump"\n',
-                     r"recovery action 1: action", id="bad-recovery-action"),
+        pytest.param(
+            '[recovery_actions.1]\nname="Reset"\nseverity="drain"\naction="jump"\n',
+            r"recovery action 1: action",
+            id="bad-recovery-action",
+        ),
     ],
 )
 def test_invalid_catalog_file(tmp_path: Path, body: str, message: str) -> None:
@@ -160,32 +222,79 @@ def test_catalog_without_source_is_rejected(tmp_path: Path) -> None:
 
 
 RECOVERY_LINES = [
-    ("none-to-drain-and-reset", "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-     (4, "Drain and Reset"), Severity.DRAIN, Action.RESET_GPU),
-    ("drain-to-gpu-reset", "GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
-     (1, "GPU Reset Required"), Severity.DRAIN, Action.RESET_GPU),
-    ("node-reboot", "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-     (2, "Node Reboot Required"), Severity.DRAIN, Action.REBOOT),
-    ("os-reboot-spelling", "GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)",
-     (2, "OS Reboot"), Severity.DRAIN, Action.REBOOT),
-    ("pf-flr-spelling", "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)",
-     (1, "PF FLR"), Severity.DRAIN, Action.RESET_GPU),
-    ("back-to-none", "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
-     (0, "None"), Severity.WARNING, Action.NONE),
-    ("drain-p2p", "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)",
-     (3, "Drain P2P"), Severity.DRAIN, Action.RESET_GPU),
-    ("future-code-named-reboot", "GPU recovery action changed from 0x0 (None) to 0x1f (Rack Reboot)",
-     (31, "Rack Reboot"), Severity.DRAIN, Action.REBOOT),
-    ("future-code-unnamed", "GPU recovery action changed from 0x0 (None) to 0x1f",
-     (31, ""), Severity.WARNING, Action.INSPECT),
+    (
+        "none-to-drain-and-reset",
+        "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        (4, "Drain and Reset"),
+        Severity.DRAIN,
+        Action.RESET_GPU,
+    ),
+    (
+        "drain-to-gpu-reset",
+        "GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
+        (1, "GPU Reset Required"),
+        Severity.DRAIN,
+        Action.RESET_GPU,
+    ),
+    (
+        "node-reboot",
+        "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+        (2, "Node Reboot Required"),
+        Severity.DRAIN,
+        Action.REBOOT,
+    ),
+    (
+        "os-reboot-spelling",
+        "GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)",
+        (2, "OS Reboot"),
+        Severity.DRAIN,
+        Action.REBOOT,
+    ),
+    (
+        "pf-flr-spelling",
+        "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)",
+        (1, "PF FLR"),
+        Severity.DRAIN,
+        Action.RESET_GPU,
+    ),
+    (
+        "back-to-none",
+        "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+        (0, "None"),
+        Severity.WARNING,
+        Action.NONE,
+    ),
+    (
+        "drain-p2p",
+        "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)",
+        (3, "Drain P2P"),
+        Severity.DRAIN,
+        Action.RESET_GPU,
+    ),
+    (
+        "future-code-named-reboot",
+        "GPU recovery action changed from 0x0 (None) to 0x1f (Rack Reboot)",
+        (31, "Rack Reboot"),
+        Severity.DRAIN,
+        Action.REBOOT,
+    ),
+    (
+        "future-code-unnamed",
+        "GPU recovery action changed from 0x0 (None) to 0x1f",
+        (31, ""),
+        Severity.WARNING,
+        Action.INSPECT,
+    ),
     ("unparsable", "GPU recovery action is now something else", None, Severity.WARNING, Action.INSPECT),
 ]
 
 
-@pytest.mark.parametrize(("payload", "parsed", "severity", "action"),
-                         [pytest.param(*case[1:], id=case[0]) for case in RECOVERY_LINES])
-def test_xid154_recovery_action(payload: str, parsed: Optional[tuple[int, str]], severity: Severity,
-                                action: Action) -> None:
+@pytest.mark.parametrize(
+    ("payload", "parsed", "severity", "action"), [pytest.param(*case[1:], id=case[0]) for case in RECOVERY_LINES]
+)
+def test_xid154_recovery_action(
+    payload: str, parsed: Optional[tuple[int, str]], severity: Severity, action: Action
+) -> None:
     assert parse_recovery_action(payload) == parsed
     event = parse_line(f"[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, {payload}")
     assert event is not None
@@ -194,8 +303,9 @@ def test_xid154_recovery_action(payload: str, parsed: Optional[tuple[int, str]],
 
 def test_xid154_override_wins_over_payload() -> None:
     catalog = load_catalog(overrides={154: "warning"})
-    event = parse_line("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
-                       "to 0x2 (Node Reboot Required)")
+    event = parse_line(
+        "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    )
     assert event is not None
     assert judge(event, catalog) == (Severity.WARNING, Action.INSPECT)
 
@@ -203,12 +313,20 @@ def test_xid154_override_wins_over_payload() -> None:
 @pytest.mark.parametrize(
     ("line", "severity", "action"),
     [
-        pytest.param("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
-                     "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
-                     Severity.DRAIN, Action.RESET_GPU, id="nvlink5-fatal"),
-        pytest.param("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal "
-                     "XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-                     Severity.WARNING, Action.NONE, id="nvlink5-nonfatal"),
+        pytest.param(
+            "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+            "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            Severity.DRAIN,
+            Action.RESET_GPU,
+            id="nvlink5-fatal",
+        ),
+        pytest.param(
+            "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal "
+            "XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+            Severity.WARNING,
+            Action.NONE,
+            id="nvlink5-nonfatal",
+        ),
     ],
 )
 def test_nvlink5_fatal_refinement(line: str, severity: Severity, action: Action) -> None:
@@ -225,11 +343,17 @@ def test_override_drops_fatal_refinement() -> None:
 
 
 def test_enrich_fills_verdict_gpu_and_job() -> None:
-    event = parse_line("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, "
-                       "name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!")
+    event = parse_line(
+        "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, "
+        "name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!"
+    )
     assert event is not None
-    gpus = gpu_map([GpuObservation(index=4, uuid="GPU-4", pci_bus_id="00000000:9B:00.0"),
-                    GpuObservation(index=0, uuid="GPU-0", pci_bus_id="00000000:1A:00.0")])
+    gpus = gpu_map(
+        [
+            GpuObservation(index=4, uuid="GPU-4", pci_bus_id="00000000:9B:00.0"),
+            GpuObservation(index=0, uuid="GPU-0", pci_bus_id="00000000:1A:00.0"),
+        ]
+    )
     enriched = attribute(enrich(event, CATALOG, job_id="81234"), gpus)
     assert enriched is not event
     assert event.severity is None, "enrich returns a new event"
@@ -309,8 +433,13 @@ def test_rate_rule_mixes_application_xids_and_ignores_untimed() -> None:
 
 def test_rate_rule_custom_clock_and_xids() -> None:
     events = [replace(_app(68, None), seq=s) for s in range(4)]
-    bursts = application_xid_bursts(events, max_events=3, window_s=10, application_xids=[68],
-                                    timestamp=lambda e: float(e.seq) if e.seq is not None else None)
+    bursts = application_xid_bursts(
+        events,
+        max_events=3,
+        window_s=10,
+        application_xids=[68],
+        timestamp=lambda e: float(e.seq) if e.seq is not None else None,
+    )
     assert [b.count for b in bursts] == [4]
 
 

@@ -56,8 +56,18 @@ def test_kmsg_records_get_a_wall_clock_time() -> None:
     from nodehealth.commands.xid import format_event
     from nodehealth.xid.events import XidEvent
 
-    event = XidEvent(xid=79, pci="0000:3b:00", kind="xid", pid=None, process=None, message="x", time=None,
-                     uptime_s=100.0, seq=1, raw="")
+    event = XidEvent(
+        xid=79,
+        pci="0000:3b:00",
+        kind="xid",
+        pid=None,
+        process=None,
+        message="x",
+        time=None,
+        uptime_s=100.0,
+        seq=1,
+        raw="",
+    )
     assert format_event(event, booted=1796000000.0).startswith("2026-11-30T")  # 1796000100 UTC
     assert format_event(event).startswith("- ")
 
@@ -85,8 +95,9 @@ def test_scan_stdin_mixed_formats(monkeypatch: pytest.MonkeyPatch, capsys: pytes
 
 def test_scan_kmsg_backlog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     kmsg = tmp_path / "kmsg"
-    kmsg.write_bytes(b"6,1,0,-;Linux version 6.1\n"
-                     b"3,9,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=a.out, DBE\n")
+    kmsg.write_bytes(
+        b"6,1,0,-;Linux version 6.1\n3,9,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=a.out, DBE\n"
+    )
     assert run("xid", "scan", "--kmsg", str(kmsg), "--format", "json") == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["xid"], r["seq"], r["time"]) for r in rows] == [(48, 9, "5.000000")]
@@ -107,14 +118,24 @@ def test_scan_missing_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("number", "expected"),
     [
-        pytest.param("79", ["XID 79  GPU_HAS_FALLEN_OFF_THE_BUS", "severity:       drain", "action:         reboot",
-                            "NVIDIA action:  restart the bare-metal node (RESTART_BM)"], id="xid79"),
+        pytest.param(
+            "79",
+            [
+                "XID 79  GPU_HAS_FALLEN_OFF_THE_BUS",
+                "severity:       drain",
+                "action:         reboot",
+                "NVIDIA action:  restart the bare-metal node (RESTART_BM)",
+            ],
+            id="xid79",
+        ),
         pytest.param("13", ["severity:       application", "application-XID rate rule"], id="xid13"),
-        pytest.param("154", ["GPU_RECOVERY_ACTION_CHANGED", "0x2 Node Reboot Required: severity drain, action reboot"],
-                     id="xid154"),
+        pytest.param(
+            "154",
+            ["GPU_RECOVERY_ACTION_CHANGED", "0x2 Node Reboot Required: severity drain, action reboot"],
+            id="xid154",
+        ),
         pytest.param("149", ["when Fatal:     severity drain, action reset_gpu"], id="xid149"),
-        pytest.param("4242", ["XID 4242  UNKNOWN", "severity:       warning", "action:         inspect"],
-                     id="unknown"),
+        pytest.param("4242", ["XID 4242  UNKNOWN", "severity:       warning", "action:         inspect"], id="unknown"),
     ],
 )
 def test_explain_text(number: str, expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,12 +150,17 @@ def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("xid", "explain", "63", "--format", "json") == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["xid"], data["severity"], data["action"], data["nvidia_action"]) == (
-        63, "warning", "reset_gpu", "IGNORE")
+        63,
+        "warning",
+        "reset_gpu",
+        "IGNORE",
+    )
     assert "nvidia.com" in data["source"]
 
 
-@pytest.mark.parametrize("argv", [["xid"], ["xid", "explain", "abc"], ["xid", "explain", "-5"],
-                                  ["xid", "scan", "--format", "xml"]])
+@pytest.mark.parametrize(
+    "argv", [["xid"], ["xid", "explain", "abc"], ["xid", "explain", "-5"], ["xid", "scan", "--format", "xml"]]
+)
 def test_usage_errors_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         run(*argv)

@@ -29,27 +29,39 @@ from nodehealth.xid.parse import parse_line, scan
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real-world"
 
 # Real published lines with an XID (every format of the fixtures), and the driver messages alone.
-REAL_XID_LINES = [row["line"] for row in map(json.loads, (FIXTURES / "xid_lines.jsonl").read_text(
-    encoding="utf-8").splitlines()) if row["xid"] is not None]
-DRIVER_MESSAGES = sorted({line[line.index("NVRM: "):] for line in REAL_XID_LINES} | {
-    "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
-    "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.",
-    "NVRM: fallen off the bus and is not responding to commands.",
-    "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
-})
-THREE_LINE = ("NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
-              "NVRM: fallen off the bus and is not responding to commands.")
+REAL_XID_LINES = [
+    row["line"]
+    for row in map(json.loads, (FIXTURES / "xid_lines.jsonl").read_text(encoding="utf-8").splitlines())
+    if row["xid"] is not None
+]
+DRIVER_MESSAGES = sorted(
+    {line[line.index("NVRM: ") :] for line in REAL_XID_LINES}
+    | {
+        "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+        "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.",
+        "NVRM: fallen off the bus and is not responding to commands.",
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+    }
+)
+THREE_LINE = (
+    "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands."
+)
 
 # Kernel records that quote a name a user chose, with {} where the name goes.
 NON_DRIVER_RECORDS = {
     "exec-null-argv": "process 'python3' launched '{}' with NULL argv: empty string added",
-    "apparmor-name": ('audit: type=1400 audit(1716102537.123:412): apparmor="DENIED" operation="open" '
-                      'class="file" profile="/usr/bin/man" name="{}" pid=2411 comm="man" requested_mask="r" '
-                      'denied_mask="r" fsuid=1000 ouid=1000'),
+    "apparmor-name": (
+        'audit: type=1400 audit(1716102537.123:412): apparmor="DENIED" operation="open" '
+        'class="file" profile="/usr/bin/man" name="{}" pid=2411 comm="man" requested_mask="r" '
+        'denied_mask="r" fsuid=1000 ouid=1000'
+    ),
     "ext4-mount-option": 'EXT4-fs (loop0): Unrecognized mount option "{}" or missing value',
-    "audit-comm": ('audit: type=1326 audit(1716102537.456:77): auid=1000 uid=1000 gid=1000 ses=3 '
-                   'subj=unconfined pid=4242 comm="{}" exe="/usr/bin/python3.11" sig=31 arch=c000003e '
-                   'syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0'),
+    "audit-comm": (
+        "audit: type=1326 audit(1716102537.456:77): auid=1000 uid=1000 gid=1000 ses=3 "
+        'subj=unconfined pid=4242 comm="{}" exe="/usr/bin/python3.11" sig=31 arch=c000003e '
+        "syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0"
+    ),
 }
 # A record that starts with the process name: the kernel's names are at most 15 bytes
 # (TASK_COMM_LEN), too short for any driver line the parser reads.
@@ -69,16 +81,20 @@ def _kmsg_escape(message: str) -> str:
 
 def _indented(prefix: str) -> Callable[[str], list[str]]:
     """dmesg and journalctl: the prefix on the first line, the record's further lines indented."""
+
     def render(message: str) -> list[str]:
         first, *rest = message.split("\n")
         return [prefix + first] + [" " * len(prefix) + line for line in rest]
+
     return render
 
 
 def _rsyslog(prefix: str) -> Callable[[str], list[str]]:
     """rsyslog (from the journal): control characters written as #ooo, so one line per record."""
+
     def render(message: str) -> list[str]:
         return [prefix + "".join(f"#{ord(c):03o}" if ord(c) < 32 else c for c in message)]
+
     return render
 
 
@@ -131,9 +147,12 @@ def test_the_three_line_fallen_off_the_bus_record_is_read_in_every_format(fmt: s
 EMBEDDED = st.one_of(
     st.text(max_size=80),
     st.sampled_from(REAL_XID_LINES + DRIVER_MESSAGES),
-    st.tuples(st.text(max_size=12), st.sampled_from(REAL_XID_LINES + DRIVER_MESSAGES + [THREE_LINE]),
-              st.sampled_from(["", "\n", "\r", "'", '"', "\x1b[2K\r"]), st.text(max_size=12)).map(
-        lambda t: t[0] + t[2] + t[1] + t[2] + t[3]),
+    st.tuples(
+        st.text(max_size=12),
+        st.sampled_from(REAL_XID_LINES + DRIVER_MESSAGES + [THREE_LINE]),
+        st.sampled_from(["", "\n", "\r", "'", '"', "\x1b[2K\r"]),
+        st.text(max_size=12),
+    ).map(lambda t: t[0] + t[2] + t[1] + t[2] + t[3]),
 )
 # A real driver line just before the forged record: the one place a continuation line is read.
 BEFORE = "NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d"
@@ -188,12 +207,20 @@ def test_a_continuation_line_is_read_only_inside_the_three_line_form() -> None:
 # --------------------------------------------------------------------------- through the event store
 
 FORGED = [
-    ("exec-null-argv", NON_DRIVER_RECORDS["exec-null-argv"].format(
-        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")),
+    (
+        "exec-null-argv",
+        NON_DRIVER_RECORDS["exec-null-argv"].format(
+            "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+        ),
+    ),
     ("apparmor-name", NON_DRIVER_RECORDS["apparmor-name"].format("/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE")),
     ("ext4", NON_DRIVER_RECORDS["ext4-mount-option"].format("NVRM: Xid (PCI:0000:1a:00): 48, DBE")),
-    ("newline-in-name", NON_DRIVER_RECORDS["exec-null-argv"].format(
-        "x\nNVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")),
+    (
+        "newline-in-name",
+        NON_DRIVER_RECORDS["exec-null-argv"].format(
+            "x\nNVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+        ),
+    ),
 ]
 
 

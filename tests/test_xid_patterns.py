@@ -23,8 +23,11 @@ BEGIN, END = "<!-- patterns: generated from nodehealth/xid/patterns.py -->", "<!
 
 
 def _cases() -> list[Any]:
-    return [pytest.param(p, s, id=f"{p.name}-{i}-{'gives' if s.gives is not None else 'none'}")
-            for p in PATTERNS for i, s in enumerate(p.samples, 1)]
+    return [
+        pytest.param(p, s, id=f"{p.name}-{i}-{'gives' if s.gives is not None else 'none'}")
+        for p in PATTERNS
+        for i, s in enumerate(p.samples, 1)
+    ]
 
 
 @pytest.mark.parametrize(("pattern", "sample"), _cases())
@@ -76,8 +79,11 @@ def test_names_are_unique_and_the_pre_filter_covers_every_event_pattern() -> Non
 def test_published_samples_are_the_fixture_lines() -> None:
     """A sample citing a published source is (part of) a verbatim line of tests/fixtures/real-world/."""
     fixtures = Path(__file__).resolve().parent / "fixtures" / "real-world"
-    known = [json.loads(t)["line"] for t in (fixtures / "xid_lines.jsonl").read_text(encoding="utf-8").splitlines()
-             if t.strip()]
+    known = [
+        json.loads(t)["line"]
+        for t in (fixtures / "xid_lines.jsonl").read_text(encoding="utf-8").splitlines()
+        if t.strip()
+    ]
     for log in sorted((fixtures / "xid_logs").glob("*.log")):
         known += log.read_text(encoding="utf-8", errors="replace").splitlines()
     for p in PATTERNS:
@@ -100,9 +106,10 @@ def test_docs_pattern_table_is_generated_from_the_table(request: pytest.FixtureR
     if request.config.getoption("--update-golden"):
         text = DOC.read_text(encoding="utf-8")
         m = _doc_block(text)
-        DOC.write_text(text[:m.start(1)] + want + text[m.end(1):], encoding="utf-8")
-    assert _doc_block(DOC.read_text(encoding="utf-8")).group(1) == want, \
+        DOC.write_text(text[: m.start(1)] + want + text[m.end(1) :], encoding="utf-8")
+    assert _doc_block(DOC.read_text(encoding="utf-8")).group(1) == want, (
         "docs/xid.md is out of date: pytest tests/test_xid_patterns.py --update-golden"
+    )
 
 
 def test_every_pattern_entry_is_in_the_table() -> None:

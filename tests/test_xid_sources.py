@@ -47,8 +47,10 @@ class Node:
         self.kmsg.write_text("")
 
     def config(self, state: str, extra: str = "") -> Config:
-        text = (f'[paths]\nstate_dir = "{self.root / state}"\nprocfs_root = "{self.proc}"\n'
-                f'[checks.gpu_xid]\nkmsg_path = "{self.kmsg}"\n{extra}')
+        text = (
+            f'[paths]\nstate_dir = "{self.root / state}"\nprocfs_root = "{self.proc}"\n'
+            f'[checks.gpu_xid]\nkmsg_path = "{self.kmsg}"\n{extra}'
+        )
         return loader.resolve(loader.parse_toml(text, "test.toml"), "test.toml")
 
     def check(self, cfg: Config) -> Any:
@@ -83,9 +85,20 @@ def test_the_same_line_from_the_kernel_facility_is_an_event_by_default(node: Nod
     assert res.status == Status.FAIL and "XID 79" in res.summary, res
 
 
-@pytest.mark.parametrize(("value", "kernel"), [
-    (None, True), (0, True), ("0", True), (b"0", True), (1, False), ("1", False), (b"3", False), ("", False),
-], ids=["absent", "int-0", "text-0", "bytes-0", "int-user", "text-user", "bytes-daemon", "empty"])
+@pytest.mark.parametrize(
+    ("value", "kernel"),
+    [
+        (None, True),
+        (0, True),
+        ("0", True),
+        (b"0", True),
+        (1, False),
+        ("1", False),
+        (b"3", False),
+        ("", False),
+    ],
+    ids=["absent", "int-0", "text-0", "bytes-0", "int-user", "text-user", "bytes-daemon", "empty"],
+)
 def test_journal_entries_count_only_for_the_kernel_facility(value: Any, kernel: bool) -> None:
     """journald records every /dev/kmsg record as _TRANSPORT=kernel and adds SYSLOG_FACILITY only when
     it is not the kernel's: the journal source keeps the entries without one, or with 0."""
@@ -182,9 +195,11 @@ def test_a_recorded_log_read_by_concurrent_readers_and_the_follower_gives_each_e
     follower = XidStore(state, str(node.proc), str(node.kmsg))
     followed: list[int] = []
     stop = threading.Event()
-    thread = threading.Thread(target=follower.follow, args=(stop,),
-                              kwargs={"on_event": lambda r: followed.append(r.event.xid), "poll_s": 0.01,
-                                      "save_interval_s": 0.0})
+    thread = threading.Thread(
+        target=follower.follow,
+        args=(stop,),
+        kwargs={"on_event": lambda r: followed.append(r.event.xid), "poll_s": 0.01, "save_interval_s": 0.0},
+    )
     thread.start()
     try:
         go = threading.Barrier(16)
@@ -247,7 +262,7 @@ def test_a_last_line_without_its_newline_waits_for_it(node: Node) -> None:
     rest = "9, pid=1234, name=python3, GPU has fallen off the bus.\n"
     line = dmesg_t(T, XID_79)
     assert line.endswith(rest)
-    node.kmsg.write_text(dmesg_t(T, "usb 1-1: new device") + line[:-len(rest)])
+    node.kmsg.write_text(dmesg_t(T, "usb 1-1: new device") + line[: -len(rest)])
     state = str(node.root / "state")
     assert XidStore(state, str(node.proc), str(node.kmsg)).sync().added == 0
     with node.kmsg.open("a") as fh:
@@ -274,8 +289,10 @@ def test_an_xid_is_never_told_to_a_job_that_started_after_it(node: Node) -> None
     state = str(node.root / "state")
     for later in (9.0, 12.0, 15.0):  # faces of job 911 (prolog, health checks) read the file
         XidStore(state, str(node.proc), str(node.kmsg), now=lambda later=later: T + later).sync()
-    ledger = (JobEntry(job_id="910", start=T - 30, end=T + 2, user=None, gpus=None),
-              JobEntry(job_id="911", start=T + 8, end=None, user=None, gpus=None))
+    ledger = (
+        JobEntry(job_id="910", start=T - 30, end=T + 2, user=None, gpus=None),
+        JobEntry(job_id="911", start=T + 8, end=None, user=None, gpus=None),
+    )
     obs = XidStore(state, str(node.proc), str(node.kmsg), now=lambda: T + 20).observation()
     obs = dataclasses.replace(obs, ledger=ledger)
     (rec,) = obs.records
@@ -286,17 +303,24 @@ def test_an_xid_is_never_told_to_a_job_that_started_after_it(node: Node) -> None
     assert running.status == Status.FAIL and "XID 79 during the job" in running.summary, running
 
 
-@pytest.mark.parametrize(("line", "expected"), [
-    ("[Sun Feb 23 16:24:18 2025] " + XID_79, "ctime"),
-    ("2025-02-23T16:24:18,123456+00:00 " + XID_79, 1740327858.123456),
-    ("2025-02-23T16:24:18Z " + XID_79, 1740327858.0),
-    ("[ 5123.456789] " + XID_79, BTIME + 5123.456789),
-    ("4,9,5123456789,-;" + XID_79, BTIME + 5123.456789),
-], ids=["dmesg-T", "iso-offset", "iso-z", "dmesg-uptime", "kmsg-record"])
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[Sun Feb 23 16:24:18 2025] " + XID_79, "ctime"),
+        ("2025-02-23T16:24:18,123456+00:00 " + XID_79, 1740327858.123456),
+        ("2025-02-23T16:24:18Z " + XID_79, 1740327858.0),
+        ("[ 5123.456789] " + XID_79, BTIME + 5123.456789),
+        ("4,9,5123456789,-;" + XID_79, BTIME + 5123.456789),
+    ],
+    ids=["dmesg-T", "iso-offset", "iso-z", "dmesg-uptime", "kmsg-record"],
+)
 def test_an_event_is_placed_at_its_own_lines_time(node: Node, line: str, expected: Any) -> None:
     node.kmsg.write_text(line + "\n")
     store = XidStore(str(node.root / "state"), str(node.proc), str(node.kmsg), now=lambda: T)
     (event,) = store.sync().state.events
-    want = time.mktime(time.strptime("Sun Feb 23 16:24:18 2025", "%a %b %d %H:%M:%S %Y")) \
-        if expected == "ctime" else expected
+    want = (
+        time.mktime(time.strptime("Sun Feb 23 16:24:18 2025", "%a %b %d %H:%M:%S %Y"))
+        if expected == "ctime"
+        else expected
+    )
     assert event["at"] == pytest.approx(want) and event["recorded_at"] == T

@@ -23,9 +23,23 @@ BOOT = "11111111-1111-4111-8111-111111111111"
 BTIME = 1_700_000_000
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
 XID_13 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=train.py, Graphics Exception: ESR 0x50"
-GOOD_EVENT = {"boot_id": BOOT, "at": BTIME + 5.0, "recorded_at": BTIME + 6.0, "xid": 13, "pci": "0000:3b:00",
-              "kind": "xid", "pid": 4242, "process": "train.py", "job_id": None, "message": "Graphics Exception",
-              "time": "5.000000", "uptime_s": 5.0, "seq": 1, "severity": "application", "action": "restart_app"}
+GOOD_EVENT = {
+    "boot_id": BOOT,
+    "at": BTIME + 5.0,
+    "recorded_at": BTIME + 6.0,
+    "xid": 13,
+    "pci": "0000:3b:00",
+    "kind": "xid",
+    "pid": 4242,
+    "process": "train.py",
+    "job_id": None,
+    "message": "Graphics Exception",
+    "time": "5.000000",
+    "uptime_s": 5.0,
+    "seq": 1,
+    "severity": "application",
+    "action": "restart_app",
+}
 
 
 def _no_constant(name: str) -> Any:
@@ -79,19 +93,32 @@ def _store(**fields: Any) -> str:
 POISONED = {
     "events-a-number": _store(events=5),
     "events-an-object": _store(events={"xid": 79}),
-    "entries-not-events": _store(events=[5, "x", None, [1, 2], {"xid": "79", "boot_id": BOOT}, {"xid": 10 ** 30},
-                                         {"xid": True, "boot_id": BOOT}, GOOD_EVENT]),
-    "nan-and-infinity": _store(last_clear=1.0, events=[GOOD_EVENT]).replace(
-        '"at": 1700000005.0', '"at": NaN').replace('"uptime_s": 5.0', '"uptime_s": Infinity').replace(
-        '"last_clear": 1.0', '"last_clear": -Infinity').replace('"kmsg_seq": null', '"kmsg_seq": Infinity'),
+    "entries-not-events": _store(
+        events=[
+            5,
+            "x",
+            None,
+            [1, 2],
+            {"xid": "79", "boot_id": BOOT},
+            {"xid": 10**30},
+            {"xid": True, "boot_id": BOOT},
+            GOOD_EVENT,
+        ]
+    ),
+    "nan-and-infinity": _store(last_clear=1.0, events=[GOOD_EVENT])
+    .replace('"at": 1700000005.0', '"at": NaN')
+    .replace('"uptime_s": 5.0', '"uptime_s": Infinity')
+    .replace('"last_clear": 1.0', '"last_clear": -Infinity')
+    .replace('"kmsg_seq": null', '"kmsg_seq": Infinity'),
     "deep-nesting": '{"format": 1, "events": ' + "[" * 100_000 + "]" * 100_000 + "}",
     "nesting-inside-an-event": _store(events=[dict(GOOD_EVENT, message="[" * 500 + "]" * 500)]).replace(
-        '"message": "' + "[" * 500 + "]" * 500 + '"', '"message": ' + "[" * 500 + "]" * 500),
-    "kmsg-seq-1e30": _store(kmsg_seq=10 ** 30),
+        '"message": "' + "[" * 500 + "]" * 500 + '"', '"message": ' + "[" * 500 + "]" * 500
+    ),
+    "kmsg-seq-1e30": _store(kmsg_seq=10**30),
     "kmsg-seq-negative": _store(kmsg_seq=-5),
     "kmsg-seq-float": _store(kmsg_seq=3.0),
-    "kmsg-seq-past-the-log": _store(kmsg_seq=2 ** 63),
-    "kmsg-seq-past-the-log-with-its-events": _store(kmsg_seq=2 ** 63, events=[dict(GOOD_EVENT, seq=2, xid=79)]),
+    "kmsg-seq-past-the-log": _store(kmsg_seq=2**63),
+    "kmsg-seq-past-the-log-with-its-events": _store(kmsg_seq=2**63, events=[dict(GOOD_EVENT, seq=2, xid=79)]),
     "wrong-types": _store(boot_id=["x"], dropped="many", last_clear="yesterday", kmsg_seq=True),
     "not-an-object": "[1, 2, 3]",
     "truncated": _store(events=[GOOD_EVENT])[:60],
@@ -116,8 +143,11 @@ def test_a_poisoned_store_is_warned_about_once_rewritten_and_hides_no_xid(node: 
     assert res.status == Status.FAIL and "XID 79" in res.summary, res.summary
 
 
-@pytest.mark.parametrize("text", [POISONED["events-a-number"], POISONED["kmsg-seq-past-the-log"]],
-                         ids=["events-a-number", "kmsg-seq-past-the-log"])
+@pytest.mark.parametrize(
+    "text",
+    [POISONED["events-a-number"], POISONED["kmsg-seq-past-the-log"]],
+    ids=["events-a-number", "kmsg-seq-past-the-log"],
+)
 def test_the_check_names_what_was_ignored_in_its_details(node: Node, text: str) -> None:
     node.poison(text)
     res = node.check()
@@ -126,15 +156,18 @@ def test_the_check_names_what_was_ignored_in_its_details(node: Node, text: str) 
     assert any("ignored what was not valid" in n or "past the end" in n for n in notes), notes
 
 
-@pytest.mark.parametrize(("seq", "expected"), [
-    pytest.param(10 ** 30, None, id="beyond-64-bits"),
-    pytest.param(-5, None, id="negative"),
-    pytest.param(3.0, None, id="float"),
-    pytest.param(True, None, id="bool"),
-    pytest.param("12", None, id="text"),
-    pytest.param(MAX_SEQ, MAX_SEQ, id="largest"),
-    pytest.param(0, 0, id="zero"),
-])
+@pytest.mark.parametrize(
+    ("seq", "expected"),
+    [
+        pytest.param(10**30, None, id="beyond-64-bits"),
+        pytest.param(-5, None, id="negative"),
+        pytest.param(3.0, None, id="float"),
+        pytest.param(True, None, id="bool"),
+        pytest.param("12", None, id="text"),
+        pytest.param(MAX_SEQ, MAX_SEQ, id="largest"),
+        pytest.param(0, 0, id="zero"),
+    ],
+)
 def test_a_kmsg_seq_that_is_no_sequence_number_is_absent(node: Node, seq: Any, expected: Any) -> None:
     node.poison(_store(kmsg_seq=seq))
     state, notes = load_state(str(node.state))
@@ -143,13 +176,32 @@ def test_a_kmsg_seq_that_is_no_sequence_number_is_absent(node: Node, seq: Any, e
 
 
 def test_a_field_that_is_not_valid_is_absent_and_the_event_kept(node: Node) -> None:
-    bad = dict(GOOD_EVENT, at=float("nan"), pid=-1, pci="GPU 0", kind="other", seq=2 ** 70, severity="fatal",
-               process="x" * 500 + "\x1b]0;owned\x07", message="\x1b[2J" + "m" * 5000, time=["t"], job_id=True)
+    bad = dict(
+        GOOD_EVENT,
+        at=float("nan"),
+        pid=-1,
+        pci="GPU 0",
+        kind="other",
+        seq=2**70,
+        severity="fatal",
+        process="x" * 500 + "\x1b]0;owned\x07",
+        message="\x1b[2J" + "m" * 5000,
+        time=["t"],
+        job_id=True,
+    )
     node.poison(json.dumps({"format": 1, "boot_id": BOOT, "events": [bad]}))
     state, notes = load_state(str(node.state))
     (event,) = state.events
-    assert (event["at"], event["pid"], event["pci"], event["kind"], event["seq"], event["severity"],
-            event["time"], event["job_id"]) == (None, None, None, "xid", None, None, None, None)
+    assert (
+        event["at"],
+        event["pid"],
+        event["pci"],
+        event["kind"],
+        event["seq"],
+        event["severity"],
+        event["time"],
+        event["job_id"],
+    ) == (None, None, None, "xid", None, None, None, None)
     assert event["xid"] == 13 and event["uptime_s"] == 5.0
     assert len(event["process"]) == 64 and "\x1b" not in event["process"]
     assert event["message"].startswith("\\x1b[2J") and len(event["message"]) == 1000
@@ -163,7 +215,7 @@ def test_a_position_past_the_end_of_the_log_is_read_again_from_its_beginning() -
     with tempfile.NamedTemporaryFile("w", suffix=".kmsg") as fh:
         fh.write("4,1,1000000,-;a\n4,2,2000000,-;" + XID_79 + "\n")
         fh.flush()
-        reader = KmsgReader(fh.name, after_seq=2 ** 63)
+        reader = KmsgReader(fh.name, after_seq=2**63)
         lines = list(reader.lines())
         assert [line.split(b";", 1)[1][:4] for line in lines] == [b"a", b"NVRM"]
         assert reader.last_seq == 2 and reader.complete and reader.rewound is not None
@@ -172,13 +224,14 @@ def test_a_position_past_the_end_of_the_log_is_read_again_from_its_beginning() -
 
 
 def test_the_follower_reads_past_a_poisoned_position_and_says_so_once(node: Node) -> None:
-    node.poison(_store(kmsg_seq=2 ** 63, events=[dict(GOOD_EVENT, seq=1)]))
+    node.poison(_store(kmsg_seq=2**63, events=[dict(GOOD_EVENT, seq=1)]))
     seen: list[XidRecord] = []
     notes: list[str] = []
     stop = threading.Event()
     store = node.store()
-    t = threading.Thread(target=store.follow, args=(stop,),
-                         kwargs={"on_event": seen.append, "poll_s": 0.02, "on_note": notes.append})
+    t = threading.Thread(
+        target=store.follow, args=(stop,), kwargs={"on_event": seen.append, "poll_s": 0.02, "on_note": notes.append}
+    )
     t.start()
     try:
         deadline = time.monotonic() + 5
@@ -208,9 +261,11 @@ def test_the_daemons_follower_logs_what_the_store_ignored(node: Node) -> None:
     from nodehealth.checks.gpu_xid import XidSettings
     from nodehealth.probes.xid_follower import StoreXidFollower
 
-    node.poison(_store(events=5, kmsg_seq=10 ** 30))
-    cfg = SimpleNamespace(checks={"gpu_xid": XidSettings(kmsg_path=str(node.kmsg))},
-                          paths=SimpleNamespace(state_dir=str(node.state), procfs_root=str(node.proc)))
+    node.poison(_store(events=5, kmsg_seq=10**30))
+    cfg = SimpleNamespace(
+        checks={"gpu_xid": XidSettings(kmsg_path=str(node.kmsg))},
+        paths=SimpleNamespace(state_dir=str(node.state), procfs_root=str(node.proc)),
+    )
     logged: list[tuple[str, str]] = []
     seen: list[Any] = []
     follower = StoreXidFollower(cfg, lambda message, priority, **_: logged.append((message, priority)))  # type: ignore[arg-type]

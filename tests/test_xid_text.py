@@ -28,8 +28,23 @@ from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 # What a terminal acts on: C0 controls (ESC, \r, backspace, BEL ...), DEL, C1 controls (CSI
 # U+009B, OSC U+009D ...), and the bidirectional and zero-width format characters.
-HOSTILE = ["\x1b[2J\x1b[H", "\x1b]0;owned\x07", "\r", "\x08\x08\x08", "\x9b31m", "\x9d0;x\x9c", "\x7f", "\x00",
-           "\u202e", "\u200b", "\u2028", "\t", "\n", "\x0b", "\x85"]
+HOSTILE = [
+    "\x1b[2J\x1b[H",
+    "\x1b]0;owned\x07",
+    "\r",
+    "\x08\x08\x08",
+    "\x9b31m",
+    "\x9d0;x\x9c",
+    "\x7f",
+    "\x00",
+    "\u202e",
+    "\u200b",
+    "\u2028",
+    "\t",
+    "\n",
+    "\x0b",
+    "\x85",
+]
 # In a line: all but NUL (a line with NUL is not text; the scanner skips it) and the newline.
 ESCAPES = "".join(h for h in HOSTILE if h not in ("\x00", "\n"))
 NAME = f"evil{ESCAPES}name"
@@ -104,8 +119,14 @@ def _event(**kw: Any) -> XidEvent:
 
 
 # What reaches the printing code from elsewhere than the parser: the job ledger, an older store.
-RAW = {"process": NAME * 20, "message": f"m{ESCAPES}" * 300, "job_id": f"81234{ESCAPES}", "time": f"t{ESCAPES}",
-       "mnemonic": f"GPU_HAS_FALLEN{ESCAPES}", "gpu_uuid": f"GPU-{ESCAPES}"}
+RAW = {
+    "process": NAME * 20,
+    "message": f"m{ESCAPES}" * 300,
+    "job_id": f"81234{ESCAPES}",
+    "time": f"t{ESCAPES}",
+    "mnemonic": f"GPU_HAS_FALLEN{ESCAPES}",
+    "gpu_uuid": f"GPU-{ESCAPES}",
+}
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
@@ -123,8 +144,7 @@ def test_xid_watch_output_has_no_escape_whatever_the_event_holds(fmt: str) -> No
 
 def test_the_check_summary_and_details_have_no_escape() -> None:
     record = XidRecord(event=_event(**RAW), boot_id="b", at=1.0, current_boot=True)
-    obs = XidObservation(boot_id="b", records=(record,), gathered_at=2.0, source="/dev/kmsg", complete=True,
-                         kmsg_seq=1)
+    obs = XidObservation(boot_id="b", records=(record,), gathered_at=2.0, source="/dev/kmsg", complete=True, kmsg_seq=1)
     ctx = Context(name="gpu_xid", phase="prolog", node="n", expected_gpus="auto")
     res = gpu_xid.evaluate(Observations(xid=obs), gpu_xid.Settings(), ctx)
     assert "XID 79" in res.summary and "job 81234" in res.summary
@@ -178,8 +198,15 @@ def test_the_store_bounds_what_it_is_given_from_elsewhere_than_the_parser() -> N
     from nodehealth.probes.xid_store import StoreState, add_events, catalog_for
 
     state = StoreState(boot_id="b")
-    event = XidEvent(xid=13, pci="0000:3b:00", process=RAW["process"], message=RAW["message"], job_id=RAW["job_id"],
-                     time=RAW["time"], seq=5)
+    event = XidEvent(
+        xid=13,
+        pci="0000:3b:00",
+        process=RAW["process"],
+        message=RAW["message"],
+        job_id=RAW["job_id"],
+        time=RAW["time"],
+        seq=5,
+    )
     assert add_events(state, [(event, None, 0.0)], catalog_for(())) == 1
     (stored,) = state.events
     for key in ("process", "message", "job_id", "time"):

@@ -32,10 +32,14 @@ BOOT_B = "22222222-2222-4222-8222-222222222222"
 BTIME = 1_700_000_000
 
 # Real published lines (see tests/fixtures/real-world/xid_lines.jsonl for their sources).
-XID_119 = ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for "
-           "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).")
-XID_145 = ("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
-           "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)")
+XID_119 = (
+    "NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for "
+    "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4)."
+)
+XID_145 = (
+    "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
+    "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)"
+)
 XID_63 = "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
 XID_64 = "NVRM: Xid (PCI:0000:90:1c): 64, pid=77, name=x, Row Remapper failure"
@@ -68,8 +72,7 @@ class Node:
             fh.write(text)
 
     def store(self, **kw: object) -> XidStore:
-        return XidStore(str(self.state), str(self.proc), str(self.kmsg), now=lambda: BTIME + 10_000.0,
-                        **kw)  # type: ignore[arg-type]
+        return XidStore(str(self.state), str(self.proc), str(self.kmsg), now=lambda: BTIME + 10_000.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -86,20 +89,31 @@ def _check(obs: object, nvml: object = None, **settings: object) -> object:
     ctx = Context(name="gpu_xid", phase="manual", node="n", expected_gpus="auto")
     from nodehealth.observations import Observations
 
-    return gpu_xid.evaluate(Observations(xid=obs, nvml=nvml),  # type: ignore[arg-type]
-                            gpu_xid.Settings(**settings), ctx)  # type: ignore[arg-type]
+    return gpu_xid.evaluate(
+        Observations(xid=obs, nvml=nvml),  # type: ignore[arg-type]
+        gpu_xid.Settings(**settings),
+        ctx,
+    )  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- reader
 
 
 def test_reader_skips_records_at_or_below_the_position_with_their_continuations(node: Node) -> None:
-    node.log(record(1, "usb 1-1: new device") + " SUBSYSTEM=usb\n" + record(2, XID_79) + " DEVICE=+pci:0000:3b:00.0\n"
-             + record(3, "eth0: link up"))
+    node.log(
+        record(1, "usb 1-1: new device")
+        + " SUBSYSTEM=usb\n"
+        + record(2, XID_79)
+        + " DEVICE=+pci:0000:3b:00.0\n"
+        + record(3, "eth0: link up")
+    )
     reader = KmsgReader(str(node.kmsg), after_seq=1)
     lines = list(reader.lines())
-    assert lines == [record(2, XID_79).rstrip("\n").encode(), b" DEVICE=+pci:0000:3b:00.0",
-                     record(3, "eth0: link up").rstrip("\n").encode()]
+    assert lines == [
+        record(2, XID_79).rstrip("\n").encode(),
+        b" DEVICE=+pci:0000:3b:00.0",
+        record(3, "eth0: link up").rstrip("\n").encode(),
+    ]
     assert reader.last_seq == 3 and reader.complete
 
 
@@ -344,8 +358,11 @@ def test_follower_reports_new_records_and_resumes_after_restart(node: Node) -> N
     node.log(record(1, XID_79))
     seen: list[int] = []
     stop = threading.Event()
-    t = threading.Thread(target=node.store().follow, args=(stop,),
-                         kwargs={"on_event": lambda r: seen.append(r.event.xid), "poll_s": 0.02})
+    t = threading.Thread(
+        target=node.store().follow,
+        args=(stop,),
+        kwargs={"on_event": lambda r: seen.append(r.event.xid), "poll_s": 0.02},
+    )
     t.start()
     _wait(lambda: seen == [79])
     node.log(record(2, "eth0: up") + record(3, XID_119))
@@ -359,8 +376,11 @@ def test_follower_reports_new_records_and_resumes_after_restart(node: Node) -> N
     node.log(record(4, XID_64))
     seen2: list[int] = []
     stop2 = threading.Event()
-    t2 = threading.Thread(target=node.store().follow, args=(stop2,),
-                          kwargs={"on_event": lambda r: seen2.append(r.event.xid), "poll_s": 0.02})
+    t2 = threading.Thread(
+        target=node.store().follow,
+        args=(stop2,),
+        kwargs={"on_event": lambda r: seen2.append(r.event.xid), "poll_s": 0.02},
+    )
     t2.start()
     _wait(lambda: seen2 == [64])
     time.sleep(0.1)
@@ -395,13 +415,16 @@ def _wait(cond: object, timeout: float = 5.0) -> None:
 
 def _config(tmp_path: Path, node: Node, extra: str = "") -> str:
     cfg = tmp_path / "nodehealth.toml"
-    cfg.write_text(f'[paths]\nstate_dir = "{node.state}"\nprocfs_root = "{node.proc}"\n'
-                   f'[checks.gpu_xid]\nkmsg_path = "{node.kmsg}"\n{extra}')
+    cfg.write_text(
+        f'[paths]\nstate_dir = "{node.state}"\nprocfs_root = "{node.proc}"\n'
+        f'[checks.gpu_xid]\nkmsg_path = "{node.kmsg}"\n{extra}'
+    )
     return str(cfg)
 
 
-def test_xid_clear_forgets_events_and_they_do_not_come_back(node: Node, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_xid_clear_forgets_events_and_they_do_not_come_back(
+    node: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     node.log(record(1, XID_79) + record(2, XID_13))
     node.store().sync()
     node.log(record(3, XID_64))  # not read yet: clear reads it first, then forgets it too
@@ -425,8 +448,9 @@ def test_xid_clear_with_state_dir_option(node: Node, tmp_path: Path, capsys: pyt
     assert "cleared 1 XID event(s), 1 of them drain-class" in capsys.readouterr().out
 
 
-def test_check_through_the_runner_fails_then_clear_passes(node: Node, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_through_the_runner_fails_then_clear_passes(
+    node: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     node.log(record(1, XID_119))
     cfg = _config(tmp_path, node, extra="")
     Path(cfg).write_text(Path(cfg).read_text().replace("[paths]", "[gpu]\nexpected_count = 0\n[paths]"))
@@ -445,8 +469,10 @@ def test_check_through_the_runner_fails_then_clear_passes(node: Node, tmp_path: 
 
 def test_job_from_cgroup_v1_and_v2_paths() -> None:
     v2 = "0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0\n"
-    v1 = ("12:pids:/slurm/uid_1000/job_5512/step_batch/task_0\n"
-          "4:devices:/slurm/uid_1000/job_5512/step_batch\n1:name=systemd:/user.slice\n")
+    v1 = (
+        "12:pids:/slurm/uid_1000/job_5512/step_batch/task_0\n"
+        "4:devices:/slurm/uid_1000/job_5512/step_batch\n1:name=systemd:/user.slice\n"
+    )
     assert job_from_cgroup(v2) == "81234"
     assert job_from_cgroup(v1) == "5512"
     assert job_from_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") is None
@@ -467,8 +493,9 @@ def _uptime() -> float:
 
 def test_attribution_from_a_live_process(tmp_path: Path) -> None:
     """A real child with SLURM_JOB_ID in its environment, found through the real /proc."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             env={**os.environ, "SLURM_JOB_ID": "424242"})
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "SLURM_JOB_ID": "424242"}
+    )
     try:
         time.sleep(0.2)
         assert live_job(child.pid) == "424242"
@@ -476,8 +503,13 @@ def test_attribution_from_a_live_process(tmp_path: Path) -> None:
         assert live_job(child.pid, event_uptime_s=1.0) is None
         kmsg = tmp_path / "kmsg"
         usec = int((_uptime() + 1) * 1_000_000)
-        kmsg.write_text(record(1, f"NVRM: Xid (PCI:0000:3b:00): 13, pid={child.pid}, name=python3, "
-                                  "Graphics Exception: ESR 0x50", usec=usec))
+        kmsg.write_text(
+            record(
+                1,
+                f"NVRM: Xid (PCI:0000:3b:00): 13, pid={child.pid}, name=python3, Graphics Exception: ESR 0x50",
+                usec=usec,
+            )
+        )
         store = XidStore(str(tmp_path / "state"), "/proc", str(kmsg))
         (rec,) = store.observation(store.sync()).records
         assert rec.event.job_id == "424242" and rec.event.pid == child.pid
@@ -498,16 +530,21 @@ def _ledger(state: Path, *records: ledger.JobRecord) -> None:
 
 def test_attribution_from_the_ledger_by_gpu_and_time(node: Node) -> None:
     t0 = BTIME + 1000.0
-    _ledger(node.state,
-            ledger.JobRecord("start", "100", t0, user="alice", gpus=(0, 1)),
-            ledger.JobRecord("start", "200", t0 + 10, user="bob", gpus=(2, 3)),
-            ledger.JobRecord("end", "100", t0 + 500),
-            ledger.JobRecord("start", "300", t0 + 600, user="carol", gpus=(0, 1)))
+    _ledger(
+        node.state,
+        ledger.JobRecord("start", "100", t0, user="alice", gpus=(0, 1)),
+        ledger.JobRecord("start", "200", t0 + 10, user="bob", gpus=(2, 3)),
+        ledger.JobRecord("end", "100", t0 + 500),
+        ledger.JobRecord("start", "300", t0 + 600, user="carol", gpus=(0, 1)),
+    )
     with open(node.state / ledger.FILE_NAME, "a") as fh:
         fh.write("garbage line\n")
     entries = ledger.entries(ledger.read(str(node.state)))
     assert {e.job_id: (e.start, e.end, e.gpus) for e in entries} == {
-        "100": (t0, t0 + 500, (0, 1)), "200": (t0 + 10, None, (2, 3)), "300": (t0 + 600, None, (0, 1))}
+        "100": (t0, t0 + 500, (0, 1)),
+        "200": (t0 + 10, None, (2, 3)),
+        "300": (t0 + 600, None, (0, 1)),
+    }
     assert ledger.holder(entries, 1, t0 + 100) == "100"
     assert ledger.holder(entries, 3, t0 + 100) == "200"
     assert ledger.holder(entries, 1, t0 + 510) == "100", "just after its end, nobody else on the GPU"
@@ -518,9 +555,16 @@ def test_attribution_from_the_ledger_by_gpu_and_time(node: Node) -> None:
 
     # Through the store and the check: the pid is long gone, the GPU comes from NVML.
     node.log(record(1, XID_119.replace("0000:9b:00", "0000:3b:00"), usec=120 * 1_000_000 + 1000 * 1_000_000))
-    snap = NvmlSnapshot("550.54", 12040, 2, (
-        GpuObservation(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:1A:00.0"),
-        GpuObservation(index=1, uuid="GPU-bbbb", pci_bus_id="00000000:3B:00.0")), 0.01)
+    snap = NvmlSnapshot(
+        "550.54",
+        12040,
+        2,
+        (
+            GpuObservation(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:1A:00.0"),
+            GpuObservation(index=1, uuid="GPU-bbbb", pci_bus_id="00000000:3B:00.0"),
+        ),
+        0.01,
+    )
     obs = node.store().observation(node.store().sync())
     res = _check(obs, nvml=snap)
     assert res.status == Status.FAIL and res.gpu == 1  # type: ignore[attr-defined]
@@ -530,8 +574,11 @@ def test_attribution_from_the_ledger_by_gpu_and_time(node: Node) -> None:
 
 
 def test_ledger_entries_pair_start_and_end_and_restart() -> None:
-    records = [ledger.JobRecord("start", "7", 10.0, gpus=(0,)), ledger.JobRecord("end", "7", 20.0),
-               ledger.JobRecord("end", "8", 30.0)]
+    records = [
+        ledger.JobRecord("start", "7", 10.0, gpus=(0,)),
+        ledger.JobRecord("end", "7", 20.0),
+        ledger.JobRecord("end", "8", 30.0),
+    ]
     (entry,) = ledger.entries(records)
     assert (entry.job_id, entry.start, entry.end, entry.gpus) == ("7", 10.0, 20.0, (0,))
     requeued = [*records, ledger.JobRecord("start", "7", 40.0, gpus=(1,))]
@@ -558,18 +605,22 @@ def test_xid_scan_fills_gpu_from_nvml(tmp_path: Path, scenario: object, capsys: 
 # until a reboot), so it happens only where the host is throwaway and says so: .ci/run sets this.
 KMSG_WRITE_ENV = "NODEHEALTH_TEST_WRITE_KMSG"
 # A line no real node prints: a PCI domain no platform has (ffff), a process named for the test.
-XID_145_TEST = ("NVRM: Xid (PCI:ffff:ff:1f): 145, pid=1, name=nodehealth-test, RLW_RXPIPE Nonfatal XC0 i0 "
-                "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)")
+XID_145_TEST = (
+    "NVRM: Xid (PCI:ffff:ff:1f): 145, pid=1, name=nodehealth-test, RLW_RXPIPE Nonfatal XC0 i0 "
+    "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)"
+)
 
 
 def _kmsg_writable() -> bool:
-    return (os.environ.get(KMSG_WRITE_ENV) == "1" and os.geteuid() == 0
-            and os.access("/dev/kmsg", os.R_OK | os.W_OK))
+    return os.environ.get(KMSG_WRITE_ENV) == "1" and os.geteuid() == 0 and os.access("/dev/kmsg", os.R_OK | os.W_OK)
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not _kmsg_writable(), reason=f"writes a line into the host's /dev/kmsg: needs root and "
-                    f"{KMSG_WRITE_ENV}=1 (set by .ci/run on throwaway machines only)")
+@pytest.mark.skipif(
+    not _kmsg_writable(),
+    reason=f"writes a line into the host's /dev/kmsg: needs root and "
+    f"{KMSG_WRITE_ENV}=1 (set by .ci/run on throwaway machines only)",
+)
 def test_follower_picks_up_a_real_xid_line_written_to_dev_kmsg(tmp_path: Path) -> None:
     # XID 145 Nonfatal: warning class, so the line left in this boot's log drains nothing; its PCI
     # address and process name are the test's, so no reader can take it for a real GPU's.

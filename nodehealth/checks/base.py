@@ -23,8 +23,14 @@ from nodehealth.observations import (
 )
 
 
-def setting(default: Any, doc: str, unit: str = "", min: Optional[float] = None,
-            max: Optional[float] = None, choices: Optional[tuple[Any, ...]] = None) -> Any:
+def setting(
+    default: Any,
+    doc: str,
+    unit: str = "",
+    min: Optional[float] = None,
+    max: Optional[float] = None,
+    choices: Optional[tuple[Any, ...]] = None,
+) -> Any:
     """A config field with its documentation and bounds (read by the config validator)."""
     meta = {"doc": doc, "unit": unit, "min": min, "max": max, "choices": choices}
     if isinstance(default, (list, dict)):
@@ -36,10 +42,8 @@ def setting(default: Any, doc: str, unit: str = "", min: Optional[float] = None,
 class CheckSettings:
     """Keys every ``[checks.<name>]`` table accepts."""
 
-    enabled: Optional[bool] = setting(
-        None, "run this check; unset = the registry's default for the check")
-    timeout_s: float = setting(
-        10.0, "deadline for gathering this check's observations", unit="s", min=0.1, max=600)
+    enabled: Optional[bool] = setting(None, "run this check; unset = the registry's default for the check")
+    timeout_s: float = setting(10.0, "deadline for gathering this check's observations", unit="s", min=0.1, max=600)
 
     def validate(self) -> None:
         """Checks beyond type and range (a ValueError names the problem); called at config load."""
@@ -55,13 +59,15 @@ class Context:
     expected_gpus: Union[int, str]  # [gpu] expected_count: a number or "auto"
 
 
-def result(ctx: Context, status: Status, summary: str, action: Action = Action.NONE,
-           gpu: Optional[int] = None, **details: Any) -> CheckResult:
+def result(
+    ctx: Context, status: Status, summary: str, action: Action = Action.NONE, gpu: Optional[int] = None, **details: Any
+) -> CheckResult:
     return CheckResult(ctx.name, status, summary, action=action, gpu=gpu, details=details)
 
 
-def nvml_gate(obs_nvml: Union[NvmlSnapshot, ProbeError, None], ctx: Context,
-              gpus_expected: bool) -> Optional[CheckResult]:
+def nvml_gate(
+    obs_nvml: Union[NvmlSnapshot, ProbeError, None], ctx: Context, gpus_expected: bool
+) -> Optional[CheckResult]:
     """The common answer of a per-GPU check when there is no NVML data to judge.
 
     Returns None when the snapshot is usable. When NVML is unavailable on a node where no
@@ -136,8 +142,12 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
         details["not_read"] = not_read
     if not judged and not_read and not not_applicable:
         # Nothing was read, which is not "does not apply": the nvml check carries the failure.
-        return result(ctx, Status.UNKNOWN, f"not read: NVML failed on GPU(s) {', '.join(map(str, not_read))} "
-                      "(see the nvml check)", **details)
+        return result(
+            ctx,
+            Status.UNKNOWN,
+            f"not read: NVML failed on GPU(s) {', '.join(map(str, not_read))} (see the nvml check)",
+            **details,
+        )
     if not judged:
         why = "no GPU" if not snap.gpus else "not supported on this GPU/driver"
         return result(ctx, Status.SKIPPED, f"does not apply: {why}", **details)
@@ -149,9 +159,11 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
         unread = snap.device_count - len(snap.gpus)
         details["gpus_not_read"] = unread
         folded = dataclasses.replace(
-            folded, summary=f"{folded.summary} ({unread} GPU(s) not read: NVML "
-                            f"{'too slow for the budget' if snap.stop == 'budget' else 'stopped answering'})",
-            details=details)
+            folded,
+            summary=f"{folded.summary} ({unread} GPU(s) not read: NVML "
+            f"{'too slow for the budget' if snap.stop == 'budget' else 'stopped answering'})",
+            details=details,
+        )
     return folded
 
 
@@ -159,8 +171,11 @@ def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:
     """An UNKNOWN finding when NVML failed (other than "not supported") on one of ``fields``."""
     for err in gpu.errors:
         if err.field in fields:
-            action = Action.REBOOT if err.kind == "gpu_lost" else (
-                Action.RESET_GPU if err.kind == "reset_required" else Action.NONE)
+            action = (
+                Action.REBOOT
+                if err.kind == "gpu_lost"
+                else (Action.RESET_GPU if err.kind == "reset_required" else Action.NONE)
+            )
             status = Status.FAIL if err.kind in ("gpu_lost", "reset_required") else Status.UNKNOWN
             return Finding(status, f"GPU {gpu.index}: {err.field}: {err.message}", action, gpu.index)
     return None

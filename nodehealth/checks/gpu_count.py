@@ -36,13 +36,24 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         expected, source = len(obs.pci_gpus.bus_ids), f"pci ({obs.pci_gpus.source}; MIG enabled, Slurm counts slices)"
         details.update(expected=expected, expected_from=source)
     if expected is None:
-        return result(ctx, Status.WARN, f"{seen} GPU(s) visible; expected count unknown "
-                      "(set [gpu] expected_count, or run under Slurm with Gres=gpu:N)", **details)
+        return result(
+            ctx,
+            Status.WARN,
+            f"{seen} GPU(s) visible; expected count unknown "
+            "(set [gpu] expected_count, or run under Slurm with Gres=gpu:N)",
+            **details,
+        )
     if seen < expected:
         missing = _missing_bus_ids(obs, snap)
         where = f" (not visible: {', '.join(missing)})" if missing else ""
-        return result(ctx, Status.FAIL, f"{seen} of {expected} GPUs visible to NVML{where}; expected from {source}",
-                      Action.REBOOT, missing_pci=missing, **details)
+        return result(
+            ctx,
+            Status.FAIL,
+            f"{seen} of {expected} GPUs visible to NVML{where}; expected from {source}",
+            Action.REBOOT,
+            missing_pci=missing,
+            **details,
+        )
     if seen > expected:
         return result(ctx, Status.WARN, f"{seen} GPUs visible, {expected} expected from {source}", **details)
     return result(ctx, Status.OK, f"{seen} GPU(s), as expected from {source}", **details)

@@ -12,8 +12,10 @@ from nodehealth.observations import NvmlSnapshot, Observations
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     allowed: tuple[str, ...] = setting(
-        (), "driver versions allowed on this node, exact (\"550.127.05\") or a prefix ending in "
-        "\".\" or \"*\" (\"550.\"); empty = any driver")
+        (),
+        'driver versions allowed on this node, exact ("550.127.05") or a prefix ending in '
+        '"." or "*" ("550."); empty = any driver',
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -29,9 +31,14 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         return result(ctx, Status.OK, f"driver {version} (no allowed list configured)", driver=version)
     if any(_matches(version, pattern) for pattern in settings.allowed):
         return result(ctx, Status.OK, f"driver {version} is allowed", driver=version)
-    return result(ctx, Status.FAIL, f"driver {version} is not in the allowed list "
-                  f"({', '.join(settings.allowed)})", Action.INSPECT, driver=version,
-                  allowed=list(settings.allowed))
+    return result(
+        ctx,
+        Status.FAIL,
+        f"driver {version} is not in the allowed list ({', '.join(settings.allowed)})",
+        Action.INSPECT,
+        driver=version,
+        allowed=list(settings.allowed),
+    )
 
 
 def _matches(version: str, pattern: str) -> bool:

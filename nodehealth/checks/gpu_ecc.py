@@ -14,15 +14,17 @@ from nodehealth.observations import GpuObservation, Observations
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     require_enabled: str = setting(
-        "fail", "status when ECC is disabled (or will be after the next reset)",
-        choices=("ignore", "warn", "fail"))
+        "fail", "status when ECC is disabled (or will be after the next reset)", choices=("ignore", "warn", "fail")
+    )
     max_volatile_uncorrected: int = setting(
-        0, "FAIL above this many uncorrectable errors since the driver loaded", unit="errors", min=0)
+        0, "FAIL above this many uncorrectable errors since the driver loaded", unit="errors", min=0
+    )
     max_aggregate_uncorrected: int = setting(
-        10, "WARN (hardware inspection) above this many uncorrectable errors over the GPU's life",
-        unit="errors", min=0)
+        10, "WARN (hardware inspection) above this many uncorrectable errors over the GPU's life", unit="errors", min=0
+    )
     max_volatile_corrected: int = setting(
-        10000, "WARN above this many corrected errors since the driver loaded", unit="errors", min=0)
+        10000, "WARN above this many corrected errors since the driver loaded", unit="errors", min=0
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -51,15 +53,34 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             out.append(Finding(status, f"GPU {gpu.index}: ECC {state}", action, gpu.index))
         ecc = gpu.ecc
         if ecc.volatile_uncorrected is not None and ecc.volatile_uncorrected > settings.max_volatile_uncorrected:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {ecc.volatile_uncorrected} volatile uncorrectable "
-                               "ECC error(s)", Action.RESET_GPU, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: {ecc.volatile_uncorrected} volatile uncorrectable ECC error(s)",
+                    Action.RESET_GPU,
+                    gpu.index,
+                )
+            )
         if ecc.aggregate_uncorrected is not None and ecc.aggregate_uncorrected > settings.max_aggregate_uncorrected:
-            out.append(Finding(Status.WARN, f"GPU {gpu.index}: {ecc.aggregate_uncorrected} uncorrectable ECC "
-                               f"errors over its life (> {settings.max_aggregate_uncorrected})",
-                               Action.INSPECT, gpu.index))
+            out.append(
+                Finding(
+                    Status.WARN,
+                    f"GPU {gpu.index}: {ecc.aggregate_uncorrected} uncorrectable ECC "
+                    f"errors over its life (> {settings.max_aggregate_uncorrected})",
+                    Action.INSPECT,
+                    gpu.index,
+                )
+            )
         if ecc.volatile_corrected is not None and ecc.volatile_corrected > settings.max_volatile_corrected:
-            out.append(Finding(Status.WARN, f"GPU {gpu.index}: {ecc.volatile_corrected} corrected ECC errors "
-                               f"since driver load (> {settings.max_volatile_corrected})", Action.NONE, gpu.index))
+            out.append(
+                Finding(
+                    Status.WARN,
+                    f"GPU {gpu.index}: {ecc.volatile_corrected} corrected ECC errors "
+                    f"since driver load (> {settings.max_volatile_corrected})",
+                    Action.NONE,
+                    gpu.index,
+                )
+            )
         return out
 
     res = judge_gpus(obs, ctx, judge, "{n} GPU(s): ECC on, no uncorrectable errors")

@@ -14,14 +14,19 @@ from nodehealth.observations import GpuObservation, NvmlSnapshot, Observations
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     expected_links: int = setting(
-        0, "links each NVLink GPU should have active (H100 SXM: 18); 0 = every link NVML reports "
-        "must be active", unit="links", min=0, max=64)
+        0,
+        "links each NVLink GPU should have active (H100 SXM: 18); 0 = every link NVML reports must be active",
+        unit="links",
+        min=0,
+        max=64,
+    )
     max_replay: int = setting(
-        1000, "WARN above this many data-link replays on one link since the driver loaded", unit="errors", min=0)
+        1000, "WARN above this many data-link replays on one link since the driver loaded", unit="errors", min=0
+    )
     max_recovery: int = setting(
-        100, "WARN above this many link recoveries on one link since the driver loaded", unit="errors", min=0)
-    max_crc: int = setting(
-        1000, "WARN above this many CRC (flit + data) errors on one link", unit="errors", min=0)
+        100, "WARN above this many link recoveries on one link since the driver loaded", unit="errors", min=0
+    )
+    max_crc: int = setting(1000, "WARN above this many CRC (flit + data) errors on one link", unit="errors", min=0)
 
 
 # NVIDIA names its PCIe boards by form factor: "A100-PCIE-40GB", "A100 80GB PCIe", "H100 PCIe", and the
@@ -54,8 +59,9 @@ def _unbridged(snap: Any) -> bool:
     if not _all_down(snap):
         return False
     linked = [g for g in snap.gpus if g.nvlinks]
-    return all(g.name is not None and _BRIDGE_OPTIONAL.search(g.name) and g.fabric_state not in _FABRIC_MEMBER
-               for g in linked)
+    return all(
+        g.name is not None and _BRIDGE_OPTIONAL.search(g.name) and g.fabric_state not in _FABRIC_MEMBER for g in linked
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -75,15 +81,28 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         down = [link.link for link in gpu.nvlinks if not link.active]
         active = len(gpu.nvlinks) - len(down)
         if settings.expected_links and active < settings.expected_links:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {active} of {settings.expected_links} NVLinks "
-                               f"active (down: {_links(down)})", Action.RESET_GPU, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: {active} of {settings.expected_links} NVLinks active (down: {_links(down)})",
+                    Action.RESET_GPU,
+                    gpu.index,
+                )
+            )
         elif untrained:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: every NVLink of every GPU inactive "
-                               f"({len(down)} of {len(gpu.nvlinks)} here; not a PCIe card with optional bridges)",
-                               Action.REBOOT, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: every NVLink of every GPU inactive "
+                    f"({len(down)} of {len(gpu.nvlinks)} here; not a PCIe card with optional bridges)",
+                    Action.REBOOT,
+                    gpu.index,
+                )
+            )
         elif not settings.expected_links and down:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: NVLink {_links(down)} inactive",
-                               Action.RESET_GPU, gpu.index))
+            out.append(
+                Finding(Status.FAIL, f"GPU {gpu.index}: NVLink {_links(down)} inactive", Action.RESET_GPU, gpu.index)
+            )
         for link in gpu.nvlinks:
             crc = (link.crc_flit or 0) + (link.crc_data or 0)
             over = []
@@ -94,14 +113,25 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             if crc > settings.max_crc:
                 over.append(f"{crc} CRC errors")
             if over:
-                out.append(Finding(Status.WARN, f"GPU {gpu.index}: NVLink {link.link}: {', '.join(over)}",
-                                   Action.INSPECT, gpu.index))
+                out.append(
+                    Finding(
+                        Status.WARN,
+                        f"GPU {gpu.index}: NVLink {link.link}: {', '.join(over)}",
+                        Action.INSPECT,
+                        gpu.index,
+                    )
+                )
         return out
 
     res = judge_gpus(obs, ctx, judge, "{n} GPU(s): all NVLinks active, error counters low")
     if unbridged and res.status == Status.SKIPPED:
-        res = result(ctx, Status.SKIPPED, "NVLink hardware present but no link active on any GPU: no NVLink "
-                     "bridges fitted (set expected_links if this node should have them)", **res.details)
+        res = result(
+            ctx,
+            Status.SKIPPED,
+            "NVLink hardware present but no link active on any GPU: no NVLink "
+            "bridges fitted (set expected_links if this node should have them)",
+            **res.details,
+        )
     return res
 
 

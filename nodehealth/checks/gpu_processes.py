@@ -23,12 +23,16 @@ from nodehealth.observations import GpuObservation, GpuProcess, JobObservation, 
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     idle_phases: tuple[str, ...] = setting(
-        ("prolog", "epilog"), "phases in which a compute process on a GPU is a fault; in other "
+        ("prolog", "epilog"),
+        "phases in which a compute process on a GPU is a fault; in other "
         "phases processes are only reported, unless they belong to no running job (strays)",
-        choices=("prolog", "epilog", "healthcheck", "manual", "daemon"))
+        choices=("prolog", "epilog", "healthcheck", "manual", "daemon"),
+    )
     strays: bool = setting(
-        True, "outside the idle phases, judge a compute process that belongs to no job running on "
-        "the node (job ledger, the process's Slurm cgroup) a fault; false = only report processes")
+        True,
+        "outside the idle phases, judge a compute process that belongs to no job running on "
+        "the node (job ledger, the process's Slurm cgroup) a fault; false = only report processes",
+    )
 
 
 def _describe(gpu: GpuObservation, procs: list[GpuProcess] | tuple[GpuProcess, ...]) -> str:
@@ -51,16 +55,20 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if not gpu.processes:
             return []
         if must_be_idle:
-            when = (f"left by job {job}" if ctx.phase == "epilog" else f"before job {job}") if job \
+            when = (
+                (f"left by job {job}" if ctx.phase == "epilog" else f"before job {job}")
+                if job
                 else f"before/after a job ({ctx.phase})"
+            )
             return [Finding(Status.FAIL, f"{_describe(gpu, gpu.processes)} {when}", Action.RESTART_APP, gpu.index)]
         if jobs is None or jobs.holds(gpu.index) is not None:
             return []
         strays = [p for p in gpu.processes if p.pid not in jobs.pid_jobs]
         if not strays:
             return []
-        return [Finding(Status.FAIL, f"{_describe(gpu, strays)} of no running job (stray)", Action.RESTART_APP,
-                        gpu.index)]
+        return [
+            Finding(Status.FAIL, f"{_describe(gpu, strays)} of no running job (stray)", Action.RESTART_APP, gpu.index)
+        ]
 
     res = judge_gpus(obs, ctx, judge, "{n} GPU(s) idle" if must_be_idle else "{n} GPU(s) checked")
     if must_be_idle or not isinstance(obs.nvml, NvmlSnapshot):
@@ -71,10 +79,12 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
     # Outside the idle phases processes of running jobs are expected: report them.
     busy = {str(g.index): [p.pid for p in g.processes] for g in obs.nvml.gpus if g.processes}
     if not busy:
-        return dataclasses.replace(res, summary=res.summary.replace("checked", "idle"),
-                                   details={**res.details, "judged": judged})
+        return dataclasses.replace(
+            res, summary=res.summary.replace("checked", "idle"), details={**res.details, "judged": judged}
+        )
     owner = {i: jobs.holds(int(i)) for i in busy} if jobs is not None else {}
     named = ", ".join(f"{i} (job {owner[i]})" if owner.get(i) else i for i in busy)
-    summary = f"{res.summary}; compute processes on GPU {named} ({ctx.phase}: " + \
-        ("of running jobs)" if judged else "not judged: running jobs unknown)")
+    summary = f"{res.summary}; compute processes on GPU {named} ({ctx.phase}: " + (
+        "of running jobs)" if judged else "not judged: running jobs unknown)"
+    )
     return dataclasses.replace(res, summary=summary, details={**res.details, "processes": busy, "judged": judged})

@@ -38,8 +38,9 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             return None
         if gpu.recovery_action == 0:
             return []
-        what, action = RECOVERY_ACTIONS.get(gpu.recovery_action, (f"unknown action {gpu.recovery_action}",
-                                                                  Action.INSPECT))
+        what, action = RECOVERY_ACTIONS.get(
+            gpu.recovery_action, (f"unknown action {gpu.recovery_action}", Action.INSPECT)
+        )
         return [Finding(Status.FAIL, f"GPU {gpu.index}: driver requests {what}", action, gpu.index)]
 
     return judge_gpus(obs, ctx, judge, "{n} GPU(s): driver requests no recovery action")

@@ -25,11 +25,20 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             return None
         out: list[Finding] = []
         if rows.failure:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: row remapping failed "
-                               f"({rows.uncorrectable} uncorrectable rows remapped)", Action.INSPECT, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: row remapping failed ({rows.uncorrectable} uncorrectable rows remapped)",
+                    Action.INSPECT,
+                    gpu.index,
+                )
+            )
         if rows.pending:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: row remap pending (GPU reset needed)",
-                               Action.RESET_GPU, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL, f"GPU {gpu.index}: row remap pending (GPU reset needed)", Action.RESET_GPU, gpu.index
+                )
+            )
         return out
 
     return judge_gpus(obs, ctx, judge, "{n} GPU(s): no row remap pending or failed")

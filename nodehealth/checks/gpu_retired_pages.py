@@ -13,8 +13,11 @@ from nodehealth.observations import GpuObservation, Observations
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     max_retired: int = setting(
-        60, "FAIL (inspection) at or above this many retired pages (NVIDIA's RMA guidance is 60 DBE "
-        "or 64 total)", unit="pages", min=1)
+        60,
+        "FAIL (inspection) at or above this many retired pages (NVIDIA's RMA guidance is 60 DBE or 64 total)",
+        unit="pages",
+        min=1,
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -26,12 +29,21 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             return None
         out: list[Finding] = []
         if gpu.retired_pages_pending:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: page retirement pending (reset needed)",
-                               Action.RESET_GPU, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL, f"GPU {gpu.index}: page retirement pending (reset needed)", Action.RESET_GPU, gpu.index
+                )
+            )
         total = (gpu.retired_pages_sbe or 0) + (gpu.retired_pages_dbe or 0)
         if total >= settings.max_retired:
-            out.append(Finding(Status.FAIL, f"GPU {gpu.index}: {total} retired pages "
-                               f"(>= {settings.max_retired})", Action.INSPECT, gpu.index))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: {total} retired pages (>= {settings.max_retired})",
+                    Action.INSPECT,
+                    gpu.index,
+                )
+            )
         return out
 
     return judge_gpus(obs, ctx, judge, "{n} GPU(s): no page retirement pending")

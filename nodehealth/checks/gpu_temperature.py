@@ -28,14 +28,19 @@ _HW_REASONS = {
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     warn_below_slowdown_c: int = setting(
-        8, "WARN when a GPU is this close to its NVML slowdown threshold", unit="degC", min=0, max=50)
+        8, "WARN when a GPU is this close to its NVML slowdown threshold", unit="degC", min=0, max=50
+    )
     fail_below_slowdown_c: int = setting(
-        0, "FAIL when a GPU is this close to (or past) its slowdown threshold", unit="degC", min=0, max=50)
+        0, "FAIL when a GPU is this close to (or past) its slowdown threshold", unit="degC", min=0, max=50
+    )
     fallback_slowdown_c: int = setting(
-        85, "slowdown threshold to use when NVML does not report one", unit="degC", min=40, max=120)
+        85, "slowdown threshold to use when NVML does not report one", unit="degC", min=40, max=120
+    )
     hw_slowdown: str = setting(
-        "warn", "status when a hardware or thermal slowdown (HW, HW thermal, power brake, SW thermal) is active",
-        choices=("ignore", "warn", "fail"))
+        "warn",
+        "status when a hardware or thermal slowdown (HW, HW thermal, power brake, SW thermal) is active",
+        choices=("ignore", "warn", "fail"),
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -49,24 +54,49 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if gpu.memory_temp_c is not None and gpu.mem_max_c:
             hbm, limit = gpu.memory_temp_c, gpu.mem_max_c
             if hbm >= limit - settings.fail_below_slowdown_c:
-                findings.append(Finding(Status.FAIL, f"GPU {gpu.index}: memory (HBM) {hbm} C, max operating "
-                                        f"{limit} C", Action.INSPECT, gpu.index))
+                findings.append(
+                    Finding(
+                        Status.FAIL,
+                        f"GPU {gpu.index}: memory (HBM) {hbm} C, max operating {limit} C",
+                        Action.INSPECT,
+                        gpu.index,
+                    )
+                )
             elif hbm >= limit - settings.warn_below_slowdown_c:
-                findings.append(Finding(Status.WARN, f"GPU {gpu.index}: memory (HBM) {hbm} C, within "
-                                        f"{limit - hbm} C of its max operating {limit} C", Action.INSPECT, gpu.index))
+                findings.append(
+                    Finding(
+                        Status.WARN,
+                        f"GPU {gpu.index}: memory (HBM) {hbm} C, within {limit - hbm} C of its max operating {limit} C",
+                        Action.INSPECT,
+                        gpu.index,
+                    )
+                )
         slowdown = gpu.slowdown_c if gpu.slowdown_c else settings.fallback_slowdown_c
         temp = gpu.temperature_c
         if temp >= slowdown - settings.fail_below_slowdown_c:
-            findings.append(Finding(Status.FAIL, f"GPU {gpu.index}: {temp} C, slowdown threshold {slowdown} C",
-                                    Action.INSPECT, gpu.index))
+            findings.append(
+                Finding(
+                    Status.FAIL,
+                    f"GPU {gpu.index}: {temp} C, slowdown threshold {slowdown} C",
+                    Action.INSPECT,
+                    gpu.index,
+                )
+            )
         elif temp >= slowdown - settings.warn_below_slowdown_c:
-            findings.append(Finding(Status.WARN, f"GPU {gpu.index}: {temp} C, within "
-                                    f"{slowdown - temp} C of slowdown ({slowdown} C)", Action.INSPECT, gpu.index))
+            findings.append(
+                Finding(
+                    Status.WARN,
+                    f"GPU {gpu.index}: {temp} C, within {slowdown - temp} C of slowdown ({slowdown} C)",
+                    Action.INSPECT,
+                    gpu.index,
+                )
+            )
         active = [label for bit, label in _HW_REASONS.items() if (gpu.throttle_reasons or 0) & bit]
         if active and settings.hw_slowdown != "ignore":
             status = Status.FAIL if settings.hw_slowdown == "fail" else Status.WARN
-            findings.append(Finding(status, f"GPU {gpu.index}: {', '.join(active)} active at {temp} C",
-                                    Action.INSPECT, gpu.index))
+            findings.append(
+                Finding(status, f"GPU {gpu.index}: {', '.join(active)} active at {temp} C", Action.INSPECT, gpu.index)
+            )
         return findings
 
     return judge_gpus(obs, ctx, judge, "{n} GPU(s) below their slowdown thresholds, no hardware slowdown")

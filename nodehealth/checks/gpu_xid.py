@@ -42,27 +42,42 @@ class HasChecks(Protocol):
 @dataclass(frozen=True)
 class XidSettings(CheckSettings):
     window_s: float = setting(
-        0.0, "FAIL on drain-class XIDs this recent; 0 = every one since boot (until a reboot clears "
-        "it, or `nodehealth xid clear`)", unit="s", min=0)
+        0.0,
+        "FAIL on drain-class XIDs this recent; 0 = every one since boot (until a reboot clears "
+        "it, or `nodehealth xid clear`)",
+        unit="s",
+        min=0,
+    )
     warning_window_s: float = setting(
-        86400.0, "WARN on warning-class XIDs this recent; 0 = every one since boot", unit="s",
-        min=0)
+        86400.0, "WARN on warning-class XIDs this recent; 0 = every one since boot", unit="s", min=0
+    )
     severity_overrides: tuple[str, ...] = setting(
-        (), "the site's severity per XID, \"XID=severity\" with severity application, warning or "
-        "drain, e.g. [\"63=drain\", \"94=application\"]; replaces the catalog's (docs/xid.md)")
+        (),
+        'the site\'s severity per XID, "XID=severity" with severity application, warning or '
+        'drain, e.g. ["63=drain", "94=application"]; replaces the catalog\'s (docs/xid.md)',
+    )
     application_max_events: int = setting(
-        20, "WARN when one GPU logs more application XIDs (13, 31, 43, 45) than this within "
-        "application_window_s", unit="events", min=0, max=100000)
-    application_window_s: float = setting(
-        3600.0, "window of the application-XID rate", unit="s", min=1)
+        20,
+        "WARN when one GPU logs more application XIDs (13, 31, 43, 45) than this within application_window_s",
+        unit="events",
+        min=0,
+        max=100000,
+    )
+    application_window_s: float = setting(3600.0, "window of the application-XID rate", unit="s", min=1)
     kmsg_path: str = setting(KMSG_PATH, "kernel log device the XID watch reads")
     kernel_facility_only: bool = setting(
-        True, "count only kernel-facility records of the live kernel log (/dev/kmsg, the journal): "
+        True,
+        "count only kernel-facility records of the live kernel log (/dev/kmsg, the journal): "
         "the kernel gives every record written from user space (a forwarder, journald's "
-        "ForwardToKMsg=, a test) another facility; false also counts those")
+        "ForwardToKMsg=, a test) another facility; false also counts those",
+    )
     store_max_events: int = setting(
-        DEFAULT_MAX_EVENTS, "most XID events the event store keeps (oldest non-drain events go first)",
-        unit="events", min=10, max=100000)
+        DEFAULT_MAX_EVENTS,
+        "most XID events the event store keeps (oldest non-drain events go first)",
+        unit="events",
+        min=10,
+        max=100000,
+    )
 
     def validate(self) -> None:
         catalog_for(tuple(self.severity_overrides))  # ValueError names the bad entry
@@ -130,8 +145,7 @@ def _findings(records: Sequence[XidRecord], status: Status) -> list[tuple[Findin
     findings: list[tuple[Finding, Optional[int]]] = []
     for where, group in _grouped(records).items():
         action = worst_action([r.event.action or Action.INSPECT for r in group])
-        findings.append((Finding(status, f"{where}: {_describe(group)}", action, group[-1].event.gpu),
-                         lead_xid(group)))
+        findings.append((Finding(status, f"{where}: {_describe(group)}", action, group[-1].event.gpu), lead_xid(group)))
     return findings
 
 
@@ -157,17 +171,24 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
 def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Context) -> CheckResult:
     """The verdict on one XID observation (GPU index and UUID from ``nvml`` when it is a snapshot)."""
     gpus = gpu_map(nvml.gpus) if isinstance(nvml, NvmlSnapshot) else {}
-    records = [XidRecord(attribute(r.event, gpus, x.ledger, r.at), r.boot_id, r.at, r.current_boot)
-               for r in x.records]
+    records = [XidRecord(attribute(r.event, gpus, x.ledger, r.at), r.boot_id, r.at, r.current_boot) for r in x.records]
     now = x.gathered_at
     this_boot = [r for r in records if r.current_boot]
     drain = [r for r in records if r.event.severity == Severity.DRAIN and _within(r, now, settings.window_s)]
-    warning = [r for r in this_boot
-               if r.event.severity == Severity.WARNING and _within(r, now, settings.warning_window_s)]
+    warning = [
+        r for r in this_boot if r.event.severity == Severity.WARNING and _within(r, now, settings.warning_window_s)
+    ]
     app_xids = {r.event.xid for r in this_boot if r.event.severity == Severity.APPLICATION}
-    bursts = application_xid_bursts(
-        [r.event for r in this_boot], max_events=settings.application_max_events,
-        window_s=settings.application_window_s, application_xids=app_xids) if app_xids else []
+    bursts = (
+        application_xid_bursts(
+            [r.event for r in this_boot],
+            max_events=settings.application_max_events,
+            window_s=settings.application_window_s,
+            application_xids=app_xids,
+        )
+        if app_xids
+        else []
+    )
 
     named = _findings(drain, Status.FAIL) + _findings(warning, Status.WARN)
     findings = [f for f, _ in named]
@@ -177,9 +198,15 @@ def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Co
         pci = printable(b.pci) if b.pci else None
         where = f"GPU {index} ({pci})" if index is not None else f"GPU {pci or '(unnamed)'}"
         xids = ", ".join(str(n) for n in b.xids)
-        findings.append(Finding(
-            Status.WARN, f"{where}: {b.count} application XIDs ({xids}) within {b.window_s:g} s "
-            f"(more than {b.max_events}): look at the jobs and the GPU", Action.INSPECT, index))
+        findings.append(
+            Finding(
+                Status.WARN,
+                f"{where}: {b.count} application XIDs ({xids}) within {b.window_s:g} s "
+                f"(more than {b.max_events}): look at the jobs and the GPU",
+                Action.INSPECT,
+                index,
+            )
+        )
     if not x.complete:
         why = x.notes[0] if x.notes else "the kernel log was not read to its end before the deadline"
         findings.append(Finding(Status.UNKNOWN, f"kernel log not fully read: {why}"))

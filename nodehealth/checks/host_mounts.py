@@ -17,22 +17,32 @@ class MountSpec:
     """One required mount point (an element of ``mounts``)."""
 
     path: str = setting("", "the mount point, an absolute path")
-    fstype: str = setting("", "required file-system type as mountinfo names it (nfs4, lustre, xfs, "
-                          "gpfs ...); \"\" = any")
+    fstype: str = setting("", 'required file-system type as mountinfo names it (nfs4, lustre, xfs, gpfs ...); "" = any')
     writable: bool = setting(True, "FAIL when the file system is mounted read-only")
-    min_free_gib: float = setting(0.0, "FAIL when less than this is free (for unprivileged users); "
-                                  "0 = not checked", unit="GiB", min=0, max=1 << 30)
+    min_free_gib: float = setting(
+        0.0,
+        "FAIL when less than this is free (for unprivileged users); 0 = not checked",
+        unit="GiB",
+        min=0,
+        max=1 << 30,
+    )
 
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     mounts: tuple[MountSpec, ...] = setting(
-        (), "required mounts, an array of tables with keys path, fstype (\"\" = any), writable "
+        (),
+        'required mounts, an array of tables with keys path, fstype ("" = any), writable '
         "(default true), min_free_gib (GiB, 0 = not checked), e.g. "
-        "[{ path = \"/scratch\", fstype = \"lustre\", min_free_gib = 100.0 }]; empty = check skipped")
+        '[{ path = "/scratch", fstype = "lustre", min_free_gib = 100.0 }]; empty = check skipped',
+    )
     timeout_s: float = setting(
-        5.0, "deadline for reading mountinfo and statvfs of every mount (a hung mount is a FAIL)",
-        unit="s", min=0.1, max=600)
+        5.0,
+        "deadline for reading mountinfo and statvfs of every mount (a hung mount is a FAIL)",
+        unit="s",
+        min=0.1,
+        max=600,
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -57,8 +67,9 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             continue
         details[spec.path] = _facts(found)
         findings.extend(_judge(spec, found))
-    ok = f"{len(settings.mounts)} mount(s) present" + ("" if not details else ": " + ", ".join(
-        f"{p} ({d.get('fstype')})" for p, d in details.items()))
+    ok = f"{len(settings.mounts)} mount(s) present" + (
+        "" if not details else ": " + ", ".join(f"{p} ({d.get('fstype')})" for p, d in details.items())
+    )
     return fold(ctx.name, findings, ok, {"mounts": details})
 
 
@@ -76,8 +87,9 @@ def _judge(spec: MountSpec, m: MountObservation) -> list[Finding]:
         if m.free_bytes is None:
             out.append(Finding(Status.UNKNOWN, f"{spec.path}: free space unknown"))
         elif m.free_bytes < spec.min_free_gib * GIB:
-            out.append(Finding(Status.FAIL, f"{spec.path}: {m.free_bytes / GIB:.1f} GiB free, below "
-                               f"{spec.min_free_gib:g} GiB"))
+            out.append(
+                Finding(Status.FAIL, f"{spec.path}: {m.free_bytes / GIB:.1f} GiB free, below {spec.min_free_gib:g} GiB")
+            )
     return out
 
 

@@ -12,11 +12,17 @@ from nodehealth.observations import Observations, ProbeError
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     paths: tuple[str, ...] = setting(
-        (), "directories on shared file systems (NFS, Lustre, GPFS) to write a small file into, "
-        "fsync, read back and delete; empty = check skipped")
+        (),
+        "directories on shared file systems (NFS, Lustre, GPFS) to write a small file into, "
+        "fsync, read back and delete; empty = check skipped",
+    )
     timeout_s: float = setting(
-        5.0, "deadline for all round trips together: a directory that does not answer in time "
-        "(a hung mount) is a FAIL", unit="s", min=0.1, max=600)
+        5.0,
+        "deadline for all round trips together: a directory that does not answer in time (a hung mount) is a FAIL",
+        unit="s",
+        min=0.1,
+        max=600,
+    )
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
@@ -32,13 +38,22 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
     findings = []
     details: dict[str, object] = {}
     for trip in trips:
-        details[trip.path] = {"ok": trip.ok, "elapsed_s": round(trip.elapsed_s, 4), "timed_out": trip.timed_out,
-                              "error": trip.error}
+        details[trip.path] = {
+            "ok": trip.ok,
+            "elapsed_s": round(trip.elapsed_s, 4),
+            "timed_out": trip.timed_out,
+            "error": trip.error,
+        }
         if trip.timed_out:
-            findings.append(Finding(Status.FAIL, f"{trip.path}: did not answer within {trip.elapsed_s:.1f} s "
-                                    "(hung mount?)"))
+            findings.append(
+                Finding(Status.FAIL, f"{trip.path}: did not answer within {trip.elapsed_s:.1f} s (hung mount?)")
+            )
         elif not trip.ok:
             findings.append(Finding(Status.FAIL, f"{trip.path}: round trip failed: {trip.error}"))
     slowest = max((t.elapsed_s for t in trips), default=0.0)
-    return fold(ctx.name, findings, f"{len(trips)} shared dir(s): write, fsync, read, delete in "
-                f"{slowest * 1000:.0f} ms or less", {"dirs": details})
+    return fold(
+        ctx.name,
+        findings,
+        f"{len(trips)} shared dir(s): write, fsync, read, delete in {slowest * 1000:.0f} ms or less",
+        {"dirs": details},
+    )

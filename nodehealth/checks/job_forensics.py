@@ -32,11 +32,13 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         return CheckResult(ctx.name, Status.SKIPPED, f"not judged: {why}")
     return job_forensics(job.job_id, job.gpus, job.baseline, obs.nvml, obs.xid, job.start, job.now, job.boot_id)
 
-_COUNTER_WORDS = {"volatile_uncorrected": "uncorrectable ECC error(s)",
-                  "remapped_uncorrectable": "row(s) remapped for uncorrectable errors",
-                  "volatile_corrected": "corrected ECC error(s)",
-                  "remapped_correctable": "row(s) remapped for correctable errors"}
 
+_COUNTER_WORDS = {
+    "volatile_uncorrected": "uncorrectable ECC error(s)",
+    "remapped_uncorrectable": "row(s) remapped for uncorrectable errors",
+    "volatile_corrected": "corrected ECC error(s)",
+    "remapped_correctable": "row(s) remapped for correctable errors",
+}
 
 
 def _int(value: Any) -> Optional[int]:
@@ -59,14 +61,16 @@ def _match(before: Mapping[str, Any], after: Mapping[str, Any], index: str) -> O
     return None
 
 
-def ecc_increments(before: Mapping[str, Any], after: Mapping[str, Any],
-                   gpus: Optional[Sequence[int]]) -> tuple[list[tuple[int, str, int, int]], list[str]]:
+def ecc_increments(
+    before: Mapping[str, Any], after: Mapping[str, Any], gpus: Optional[Sequence[int]]
+) -> tuple[list[tuple[int, str, int, int]], list[str]]:
     """Counter increments on the job's GPUs: ``[(gpu, key, before, after)]`` and notes.
 
     A counter that went down (GPU reset or driver reload during the job) is not compared.
     """
-    wanted = sorted(before, key=lambda k: int(k) if k.isdigit() else 1 << 30) if gpus is None \
-        else [str(g) for g in gpus]
+    wanted = (
+        sorted(before, key=lambda k: int(k) if k.isdigit() else 1 << 30) if gpus is None else [str(g) for g in gpus]
+    )
     incs: list[tuple[int, str, int, int]] = []
     notes: list[str] = []
     for idx in wanted:
@@ -103,8 +107,16 @@ def _xid_in_job(rec: Any, job_id: str, gpus: Optional[Sequence[int]], start: Opt
     return gpus is None or (ev.gpu is not None and ev.gpu in gpus)
 
 
-def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional[Mapping[str, Any]],
-                  nvml: Any, xid: Any, start: Optional[float], now: float, boot_id: Optional[str]) -> CheckResult:
+def job_forensics(
+    job_id: str,
+    gpus: Optional[Sequence[int]],
+    baseline: Optional[Mapping[str, Any]],
+    nvml: Any,
+    xid: Any,
+    start: Optional[float],
+    now: float,
+    boot_id: Optional[str],
+) -> CheckResult:
     """What happened to the node during job ``job_id``, judged at its end (pure).
 
     * ``baseline``: the counters recorded at job start (``counters_record``), or None.
@@ -121,8 +133,11 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
     findings: list[Finding] = []
     xid_of: dict[int, int] = {}  # a finding's index -> the XID that names it (the drain reason's nh:xid<N>)
     notes: list[str] = []
-    details: dict[str, Any] = {"job_id": job_id, "job_gpus": list(gpus) if gpus is not None else None,
-                               "job_start": start}
+    details: dict[str, Any] = {
+        "job_id": job_id,
+        "job_gpus": list(gpus) if gpus is not None else None,
+        "job_start": start,
+    }
     compared = False
     # ECC and row-remap counters.
     after_gpus = getattr(nvml, "gpus", None)
@@ -167,10 +182,18 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
             r = replace(r, event=ev)
             if _xid_in_job(r, job_id, gpus, start, now):
                 mine.append(r)
-        details["xids"] = [{"xid": r.event.xid, "gpu": r.event.gpu, "pci": r.event.pci, "at": r.at,
-                            "severity": r.event.severity.value if r.event.severity else None,
-                            "action": r.event.action.value if r.event.action else None,
-                            "job_id": r.event.job_id} for r in mine[-50:]]
+        details["xids"] = [
+            {
+                "xid": r.event.xid,
+                "gpu": r.event.gpu,
+                "pci": r.event.pci,
+                "at": r.at,
+                "severity": r.event.severity.value if r.event.severity else None,
+                "action": r.event.action.value if r.event.action else None,
+                "job_id": r.event.job_id,
+            }
+            for r in mine[-50:]
+        ]
         for sev, status in ((Severity.DRAIN, Status.FAIL), (Severity.WARNING, Status.WARN)):
             group = [r for r in mine if r.event.severity == sev]
             by_gpu: dict[Optional[int], list[Any]] = {}
@@ -179,16 +202,20 @@ def job_forensics(job_id: str, gpus: Optional[Sequence[int]], baseline: Optional
             for xg, rs in by_gpu.items():
                 xids = ", ".join(str(n) for n in sorted({r.event.xid for r in rs}))
                 label = f"GPU {xg}" if xg is not None else f"GPU {rs[-1].event.pci or '(unknown)'}"
-                action = max((r.event.action or Action.REBOOT for r in rs), key=lambda a: a.rank) \
-                    if status == Status.FAIL else Action.INSPECT
+                action = (
+                    max((r.event.action or Action.REBOOT for r in rs), key=lambda a: a.rank)
+                    if status == Status.FAIL
+                    else Action.INSPECT
+                )
                 findings.append(Finding(status, f"{label}: XID {xids} during the job", action, xg))
                 lead = max(enumerate(rs), key=lambda ir: ((ir[1].event.action or Action.REBOOT).rank, ir[0]))[1]
                 xid_of[len(findings) - 1] = lead.event.xid
     if notes:
         details["notes"] = notes
     if not findings and not compared:
-        return CheckResult(FORENSICS, Status.SKIPPED, f"job {job_id}: nothing to compare ({'; '.join(notes)})",
-                           details=details)
+        return CheckResult(
+            FORENSICS, Status.SKIPPED, f"job {job_id}: nothing to compare ({'; '.join(notes)})", details=details
+        )
     res = fold(FORENSICS, findings, f"job {job_id}: no XID or ECC increment during the job", details)
     if res.status > Status.OK:
         res = replace(res, summary=f"job {job_id}: {res.summary}")

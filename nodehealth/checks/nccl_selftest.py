@@ -33,74 +33,125 @@ MODES = ("nvlink", "ib_loopback")
 # nccl-tests' exit statuses (src/common.h testResult_t).
 EXIT_USAGE = 6  # testInvalidUsage
 EXIT_RESULTS = 7  # testNumResults: #wrong > 0, or the average bus bandwidth under NCCL_TESTS_MIN_BW x 0.9
-EXIT_NAMES = {1: "internal error", 2: "CUDA error", 3: "NCCL error", 4: "timeout (-T)", 5: "not implemented",
-              6: "invalid usage", 7: "wrong results or bandwidth under NCCL_TESTS_MIN_BW"}
+EXIT_NAMES = {
+    1: "internal error",
+    2: "CUDA error",
+    3: "NCCL error",
+    4: "timeout (-T)",
+    5: "not implemented",
+    6: "invalid usage",
+    7: "wrong results or bandwidth under NCCL_TESTS_MIN_BW",
+}
 
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):
     timeout_s: float = setting(
-        120.0, "deadline of the whole self-test (every mode; each run gets an equal share of what is left); "
-        "at it the runner's process group is killed", unit="s", min=1, max=600)
+        120.0,
+        "deadline of the whole self-test (every mode; each run gets an equal share of what is left); "
+        "at it the runner's process group is killed",
+        unit="s",
+        min=1,
+        max=600,
+    )
     modes: tuple[str, ...] = setting(
-        ("nvlink",), "modes to run: nvlink (NCCL picks every path) and ib_loopback (NCCL_P2P_DISABLE=1 "
-        "NCCL_SHM_DISABLE=1: GPU to GPU through the node's NICs)", choices=MODES)
+        ("nvlink",),
+        "modes to run: nvlink (NCCL picks every path) and ib_loopback (NCCL_P2P_DISABLE=1 "
+        "NCCL_SHM_DISABLE=1: GPU to GPU through the node's NICs)",
+        choices=MODES,
+    )
     runner: str = setting(
-        "auto", "nccl-tests (all_reduce_perf at all_reduce_perf), builtin (python -m nodehealth.nccl.builtin: "
+        "auto",
+        "nccl-tests (all_reduce_perf at all_reduce_perf), builtin (python -m nodehealth.nccl.builtin: "
         "nccl4py or torch), auto (nccl-tests when the binary is there, else builtin)",
-        choices=("auto", "nccl-tests", "builtin"))
+        choices=("auto", "nccl-tests", "builtin"),
+    )
     all_reduce_perf: str = setting(
-        "/usr/local/bin/all_reduce_perf", "absolute path of nccl-tests' all_reduce_perf (running as root: "
-        "root's own, in directories only root can write)")
+        "/usr/local/bin/all_reduce_perf",
+        "absolute path of nccl-tests' all_reduce_perf (running as root: "
+        "root's own, in directories only root can write)",
+    )
     args: tuple[str, ...] = setting(
-        ("-b", "8M", "-e", "1G", "-f", "2", "-c", "1"), "arguments of the runner; -g <GPUs> is added unless "
-        "they set it (the floors are measured at 8-16 GiB: -e 8G measures closer to them)")
+        ("-b", "8M", "-e", "1G", "-f", "2", "-c", "1"),
+        "arguments of the runner; -g <GPUs> is added unless "
+        "they set it (the floors are measured at 8-16 GiB: -e 8G measures closer to them)",
+    )
     json_output: str = setting(
-        "auto", "nccl-tests' -J JSON output: auto (when the binary's usage lists it: nccl-tests 2.17.3 and "
-        "later), on, off", choices=("auto", "on", "off"))
+        "auto",
+        "nccl-tests' -J JSON output: auto (when the binary's usage lists it: nccl-tests 2.17.3 and later), on, off",
+        choices=("auto", "on", "off"),
+    )
     min_bw_gbps: float = setting(
-        0.0, "exported as NCCL_TESTS_MIN_BW: nccl-tests then exits 7 when the AVERAGE bus bandwidth over "
-        "all sizes is under 90 % of it; 0 = not set", unit="GB/s", min=0, max=100000)
+        0.0,
+        "exported as NCCL_TESTS_MIN_BW: nccl-tests then exits 7 when the AVERAGE bus bandwidth over "
+        "all sizes is under 90 % of it; 0 = not set",
+        unit="GB/s",
+        min=0,
+        max=100000,
+    )
     nccl_net_ib: bool = setting(
-        False, "in ib_loopback mode set NCCL_NET=IB: NCCL's init fails instead of falling back to sockets")
+        False, "in ib_loopback mode set NCCL_NET=IB: NCCL's init fails instead of falling back to sockets"
+    )
     env: tuple[str, ...] = setting(
-        (), "more environment for the runner, NAME=value each (e.g. NCCL_IB_HCA=mlx5_0,mlx5_1 or "
-        "NCCL_TOPO_FILE=/etc/nccl/topo.xml)")
+        (),
+        "more environment for the runner, NAME=value each (e.g. NCCL_IB_HCA=mlx5_0,mlx5_1 or "
+        "NCCL_TOPO_FILE=/etc/nccl/topo.xml)",
+    )
     builtin_backend: str = setting(
-        "auto", "backend of the built-in runner: auto (nccl4py, then torch), nccl4py, torch",
-        choices=("auto", "nccl4py", "torch"))
+        "auto",
+        "backend of the built-in runner: auto (nccl4py, then torch), nccl4py, torch",
+        choices=("auto", "nccl4py", "torch"),
+    )
     python: str = setting(
-        "", "absolute path of the Python that runs the built-in runner; \"\" = the one running nodehealth")
-    gpus: int = setting(
-        0, "GPUs to run on; 0 = every NVIDIA GPU on the PCI bus", unit="GPUs", min=0, max=64)
-    gpu_model: str = setting(
-        "", "GPU model to look the floor up with; \"\" = the name NVML reports for GPU 0")
+        "", 'absolute path of the Python that runs the built-in runner; "" = the one running nodehealth'
+    )
+    gpus: int = setting(0, "GPUs to run on; 0 = every NVIDIA GPU on the PCI bus", unit="GPUs", min=0, max=64)
+    gpu_model: str = setting("", 'GPU model to look the floor up with; "" = the name NVML reports for GPU 0')
     require_ib: bool = setting(
-        True, "ib_loopback mode must carry the traffic over InfiniBand/RoCE (NET/IB, IBext, SHARP): "
-        "NET/Socket is a FAIL")
+        True,
+        "ib_loopback mode must carry the traffic over InfiniBand/RoCE (NET/IB, IBext, SHARP): NET/Socket is a FAIL",
+    )
     fail_fraction: float = setting(
-        0.8, "FAIL when the largest size's bus bandwidth is under this share of the floor", min=0, max=1)
-    warn_fraction: float = setting(
-        0.9, "WARN when it is under this share of the floor", min=0, max=1)
+        0.8, "FAIL when the largest size's bus bandwidth is under this share of the floor", min=0, max=1
+    )
+    warn_fraction: float = setting(0.9, "WARN when it is under this share of the floor", min=0, max=1)
     nvlink_floor_gbps: float = setting(
-        0.0, "this node's nvlink floor; 0 = from the floor table (nodehealth/data/nccl_floors.toml)",
-        unit="GB/s", min=0, max=100000)
+        0.0,
+        "this node's nvlink floor; 0 = from the floor table (nodehealth/data/nccl_floors.toml)",
+        unit="GB/s",
+        min=0,
+        max=100000,
+    )
     ib_loopback_floor_gbps: float = setting(
-        0.0, "this node's ib_loopback floor; 0 = from the floor table", unit="GB/s", min=0, max=100000)
+        0.0, "this node's ib_loopback floor; 0 = from the floor table", unit="GB/s", min=0, max=100000
+    )
     interval_s: float = setting(
-        21600.0, "the daemon runs the self-test this often, only while the node is idle (no job in the "
-        "ledger, no compute process on a GPU); 0 = the daemon never runs it", unit="s", min=0, max=30 * 86400)
+        21600.0,
+        "the daemon runs the self-test this often, only while the node is idle (no job in the "
+        "ledger, no compute process on a GPU); 0 = the daemon never runs it",
+        unit="s",
+        min=0,
+        max=30 * 86400,
+    )
     jitter_s: float = setting(
-        900.0, "a random delay up to this, added to each interval (nodes of a cluster do not all test at once)",
-        unit="s", min=0, max=86400)
+        900.0,
+        "a random delay up to this, added to each interval (nodes of a cluster do not all test at once)",
+        unit="s",
+        min=0,
+        max=86400,
+    )
 
     def validate(self) -> None:
         if self.warn_fraction < self.fail_fraction:
             raise ValueError(f"warn_fraction {self.warn_fraction} is under fail_fraction {self.fail_fraction}")
         for item in self.env:
             name, eq, _ = item.partition("=")
-            if not eq or not name or not (name[0].isalpha() or name[0] == "_") or \
-                    not all(c.isalnum() or c == "_" for c in name):
+            if (
+                not eq
+                or not name
+                or not (name[0].isalpha() or name[0] == "_")
+                or not all(c.isalnum() or c == "_" for c in name)
+            ):
                 raise ValueError(f"env: {item!r} is not NAME=value")
         for key in ("all_reduce_perf", "python"):
             value = getattr(self, key)
@@ -111,8 +162,20 @@ class Settings(CheckSettings):
 
 
 # Linux signal numbers (signal(7)) a crashed runner dies of.
-SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
-           8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+SIGNALS = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    13: "SIGPIPE",
+    15: "SIGTERM",
+}
 
 
 def _signal_name(num: int) -> str:
@@ -151,8 +214,14 @@ def judge_run(run: NcclRun, settings: Settings, model: Optional[str]) -> tuple[l
     """The findings of one run, and what the metrics and the report show of it."""
     m = run.mode
     who = "all_reduce_perf" if run.runner == "nccl-tests" else "the built-in runner"
-    d: dict[str, Any] = {"runner": run.runner, "gpus": run.gpus, "elapsed_s": round(run.elapsed_s, 3),
-                         "finished_at": run.finished_at, "returncode": run.returncode, "timed_out": run.timed_out}
+    d: dict[str, Any] = {
+        "runner": run.runner,
+        "gpus": run.gpus,
+        "elapsed_s": round(run.elapsed_s, 3),
+        "finished_at": run.finished_at,
+        "returncode": run.returncode,
+        "timed_out": run.timed_out,
+    }
     tr = run.transport
     if tr is not None:
         d.update(transport=tr.transport, network=tr.network, paths=list(tr.paths), nccl_errors=list(tr.errors[:5]))
@@ -168,45 +237,71 @@ def judge_run(run: NcclRun, settings: Settings, model: Optional[str]) -> tuple[l
     first_error = f": {tr.errors[0][:200]}" if tr is not None and tr.errors else ""
     if run.timed_out:
         d["outcome"] = "hung"
-        return [Finding(Status.FAIL, f"{m}: {who} hung: killed with its process group at the {run.timeout_s:.1f} s "
-                        f"deadline ({run.output_bytes} bytes of output){first_error}", Action.REBOOT)], d
+        return [
+            Finding(
+                Status.FAIL,
+                f"{m}: {who} hung: killed with its process group at the {run.timeout_s:.1f} s "
+                f"deadline ({run.output_bytes} bytes of output){first_error}",
+                Action.REBOOT,
+            )
+        ], d
     if run.truncated:
         d["outcome"] = "output_cap"
-        return [Finding(Status.UNKNOWN, f"{m}: {who} printed more than the output cap ({run.output_bytes} bytes "
-                        f"read): killed with its process group, no result to judge{first_error}")], d
+        return [
+            Finding(
+                Status.UNKNOWN,
+                f"{m}: {who} printed more than the output cap ({run.output_bytes} bytes "
+                f"read): killed with its process group, no result to judge{first_error}",
+            )
+        ], d
     rc = run.returncode if run.returncode is not None else 0
     if rc < 0 or rc > 128:
         sig = -rc if rc < 0 else rc - 128
         d["outcome"] = "crashed"
-        return [Finding(Status.FAIL, f"{m}: {who} crashed ({_signal_name(sig)}, exit {rc}){first_error}",
-                        Action.REBOOT)], d
+        return [
+            Finding(Status.FAIL, f"{m}: {who} crashed ({_signal_name(sig)}, exit {rc}){first_error}", Action.REBOOT)
+        ], d
     wrong = run.perf.wrong if run.perf is not None else 0
     fatal = tr is not None and tr.fatal
     nic = Action.INSPECT if m == "ib_loopback" else Action.REBOOT
     if wrong:
         d["outcome"] = "wrong_results"
-        return [Finding(Status.FAIL, f"{m}: {wrong} wrong element(s) in the all-reduce results (#wrong): the "
-                        "GPUs or the links between them corrupt data", Action.INSPECT)], d
+        return [
+            Finding(
+                Status.FAIL,
+                f"{m}: {wrong} wrong element(s) in the all-reduce results (#wrong): the "
+                "GPUs or the links between them corrupt data",
+                Action.INSPECT,
+            )
+        ], d
     if fatal:
         d["outcome"] = "nccl_error"
         return [Finding(Status.FAIL, f"{m}: NCCL failed{first_error}", nic)], d
     if rc == EXIT_USAGE:
         d["outcome"] = "usage"
-        return [Finding(Status.UNKNOWN, f"{m}: {who} rejected its arguments (exit 6, invalid usage): check "
-                        "[checks.nccl_selftest] args")], d
+        return [
+            Finding(
+                Status.UNKNOWN,
+                f"{m}: {who} rejected its arguments (exit 6, invalid usage): check [checks.nccl_selftest] args",
+            )
+        ], d
     if rc == EXIT_RESULTS and run.runner == "nccl-tests":
         d["outcome"] = "min_bw"
         avg = run.perf.avg_busbw_gbps if run.perf is not None else None
-        return [Finding(Status.FAIL, f"{m}: average bus bandwidth {avg} GB/s under 90 % of NCCL_TESTS_MIN_BW "
-                        f"{settings.min_bw_gbps:g} (exit 7)", Action.INSPECT)], d
+        return [
+            Finding(
+                Status.FAIL,
+                f"{m}: average bus bandwidth {avg} GB/s under 90 % of NCCL_TESTS_MIN_BW "
+                f"{settings.min_bw_gbps:g} (exit 7)",
+                Action.INSPECT,
+            )
+        ], d
     if rc != 0:
         d["outcome"] = "exit"
-        return [Finding(Status.FAIL, f"{m}: {who} exited {rc} ({EXIT_NAMES.get(rc, 'error')}){first_error}",
-                        nic)], d
+        return [Finding(Status.FAIL, f"{m}: {who} exited {rc} ({EXIT_NAMES.get(rc, 'error')}){first_error}", nic)], d
     if run.output_bytes == 0:
         d["outcome"] = "no_output"
-        return [Finding(Status.FAIL, f"{m}: {who} printed nothing and exited 0: no result to judge",
-                        Action.INSPECT)], d
+        return [Finding(Status.FAIL, f"{m}: {who} printed nothing and exited 0: no result to judge", Action.INSPECT)], d
     if run.perf is None:
         d["outcome"] = "unparsed"
         return [Finding(Status.UNKNOWN, f"{m}: could not parse the output of {who}: {run.perf_error}")], d
@@ -227,24 +322,50 @@ def judge_run(run: NcclRun, settings: Settings, model: Optional[str]) -> tuple[l
             size = run.perf.largest.size_bytes if run.perf.largest else 0
             where = f"{busbw:g} GB/s bus bandwidth at {size / (1 << 20):g} MiB"
             if busbw < settings.fail_fraction * floor:
-                out.append(Finding(Status.FAIL, f"{m}: {where}, under {settings.fail_fraction:.0%} of the "
-                                   f"{floor:g} GB/s floor", Action.INSPECT))
+                out.append(
+                    Finding(
+                        Status.FAIL,
+                        f"{m}: {where}, under {settings.fail_fraction:.0%} of the {floor:g} GB/s floor",
+                        Action.INSPECT,
+                    )
+                )
             elif busbw < settings.warn_fraction * floor:
-                out.append(Finding(Status.WARN, f"{m}: {where}, under {settings.warn_fraction:.0%} of the "
-                                   f"{floor:g} GB/s floor", Action.INSPECT))
+                out.append(
+                    Finding(
+                        Status.WARN,
+                        f"{m}: {where}, under {settings.warn_fraction:.0%} of the {floor:g} GB/s floor",
+                        Action.INSPECT,
+                    )
+                )
     kind = tr.transport if tr is not None else "unknown"
     if m == "ib_loopback" and settings.require_ib:
         if kind == "socket":
-            out.append(Finding(Status.FAIL, f"{m}: NCCL carried the traffic over {_net(tr, 'NET/Socket')}, not "
-                               "InfiniBand (are the IB devices there, NCCL_IB_HCA right?)", Action.INSPECT))
+            out.append(
+                Finding(
+                    Status.FAIL,
+                    f"{m}: NCCL carried the traffic over {_net(tr, 'NET/Socket')}, not "
+                    "InfiniBand (are the IB devices there, NCCL_IB_HCA right?)",
+                    Action.INSPECT,
+                )
+            )
         elif kind == "unknown":
             out.append(Finding(Status.WARN, f"{m}: the NCCL_DEBUG output does not show what carried the traffic"))
         elif kind == "p2p":
-            out.append(Finding(Status.WARN, f"{m}: the traffic stayed inside the node (P2P/SHM) although both "
-                               "were disabled: the NICs were not tested"))
+            out.append(
+                Finding(
+                    Status.WARN,
+                    f"{m}: the traffic stayed inside the node (P2P/SHM) although both "
+                    "were disabled: the NICs were not tested",
+                )
+            )
     elif m == "nvlink" and kind in ("socket", "ib"):
-        out.append(Finding(Status.WARN, f"{m}: NCCL went through {_net(tr, 'the network')} between GPUs of one "
-                           "node: P2P is not usable", Action.INSPECT))
+        out.append(
+            Finding(
+                Status.WARN,
+                f"{m}: NCCL went through {_net(tr, 'the network')} between GPUs of one node: P2P is not usable",
+                Action.INSPECT,
+            )
+        )
     if tr is not None and tr.errors:
         out.append(Finding(Status.WARN, f"{m}: NCCL warned{first_error}"))
     return out, d

@@ -18,19 +18,36 @@ from nodehealth.xid.text import printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="run the health checks and print the verdict",
-                       description="Run the health checks. Exit 0 healthy (warnings allowed), 1 a check "
-                                   "failed, 2 usage or config error, 3 internal error.")
+    p = sub.add_parser(
+        "check",
+        help="run the health checks and print the verdict",
+        description="Run the health checks. Exit 0 healthy (warnings allowed), 1 a check "
+        "failed, 2 usage or config error, 3 internal error.",
+    )
     add_config(p)
     add_simulate(p)
-    p.add_argument("--only", metavar="NAME", nargs="+", action="append", default=[],
-                   help="run only these checks (space or comma separated, may repeat)")
-    p.add_argument("--phase", choices=(*(f.phase for f in TABLE), "manual"), default="manual",
-                   help="which phase's checks and budget to use (default: manual)")
-    p.add_argument("--as", dest="as_face", choices=FACES,
-                   help="decide exactly as that face would, with its inputs (the daemon's verdict for the "
-                        "prolog, the cached Slurm view, the job's GPUs), and say what it would do; acts on "
-                        "nothing")
+    p.add_argument(
+        "--only",
+        metavar="NAME",
+        nargs="+",
+        action="append",
+        default=[],
+        help="run only these checks (space or comma separated, may repeat)",
+    )
+    p.add_argument(
+        "--phase",
+        choices=(*(f.phase for f in TABLE), "manual"),
+        default="manual",
+        help="which phase's checks and budget to use (default: manual)",
+    )
+    p.add_argument(
+        "--as",
+        dest="as_face",
+        choices=FACES,
+        help="decide exactly as that face would, with its inputs (the daemon's verdict for the "
+        "prolog, the cached Slurm view, the job's GPUs), and say what it would do; acts on "
+        "nothing",
+    )
     p.add_argument("--job", metavar="ID", help="with --as: the job (SLURM_JOB_ID)")
     p.add_argument("--gpus", metavar="LIST", help="with --as: the job's GPUs (SLURM_JOB_GPUS, e.g. 0,1)")
     p.add_argument("-i", "--gpu", metavar="LIST", help="judge only these GPUs (NVML indexes, e.g. 0,3)")
@@ -90,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.quiet:
             sys.stdout.write(f"config: {config_file(args)}\n")
-        sys.stdout.write(render.text(report, color=use_color(sys.stdout), quiet=args.quiet,
-                                     verbose=args.verbose))
+        sys.stdout.write(render.text(report, color=use_color(sys.stdout), quiet=args.quiet, verbose=args.verbose))
     return exit_code(report.status, cfg.policy.unknown)
 
 
@@ -127,9 +143,15 @@ def _as_face(args: argparse.Namespace) -> int:
     result = preview(args.as_face, env)
     if args.format == "json":
         doc = json.loads(render.as_json(result.report)) if result.report is not None else {}
-        doc["as"] = {"face": result.face, "source": result.source, "inputs": result.inputs,
-                     "decision": result.decision, "recorded": result.recorded, "exit_code": result.exit_code,
-                     "config": config_file(args)}
+        doc["as"] = {
+            "face": result.face,
+            "source": result.source,
+            "inputs": result.inputs,
+            "decision": result.decision,
+            "recorded": result.recorded,
+            "exit_code": result.exit_code,
+            "config": config_file(args),
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         if result.report is not None:

@@ -20,8 +20,9 @@ def load_config(args: argparse.Namespace, host: Optional[str] = None) -> Config:
     """Config from --config / NODEHEALTH_CONFIG / the default path, with --simulate applied
     (``nodehealth.config.use``: the file's own config or a usage error, nothing recorded)."""
     try:
-        return use(getattr(args, "config", None), fallback="none", simulate=getattr(args, "simulate", None),
-                   host=host).cfg
+        return use(
+            getattr(args, "config", None), fallback="none", simulate=getattr(args, "simulate", None), host=host
+        ).cfg
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 

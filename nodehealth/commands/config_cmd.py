@@ -16,8 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="validate configuration")
     inner = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     c = inner.add_parser("check", help="validate a config file and print the effective config for a host")
-    c.add_argument("file", nargs="?", help="config file (default: $NODEHEALTH_CONFIG or "
-                   "/etc/nodehealth/nodehealth.toml)")
+    c.add_argument(
+        "file", nargs="?", help="config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)"
+    )
     c.add_argument("--host", help="node name to resolve overrides for (default: this node)")
     add_format(c, choices=("toml", "json"))
     c.set_defaults(func=run)

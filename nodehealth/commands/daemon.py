@@ -20,10 +20,13 @@ from nodehealth.commands.options import ExitCode, add_config, add_simulate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("daemon", help="watch continuously: periodic checks, XID follower, /metrics, state for "
-                       "the prolog", description="Run periodic checks, follow the kernel log for XIDs, serve "
-                       "Prometheus metrics and keep the verdict the prolog reads. SIGHUP reloads the config, "
-                       "SIGTERM stops. Exit 1: cannot start; 2: usage or config error.")
+    p = sub.add_parser(
+        "daemon",
+        help="watch continuously: periodic checks, XID follower, /metrics, state for the prolog",
+        description="Run periodic checks, follow the kernel log for XIDs, serve "
+        "Prometheus metrics and keep the verdict the prolog reads. SIGHUP reloads the config, "
+        "SIGTERM stops. Exit 1: cannot start; 2: usage or config error.",
+    )
     add_config(p)
     add_simulate(p)
     p.set_defaults(func=run)
@@ -38,14 +41,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         if exc.kind == "setup" and args.simulate:  # the scenario given on the command line
             return fail_usage(UsageError(str(exc)))
-        print(f"nodehealth daemon: configuration error, and no configuration has validated on this node to fall "
-              f"back on: {exc}", file=sys.stderr)
+        print(
+            f"nodehealth daemon: configuration error, and no configuration has validated on this node to fall "
+            f"back on: {exc}",
+            file=sys.stderr,
+        )
         return ExitCode.USAGE
     cfg = loaded.cfg
     daemon = Daemon(cfg, config_path=args.config, loaded=loaded)
     if loaded.error is not None:
-        daemon.log(f"configuration error: {loaded.error}; running with {loaded.note}", "err",
-                   config=loaded.file)
+        daemon.log(f"configuration error: {loaded.error}; running with {loaded.note}", "err", config=loaded.file)
     elif loaded.note:
         daemon.log(loaded.note, "warning")
     try:

@@ -23,9 +23,18 @@ def rows() -> list[dict[str, Any]]:
     out = []
     for spec in CHECKS:
         phases = [p for p in PHASES if p in spec.phases]
-        out.append({"name": spec.name, "default": spec.default_enabled, "cost": spec.cost, "phases": phases,
-                    "needs": list(spec.needs), "uses": list(spec.uses),
-                    "timeout_s": defaults[spec.name].timeout_s, "description": spec.summary})
+        out.append(
+            {
+                "name": spec.name,
+                "default": spec.default_enabled,
+                "cost": spec.cost,
+                "phases": phases,
+                "needs": list(spec.needs),
+                "uses": list(spec.uses),
+                "timeout_s": defaults[spec.name].timeout_s,
+                "description": spec.summary,
+            }
+        )
     return out
 
 
@@ -40,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         phases = r["phases"]
         where = "all" if len(phases) == len(PHASES) else ",".join(phases)
         probes = ",".join(map(str, r["needs"])) + (f" (+{','.join(map(str, r['uses']))})" if r["uses"] else "")
-        print(f"{r['name']:<{width}}  {'on' if r['default'] else 'off':<7} {r['cost']:<5} "
-              f"{r['timeout_s']:<7g} {where:<22} {probes:<28} {r['description']}")
+        print(
+            f"{r['name']:<{width}}  {'on' if r['default'] else 'off':<7} {r['cost']:<5} "
+            f"{r['timeout_s']:<7g} {where:<22} {probes:<28} {r['description']}"
+        )
     return 0

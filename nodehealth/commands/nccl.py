@@ -24,20 +24,32 @@ CHECK = "nccl_selftest"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("nccl", help="the NCCL self-test (run) and the NCCL parsers (parse, transport)",
-                       description="The NCCL all-reduce self-test and the parsers of nccl-tests output and "
-                                   "NCCL_DEBUG logs.")
+    p = sub.add_parser(
+        "nccl",
+        help="the NCCL self-test (run) and the NCCL parsers (parse, transport)",
+        description="The NCCL all-reduce self-test and the parsers of nccl-tests output and NCCL_DEBUG logs.",
+    )
     nsub = p.add_subparsers(dest="nccl_command", metavar="COMMAND", parser_class=type(p))
-    r = nsub.add_parser("run", help="run the NCCL self-test now (never touches Slurm)",
-                        description="Run the nccl_selftest check now and print its verdict. Never drains or "
-                                    "calls Slurm. Exit 0 healthy (warnings allowed), 1 FAIL, 2 usage or config "
-                                    "error.")
+    r = nsub.add_parser(
+        "run",
+        help="run the NCCL self-test now (never touches Slurm)",
+        description="Run the nccl_selftest check now and print its verdict. Never drains or "
+        "calls Slurm. Exit 0 healthy (warnings allowed), 1 FAIL, 2 usage or config "
+        "error.",
+    )
     add_config(r)
-    r.add_argument("--mode", choices=("nvlink", "ib_loopback", "both"), help="mode(s) to run (default: the "
-                   "config's [checks.nccl_selftest] modes)")
+    r.add_argument(
+        "--mode",
+        choices=("nvlink", "ib_loopback", "both"),
+        help="mode(s) to run (default: the config's [checks.nccl_selftest] modes)",
+    )
     r.add_argument("--runner", choices=("auto", "nccl-tests", "builtin"), help="runner (default: the config's)")
-    r.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole self-test in seconds "
-                   "(default: the config's timeout_s)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="deadline of the whole self-test in seconds (default: the config's timeout_s)",
+    )
     add_format(r)
     r.set_defaults(func=run)
     try:

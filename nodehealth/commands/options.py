@@ -36,11 +36,13 @@ def add_config(parser: argparse.ArgumentParser, help: Optional[str] = None) -> N
     parser.add_argument("--config", metavar="FILE", default=None, help=help or CONFIG_HELP)
 
 
-def add_format(parser: argparse.ArgumentParser, choices: Sequence[str] = ("text", "json"),
-               help: Optional[str] = None) -> None:
+def add_format(
+    parser: argparse.ArgumentParser, choices: Sequence[str] = ("text", "json"), help: Optional[str] = None
+) -> None:
     """``--format`` (``args.format``), the first choice the default."""
-    parser.add_argument("--format", choices=tuple(choices), default=choices[0],
-                        help=help or f"output format (default: {choices[0]})")
+    parser.add_argument(
+        "--format", choices=tuple(choices), default=choices[0], help=help or f"output format (default: {choices[0]})"
+    )
 
 
 def add_simulate(parser: argparse.ArgumentParser, metavar: str = "FILE", help: Optional[str] = None) -> None:

@@ -20,28 +20,60 @@ from nodehealth.commands.options import add_config, add_format
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("preflight", help="check a whole allocation before a long run (srun, one task per node)",
-                       description="Check every node of the allocation (health, shared storage, paths, versions, "
-                                   "optionally NCCL) and name the bad node. Run as srun --ntasks-per-node=1 "
-                                   "nodehealth preflight. Exit 0 pass, 1 a node failed, 2 usage error or an "
-                                   "exchange that cannot be used (a name in the shared directory held by "
-                                   "another user; no node judged).")
-    p.add_argument("--shared-dir", metavar="DIR", help="directory on the shared file system used as the exchange "
-                   "(default: the job's working directory)")
-    p.add_argument("--path", metavar="P", action="append", default=[],
-                   help="must exist and be readable on every node (code, data, container image); may repeat")
-    p.add_argument("--checkpoint-dir", metavar="D", action="append", default=[],
-                   help="must be writable on every node and on shared storage (checkpoints, logs); may repeat")
+    p = sub.add_parser(
+        "preflight",
+        help="check a whole allocation before a long run (srun, one task per node)",
+        description="Check every node of the allocation (health, shared storage, paths, versions, "
+        "optionally NCCL) and name the bad node. Run as srun --ntasks-per-node=1 "
+        "nodehealth preflight. Exit 0 pass, 1 a node failed, 2 usage error or an "
+        "exchange that cannot be used (a name in the shared directory held by "
+        "another user; no node judged).",
+    )
+    p.add_argument(
+        "--shared-dir",
+        metavar="DIR",
+        help="directory on the shared file system used as the exchange (default: the job's working directory)",
+    )
+    p.add_argument(
+        "--path",
+        metavar="P",
+        action="append",
+        default=[],
+        help="must exist and be readable on every node (code, data, container image); may repeat",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        metavar="D",
+        action="append",
+        default=[],
+        help="must be writable on every node and on shared storage (checkpoints, logs); may repeat",
+    )
     p.add_argument("--nccl", action="store_true", help="run the NCCL self-test on every node")
     p.add_argument("--expect-ib", action="store_true", help="with --nccl: NCCL must use InfiniBand, NET/Socket fails")
-    p.add_argument("--nccl-timeout", type=float, default=60.0, metavar="S",
-                   help="deadline of each node's NCCL self-test (default 60)")
-    p.add_argument("--drain", action="store_true", help="drain nodes with hardware faults (needs Slurm operator "
-                   "rights; the faces' ownership rules apply)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="deadline for every node to report in the shared directory (default 10)")
-    add_config(p, help="config file; %%n is replaced by the node name (default: $NODEHEALTH_CONFIG or "
-               "/etc/nodehealth/nodehealth.toml)")
+    p.add_argument(
+        "--nccl-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="deadline of each node's NCCL self-test (default 60)",
+    )
+    p.add_argument(
+        "--drain",
+        action="store_true",
+        help="drain nodes with hardware faults (needs Slurm operator rights; the faces' ownership rules apply)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="deadline for every node to report in the shared directory (default 10)",
+    )
+    add_config(
+        p,
+        help="config file; %%n is replaced by the node name (default: $NODEHEALTH_CONFIG or "
+        "/etc/nodehealth/nodehealth.toml)",
+    )
     add_format(p)
     p.set_defaults(func=run)
 
@@ -73,9 +105,17 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--shared-dir: {shared} is not a directory on {rank.node}")
     except UsageError as exc:
         return fail_usage(exc)
-    opts = Options(shared_dir=shared, paths=tuple(args.path), checkpoints=tuple(args.checkpoint_dir),
-                   nccl=args.nccl, expect_ib=args.expect_ib, nccl_timeout_s=args.nccl_timeout, drain=args.drain,
-                   timeout_s=args.timeout, fmt=args.format)
+    opts = Options(
+        shared_dir=shared,
+        paths=tuple(args.path),
+        checkpoints=tuple(args.checkpoint_dir),
+        nccl=args.nccl,
+        expect_ib=args.expect_ib,
+        nccl_timeout_s=args.nccl_timeout,
+        drain=args.drain,
+        timeout_s=args.timeout,
+        fmt=args.format,
+    )
     if cfg.node_name and cfg.node_name != rank.node:
         cfg = dataclasses.replace(cfg, node_name=rank.node)
     return preflight(cfg, rank, opts, env, out=sys.stdout, scontrol=cfg.slurm.scontrol, slurm_conf=cfg.slurm.conf)

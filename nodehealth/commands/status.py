@@ -23,10 +23,13 @@ EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = ExitCode.OK, ExitCode.FAULT, ExitCode.I
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="what nodehealth knows about this node now (its own state; acts on nothing)",
-                       description="The daemon's last verdict, our drain record, clean runs toward a resume, "
-                                   "the breaker, the config in use. Exit 0 healthy, 1 drained by nodehealth "
-                                   "or failing, 3 unknown (no verdict, daemon down, bad config).")
+    p = sub.add_parser(
+        "status",
+        help="what nodehealth knows about this node now (its own state; acts on nothing)",
+        description="The daemon's last verdict, our drain record, clean runs toward a resume, "
+        "the breaker, the config in use. Exit 0 healthy, 1 drained by nodehealth "
+        "or failing, 3 unknown (no verdict, daemon down, bad config).",
+    )
     add_config(p)
     add_format(p)
     p.set_defaults(func=run)
@@ -54,32 +57,59 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
         raise UsageError(str(exc)) from None
     cfg = loaded.cfg
     doc["node"] = node_name(cfg.node_name, env)
-    doc["config"] = {"file": path, "validated": loaded.error is None, "using": loaded.using,
-                     "error": str(loaded.error) if loaded.error else None, "note": loaded.note or None}
+    doc["config"] = {
+        "file": path,
+        "validated": loaded.error is None,
+        "using": loaded.using,
+        "error": str(loaded.error) if loaded.error else None,
+        "note": loaded.note or None,
+    }
     state_dir = cfg.paths.state_dir
     boot = layout.read_boot_id(cfg.paths.procfs_root)
     doc["boot_id"] = boot
-    st, why = daemon_state.read(state_dir, math.inf, boot_id=boot, now=t, require_xid=False,
-                                procfs_root=cfg.paths.procfs_root)
+    st, why = daemon_state.read(
+        state_dir, math.inf, boot_id=boot, now=t, require_xid=False, procfs_root=cfg.paths.procfs_root
+    )
     if st is None:
         doc["daemon"] = {"verdict": None, "alive": False, "why": why}
     else:
-        doc["daemon"] = {"verdict": st.status, "age_s": round(st.age_s, 1), "round": st.round, "pid": st.pid,
-                         "alive": True, "xid_follower": st.xid_follower,
-                         "fresh_for_prolog": st.age_s <= cfg.daemon.state_max_age_s,
-                         "not_ok": [{"name": c.get("name"), "status": c.get("status"), "summary": c.get("summary")}
-                                    for c in st.report.get("checks", [])
-                                    if isinstance(c, dict) and c.get("status") in ("WARN", "UNKNOWN", "FAIL")]}
+        doc["daemon"] = {
+            "verdict": st.status,
+            "age_s": round(st.age_s, 1),
+            "round": st.round,
+            "pid": st.pid,
+            "alive": True,
+            "xid_follower": st.xid_follower,
+            "fresh_for_prolog": st.age_s <= cfg.daemon.state_max_age_s,
+            "not_ok": [
+                {"name": c.get("name"), "status": c.get("status"), "summary": c.get("summary")}
+                for c in st.report.get("checks", [])
+                if isinstance(c, dict) and c.get("status") in ("WARN", "UNKNOWN", "FAIL")
+            ],
+        }
     s = slurmstate.load(cfg.paths)
     drain = s.drain
-    doc["drain"] = None if drain is None else {
-        "reason": drain.reason, "check": drain.check, "action": drain.action, "job_id": drain.job_id,
-        "phase": drain.phase, "since": round(drain.time, 3), "age_s": round(max(0.0, t - drain.time), 1),
-        "reboot_needed": drain.action in cfg.resume.reboot_actions and drain.boot_id == boot,
-        "flapping": drain.flapping, "drains_in_window": drain.drains,
-    }
-    needed = cfg.resume.clean_runs if drain is None else \
-        policy.clean_runs_needed_for(drain, cfg.resume.clean_runs, cfg.resume.clean_runs_max)
+    doc["drain"] = (
+        None
+        if drain is None
+        else {
+            "reason": drain.reason,
+            "check": drain.check,
+            "action": drain.action,
+            "job_id": drain.job_id,
+            "phase": drain.phase,
+            "since": round(drain.time, 3),
+            "age_s": round(max(0.0, t - drain.time), 1),
+            "reboot_needed": drain.action in cfg.resume.reboot_actions and drain.boot_id == boot,
+            "flapping": drain.flapping,
+            "drains_in_window": drain.drains,
+        }
+    )
+    needed = (
+        cfg.resume.clean_runs
+        if drain is None
+        else policy.clean_runs_needed_for(drain, cfg.resume.clean_runs, cfg.resume.clean_runs_max)
+    )
     doc["resume"] = {"clean_runs": s.clean_runs, "needed": needed, "enabled": cfg.resume.enabled}
     doc["slurm_mode"], doc["would_drain"] = _observe(cfg, doc)
     doc["reboots"] = _reboots(cfg, doc["node"])
@@ -87,9 +117,16 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
     doc["breaker_held"] = s.breaker_held
     doc["last_run"] = {"status": s.last_status, "age_s": round(t - s.last_run, 1) if s.last_run else None}
     node = s.slurm_node or None
-    doc["slurm_view"] = None if not node else {
-        "state": node.get("state"), "reason": node.get("reason"), "gres_gpus": node.get("gres_gpus"),
-        "age_s": round(t - node["time"], 1) if isinstance(node.get("time"), (int, float)) else None}
+    doc["slurm_view"] = (
+        None
+        if not node
+        else {
+            "state": node.get("state"),
+            "reason": node.get("reason"),
+            "gres_gpus": node.get("gres_gpus"),
+            "age_s": round(t - node["time"], 1) if isinstance(node.get("time"), (int, float)) else None,
+        }
+    )
     doc["xid"] = _xid(state_dir, boot)
     doc["exit_code"] = _exit(doc)
     return doc
@@ -120,8 +157,11 @@ def _observe(cfg: Any, doc: dict[str, Any]) -> tuple[dict[str, Any], Optional[di
 
     mode = {"mode": cfg.slurm.mode, "would": observe.would_counts(read_doc(cfg.paths, observe.FILE_NAME))}
     would = None
-    if observe.observing(cfg) and doc["drain"] is not None \
-            and observe.effective(cfg.paths, doc["node"]) == doc["drain"]["reason"]:
+    if (
+        observe.observing(cfg)
+        and doc["drain"] is not None
+        and observe.effective(cfg.paths, doc["node"]) == doc["drain"]["reason"]
+    ):
         would, doc["drain"] = doc["drain"], None
     return mode, would
 
@@ -133,8 +173,12 @@ def _reboots(cfg: Any, node: str) -> Optional[dict[str, Any]]:
     asked, held = reboot.status(cfg, node)
     if asked is None:
         return None
-    return {"asked_in_window": asked, "max": cfg.slurm.reboot_max, "window_s": cfg.slurm.reboot_window_s,
-            "held_for_a_person": bool(held)}
+    return {
+        "asked_in_window": asked,
+        "max": cfg.slurm.reboot_max,
+        "window_s": cfg.slurm.reboot_window_s,
+        "held_for_a_person": bool(held),
+    }
 
 
 def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
@@ -153,8 +197,12 @@ def _xid(state_dir: str, boot: Optional[str]) -> dict[str, Any]:
 
 
 def _exit(doc: dict[str, Any]) -> int:
-    if doc["drain"] is not None or doc.get("orphan") or doc.get("would_drain") or \
-            doc["daemon"].get("verdict") == "FAIL":
+    if (
+        doc["drain"] is not None
+        or doc.get("orphan")
+        or doc.get("would_drain")
+        or doc["daemon"].get("verdict") == "FAIL"
+    ):
         return EXIT_DRAINED
     if not doc["config"]["validated"] or not doc["daemon"].get("alive") or doc["daemon"].get("verdict") == "UNKNOWN":
         return EXIT_OTHER
@@ -173,32 +221,43 @@ def _age(seconds: Optional[float]) -> str:
 
 def text(doc: dict[str, Any]) -> str:
     c, d = doc["config"], doc["daemon"]
-    lines = [f"node {doc['node']}: " + {0: "healthy", 1: "drained by nodehealth or failing",
-                                        3: "unknown"}[doc["exit_code"]]]
-    lines.append(f"config: {c['file']}" + ("" if c["validated"] else
-                                          f" (does NOT validate: {c['error']}; running with {c['using']})"))
+    lines = [
+        f"node {doc['node']}: " + {0: "healthy", 1: "drained by nodehealth or failing", 3: "unknown"}[doc["exit_code"]]
+    ]
+    lines.append(
+        f"config: {c['file']}"
+        + ("" if c["validated"] else f" (does NOT validate: {c['error']}; running with {c['using']})")
+    )
     if d.get("verdict") is None:
         lines.append(f"daemon: no usable verdict ({d.get('why')})")
     else:
-        lines.append(f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
-                     f"{d['round']}; XID follower {d['xid_follower']}; "
-                     f"{'fresh for' if d['fresh_for_prolog'] else 'too old for'} the prolog's fast path)")
+        lines.append(
+            f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
+            f"{d['round']}; XID follower {d['xid_follower']}; "
+            f"{'fresh for' if d['fresh_for_prolog'] else 'too old for'} the prolog's fast path)"
+        )
         for check in d["not_ok"]:
             lines.append(f"  {check['status']} {check['name']}: {check['summary']}")
     dr = doc["drain"]
     orphan = doc.get("orphan")
     if orphan:
-        lines.append(f"drain: ORPHAN: drained with a nodehealth reason and no record of ours ({orphan['reason']!r}): "
-                     f"never resumed by nodehealth; once fixed, resume it by hand: {orphan['resume']}")
+        lines.append(
+            f"drain: ORPHAN: drained with a nodehealth reason and no record of ours ({orphan['reason']!r}): "
+            f"never resumed by nodehealth; once fixed, resume it by hand: {orphan['resume']}"
+        )
     elif dr is None:
         lines.append("drain: none of ours")
     else:
-        lines.append(f"drain: ours since {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
-                     f"{dr['action']}, {dr['phase']}" + (f", job {dr['job_id']}" if dr["job_id"] else "") + ")")
+        lines.append(
+            f"drain: ours since {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
+            f"{dr['action']}, {dr['phase']}" + (f", job {dr['job_id']}" if dr["job_id"] else "") + ")"
+        )
         r = doc["resume"]
         if dr.get("flapping"):
-            lines.append(f"resume: held for a person (flapping: {dr['drains_in_window']} drains of {dr['check']}); "
-                         f"nodehealth never resumes it: scontrol update nodename={doc['node']} state=resume")
+            lines.append(
+                f"resume: held for a person (flapping: {dr['drains_in_window']} drains of {dr['check']}); "
+                f"nodehealth never resumes it: scontrol update nodename={doc['node']} state=resume"
+            )
         elif dr["reboot_needed"]:
             lines.append("resume: after a reboot (a reboot-class fault), then clean health checks")
         elif r["enabled"]:
@@ -210,20 +269,26 @@ def text(doc: dict[str, Any]) -> str:
         counts = ", ".join(f"{a} {n}" for a, n in sorted(mode["would"].items())) or "none yet"
         lines.append(f"slurm mode: {mode['mode']}: no scontrol update is sent; would-be actions so far: {counts}")
     if would is not None:
-        lines.append(f"would drain (observe mode; Slurm has the node in service) since {_age(would['age_s'])}: "
-                     f"{would['reason']!r}")
+        lines.append(
+            f"would drain (observe mode; Slurm has the node in service) since {_age(would['age_s'])}: "
+            f"{would['reason']!r}"
+        )
     rb = doc.get("reboots")
     if rb is not None:
-        lines.append(f"reboots: {rb['asked_in_window']} asked within {rb['window_s'] / 3600:g} h (at most "
-                     f"{rb['max']})" + ("; held for a person after them" if rb["held_for_a_person"] else ""))
+        lines.append(
+            f"reboots: {rb['asked_in_window']} asked within {rb['window_s'] / 3600:g} h (at most "
+            f"{rb['max']})" + ("; held for a person after them" if rb["held_for_a_person"] else "")
+        )
     if doc["breaker_held"]:
         lines.append(f"breaker: holding a drain back ({doc['breaker_held']})")
     lr = doc["last_run"]
     lines.append(f"last face run: {lr['status'] or 'none'} {_age(lr['age_s'])}")
     sv = doc["slurm_view"]
     if sv:
-        lines.append(f"slurm (cached {_age(sv['age_s'])}): state {sv['state']}, Gres gpu:{sv['gres_gpus']}"
-                     + (f", reason {sv['reason']!r}" if sv["reason"] else ""))
+        lines.append(
+            f"slurm (cached {_age(sv['age_s'])}): state {sv['state']}, Gres gpu:{sv['gres_gpus']}"
+            + (f", reason {sv['reason']!r}" if sv["reason"] else "")
+        )
     x = doc["xid"]
     if "error" in x:
         lines.append(f"xid: {x['error']}")

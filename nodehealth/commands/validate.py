@@ -35,8 +35,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write into (created if missing)")
     p.add_argument("--simulate", metavar="SCENARIO", help="record a simulated node from this scenario file instead")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="deadline for the whole NVML reading, in seconds (default: %(default)s)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="deadline for the whole NVML reading, in seconds (default: %(default)s)",
+    )
     p.add_argument("--no-replay", action="store_true", help="do not replay the written scenario in the simulator")
     p.set_defaults(func=run)
 
@@ -59,19 +64,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"nodehealth: {exc}", file=sys.stderr)
         return 2
     except Foreign as exc:  # nothing was written: --out is not a directory of this user's
-        print(f"nodehealth: --out {args.out}: not written into: {exc} (choose a directory of your own, "
-              "or a new name)", file=sys.stderr)
+        print(
+            f"nodehealth: --out {args.out}: not written into: {exc} (choose a directory of your own, or a new name)",
+            file=sys.stderr,
+        )
         return 2
     run_info, replay = doc["run"], doc.get("replay") or {}
-    print(f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "
-          f"driver {run_info.get('driver_version') or 'unknown'}, "
-          f"{run_info.get('gpu_count') if run_info.get('gpu_count') is not None else 'no'} GPU(s)")
+    print(
+        f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "
+        f"driver {run_info.get('driver_version') or 'unknown'}, "
+        f"{run_info.get('gpu_count') if run_info.get('gpu_count') is not None else 'no'} GPU(s)"
+    )
     if replay.get("skipped"):
         print(f"replay: not done here: {replay['skipped']}")
     elif replay.get("error"):
         print(f"replay: not done: {replay['error']}")
     elif replay:
-        print(f"replay: {len(replay['differences'])} difference(s) between the node and the simulator "
-              f"(see {os.path.join(args.out, 'report.md')})")
+        print(
+            f"replay: {len(replay['differences'])} difference(s) between the node and the simulator "
+            f"(see {os.path.join(args.out, 'report.md')})"
+        )
     differs = bool(replay.get("differences")) or bool(replay.get("error"))
     return 1 if differs or run_info["outcome"] != "complete" else 0

@@ -52,5 +52,8 @@ def driver() -> str:
 
 def describe(prog: str = "nodehealth") -> str:
     sha = commit()
-    return (f"{prog} {__version__}" + (f" (commit {sha})" if sha else "")
-            + f"\nnvidia-ml-py {pynvml_version()}\nNVIDIA driver: {driver()}")
+    return (
+        f"{prog} {__version__}"
+        + (f" (commit {sha})" if sha else "")
+        + f"\nnvidia-ml-py {pynvml_version()}\nNVIDIA driver: {driver()}"
+    )

@@ -57,16 +57,25 @@ def register(subparsers: Any) -> None:
         "kernel's buffer since boot, no waiting) unless --from is given. Any mix of raw kmsg "
         "records, dmesg, dmesg -T, syslog and journalctl -k text is understood.",
     )
-    scan_p.add_argument("--from", dest="source", metavar="FILE|-", default=None,
-                        help="read this file ('-' for standard input) instead of /dev/kmsg")
-    scan_p.add_argument("--kmsg", default=KMSG_PATH, metavar="PATH",
-                        help="kernel log device to read when --from is not given (default: %(default)s)")
-    scan_p.add_argument("--journal", action="store_true",
-                        help="read this boot's kernel messages from journald (needs python3-systemd)")
+    scan_p.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE|-",
+        default=None,
+        help="read this file ('-' for standard input) instead of /dev/kmsg",
+    )
+    scan_p.add_argument(
+        "--kmsg",
+        default=KMSG_PATH,
+        metavar="PATH",
+        help="kernel log device to read when --from is not given (default: %(default)s)",
+    )
+    scan_p.add_argument(
+        "--journal", action="store_true", help="read this boot's kernel messages from journald (needs python3-systemd)"
+    )
     add_format(scan_p, help="text lines, or one JSON object per line (default: %(default)s)")
     _config_args(scan_p)
-    scan_p.add_argument("--no-nvml", action="store_true",
-                        help="do not ask NVML for GPU indices and UUIDs")
+    scan_p.add_argument("--no-nvml", action="store_true", help="do not ask NVML for GPU indices and UUIDs")
     scan_p.set_defaults(func=run_scan)
 
     watch_p = sub.add_parser(
@@ -102,8 +111,9 @@ def register(subparsers: Any) -> None:
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
     add_config(parser)
-    parser.add_argument("--state-dir", metavar="DIR", default=None,
-                        help="where the XID event store lives (default: [paths] state_dir)")
+    parser.add_argument(
+        "--state-dir", metavar="DIR", default=None, help="where the XID event store lives (default: [paths] state_dir)"
+    )
 
 
 def _config(command: str, args: argparse.Namespace) -> Optional[Config]:
@@ -202,8 +212,14 @@ def run_scan(args: argparse.Namespace) -> int:
             lines = split_lines(_file_chunks(fh))
         attribute_fn = _attributor(cfg, gpus, live)
         try:
-            _emit(scan(lines, stats), catalog, args.format, out, attribute_fn,
-                  booted=boot_time(cfg.paths.procfs_root) if live and not args.journal else None)
+            _emit(
+                scan(lines, stats),
+                catalog,
+                args.format,
+                out,
+                attribute_fn,
+                booted=boot_time(cfg.paths.procfs_root) if live and not args.journal else None,
+            )
         finally:
             if args.source not in (None, "-") and not args.journal:
                 fh.close()
@@ -217,13 +233,23 @@ def run_scan(args: argparse.Namespace) -> int:
     except OSError as exc:
         where = args.source if args.source not in (None, "-") else "standard input"
         return _error("scan", f"cannot read {where}: {exc.strerror or exc}")
-    where = ("the journal" if args.journal else args.kmsg if args.source is None
-             else "standard input" if args.source == "-" else args.source)
+    where = (
+        "the journal"
+        if args.journal
+        else args.kmsg
+        if args.source is None
+        else "standard input"
+        if args.source == "-"
+        else args.source
+    )
     found = f"{stats.events} XID event(s)" if stats.events else "no XID event"
     print(f"nodehealth xid scan: read {stats.lines} line(s) from {where}: {found}", file=sys.stderr)
     if stats.skipped:
-        print(f"nodehealth xid scan: skipped {stats.skipped} of {stats.lines} lines "
-              f"({stats.too_long} too long, {stats.invalid} not text)", file=sys.stderr)
+        print(
+            f"nodehealth xid scan: skipped {stats.skipped} of {stats.lines} lines "
+            f"({stats.too_long} too long, {stats.invalid} not text)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -251,16 +277,21 @@ def _attributor(cfg: Config, gpus: GpuMap, live: bool) -> Attributor:
     return fn
 
 
-def _emit(events: Iterable[XidEvent], catalog: Catalog, fmt: str, out: IO[str],
-          attribute_fn: Optional[Attributor] = None, booted: Optional[float] = None) -> None:
+def _emit(
+    events: Iterable[XidEvent],
+    catalog: Catalog,
+    fmt: str,
+    out: IO[str],
+    attribute_fn: Optional[Attributor] = None,
+    booted: Optional[float] = None,
+) -> None:
     for event in events:
         judged = enrich(attribute_fn(event) if attribute_fn is not None else event, catalog)
         _print_event(judged, fmt, out, booted=booted)
     out.flush()
 
 
-def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False,
-                 booted: Optional[float] = None) -> None:
+def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False, booted: Optional[float] = None) -> None:
     if fmt == "json":
         out.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
     else:
@@ -283,8 +314,10 @@ def run_watch(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        store.follow(stop, on_event=lambda record: _print_event(attribute(record.event, gpus), args.format,
-                                                                 sys.stdout, flush=True))
+        store.follow(
+            stop,
+            on_event=lambda record: _print_event(attribute(record.event, gpus), args.format, sys.stdout, flush=True),
+        )
     except (KernelLogUnavailable, StoreError) as exc:
         return _error("watch", str(exc))
     finally:
@@ -370,8 +403,7 @@ def format_entry(entry: CatalogEntry, catalog: Catalog) -> str:
     rows.append(f"  severity:       {entry.severity.value}{override}")
     rows.append(f"  action:         {entry.action.value}")
     if entry.fatal_severity is not None and entry.fatal_action is not None:
-        rows.append(f"  when Fatal:     severity {entry.fatal_severity.value}, "
-                    f"action {entry.fatal_action.value}")
+        rows.append(f"  when Fatal:     severity {entry.fatal_severity.value}, action {entry.fatal_action.value}")
     if entry.xid == 154 and catalog.recovery_actions:
         rows.append("  (the above only when the payload names no recovery action; otherwise it decides:)")
         for r in sorted(catalog.recovery_actions.values(), key=lambda r: r.code):
@@ -384,10 +416,14 @@ def format_entry(entry: CatalogEntry, catalog: Catalog) -> str:
 
 # NVIDIA's immediate-resolution buckets (XID catalog, docs.nvidia.com/deploy/xid-errors), in words.
 NVIDIA_WORDS = {
-    "RESET_GPU": "reset the GPU", "RESTART_APP": "restart the application", "IGNORE": "none needed",
-    "RESTART_VM": "restart the VM", "RESTART_BM": "restart the bare-metal node",
+    "RESET_GPU": "reset the GPU",
+    "RESTART_APP": "restart the application",
+    "IGNORE": "none needed",
+    "RESTART_VM": "restart the VM",
+    "RESTART_BM": "restart the bare-metal node",
     "CONTACT_SUPPORT": "contact NVIDIA support",
-    "CHECK_UVM": "check the UVM driver (nvidia-uvm)", "CHECK_MECHANICALS": "check cooling, power and seating",
+    "CHECK_UVM": "check the UVM driver (nvidia-uvm)",
+    "CHECK_MECHANICALS": "check cooling, power and seating",
     "WORKFLOW_XID_48": "follow NVIDIA's Xid 48 workflow (uncorrectable ECC: reset, then check row remapping)",
     "WORKFLOW_XID_45": "follow NVIDIA's Xid 45 workflow (preemptive cleanup: usually follows another Xid)",
     "WORKFLOW_NVLINK_ERR": "follow NVIDIA's NVLink error workflow (check links and counters, reset)",

@@ -20,6 +20,7 @@ from nodehealth.registry import BY_NAME
 # ConfigError.kind: a short label of what went wrong (the ``error`` label of nodehealth_config_valid).
 KINDS = ("missing", "unreadable", "untrusted", "syntax", "value", "setup")
 
+
 class ConfigError(Exception):
     """A configuration problem, worded for the one-line error an administrator sees."""
 
@@ -35,10 +36,12 @@ _TOP_EXTRA = {"override"}
 
 # Keys that hold a path and must be absolute: (table, key, may be empty). The fast path's keys of
 # kind "path" are among them (lean.KEYS), so both readers refuse the same values.
-ABSOLUTE = tuple(
-    (k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.KEYS if k[2] == "path"
-) + (("paths", "sysfs_root", False), ("slurm", "scontrol", False), ("slurm", "conf", True),
-     ("daemon", "textfile_dir", True))
+ABSOLUTE = tuple((k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.KEYS if k[2] == "path") + (
+    ("paths", "sysfs_root", False),
+    ("slurm", "scontrol", False),
+    ("slurm", "conf", True),
+    ("daemon", "textfile_dir", True),
+)
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
 
@@ -100,8 +103,10 @@ def _check_listen(value: str, file: str, key: str) -> None:
     elif ok and host:
         ok = bool(_HOST.match(host)) and ":" not in host
     if not ok:
-        raise ConfigError(f"{file}: {key}: {value!r}: expected HOST:PORT (0.0.0.0:10915, [::]:10915, "
-                          "127.0.0.1:10915), or \"\" for no endpoint")
+        raise ConfigError(
+            f"{file}: {key}: {value!r}: expected HOST:PORT (0.0.0.0:10915, [::]:10915, "
+            '127.0.0.1:10915), or "" for no endpoint'
+        )
 
 
 def _build_checks(raw: Any, file: str, prefix: str) -> dict[str, CheckSettings]:
@@ -170,7 +175,7 @@ def _coerce(hint: Any, f: dataclasses.Field[Any], value: Any, file: str, key: st
         if set(options) == {int, str}:
             if isinstance(value, str):
                 if value != "auto":
-                    raise ConfigError(f"{file}: {key}: expected an integer or \"auto\", got {value!r}")
+                    raise ConfigError(f'{file}: {key}: expected an integer or "auto", got {value!r}')
                 return value
             return _scalar(int, meta, value, file, key)
         return _coerce(options[0], f, value, file, key)
@@ -211,12 +216,19 @@ def _scalar(kind: Any, meta: Mapping[str, Any], value: Any, file: str, key: str)
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a table", list: "an array", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a table",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def to_toml_dict(cfg: Config) -> dict[str, Any]:
     """The effective config as plain tables (for ``nodehealth config check``)."""
+
     def plain(obj: Any) -> Any:
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "source"}

@@ -38,8 +38,11 @@ def _sha256(text: str) -> str:
 
 
 def _identity_ok(value: Any) -> bool:
-    return value is None or (isinstance(value, list) and len(value) == 5 and all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in value))
+    return value is None or (
+        isinstance(value, list)
+        and len(value) == 5
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64 for v in value)
+    )
 
 
 def read(paths: Any) -> Optional[dict[str, Any]]:
@@ -48,15 +51,21 @@ def read(paths: Any) -> Optional[dict[str, Any]]:
     if raw is None or raw.get("v") != VERSION or raw.get("kind") != KIND:
         return None
     when = raw.get("validated_at")
-    if not (isinstance(raw.get("path"), str) and isinstance(raw.get("text"), str)
-            and isinstance(raw.get("sha256"), str) and _identity_ok(raw.get("identity"))
-            and isinstance(when, (int, float)) and not isinstance(when, bool) and 0 <= when < 1e11):
+    if not (
+        isinstance(raw.get("path"), str)
+        and isinstance(raw.get("text"), str)
+        and isinstance(raw.get("sha256"), str)
+        and _identity_ok(raw.get("identity"))
+        and isinstance(when, (int, float))
+        and not isinstance(when, bool)
+        and 0 <= when < 1e11
+    ):
         return None
     return raw
 
 
 def unchanged(paths: Any, path: str, ident: Optional[list[int]]) -> str:
-    """"" when ``path`` with identity ``ident`` is the file last validated on this node, else why not."""
+    """ "" when ``path`` with identity ``ident`` is the file last validated on this node, else why not."""
     rec = read(paths)
     if rec is None:
         return f"config {path} has not been validated on this node yet"
@@ -73,8 +82,15 @@ def record(paths: Any, path: str, text: str, ident: Optional[list[int]], now: fl
         return False
     # The persistent dir's own check first (created 0700, refused when not trusted): the record is the
     # first thing a fresh node's first face or daemon writes, and it holds the config's text.
-    rec = {"v": VERSION, "kind": KIND, "path": path, "identity": ident, "sha256": digest, "validated_at": now,
-           "text": text}
+    rec = {
+        "v": VERSION,
+        "kind": KIND,
+        "path": path,
+        "identity": ident,
+        "sha256": digest,
+        "validated_at": now,
+        "text": text,
+    }
     files.write_state_json(layout.dir_for(paths, layout.CONFIG_GOOD), path_in(paths), rec, compact=True)
     return True
 

@@ -64,7 +64,7 @@ BY_KEY = {k[0]: k for k in KEYS}
 def documented(value: Any) -> Any:
     """A default as the documentation shows it: the production path, without ``DEFAULT_ROOT_ENV``'s root."""
     if _ROOT and isinstance(value, str) and value.startswith(_ROOT + "/"):
-        return value[len(_ROOT):]
+        return value[len(_ROOT) :]
     return value
 
 
@@ -186,8 +186,11 @@ def _apply(s: Settings, raw: Mapping[str, Any]) -> Optional[str]:
             continue
         if not _ok(kind, value):
             return key
-        if (choices is not None and value not in choices) or (lo is not None and value < lo) or (
-                hi is not None and value > hi):
+        if (
+            (choices is not None and value not in choices)
+            or (lo is not None and value < lo)
+            or (hi is not None and value > hi)
+        ):
             return key
         setattr(s, attr, float(value) if kind == "number" else value)
     return None

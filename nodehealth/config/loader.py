@@ -85,8 +85,11 @@ def read_source(path: Optional[str] = None, environ: Optional[Mapping[str, str]]
         raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}", "unreadable") from None
     why = lean.untrusted(st) or trust.problem(file)
     if why:
-        raise ConfigError(f"{file}: not trusted: {why} (running as root, nodehealth uses only files root owns "
-                          "and nobody else can write)", "untrusted")
+        raise ConfigError(
+            f"{file}: not trusted: {why} (running as root, nodehealth uses only files root owns "
+            "and nobody else can write)",
+            "untrusted",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -94,8 +97,7 @@ def read_source(path: Optional[str] = None, environ: Optional[Mapping[str, str]]
     return Source(file, text, lean.identity(st))
 
 
-def load(path: Optional[str] = None, host: Optional[str] = None,
-         environ: Optional[Mapping[str, str]] = None) -> Config:
+def load(path: Optional[str] = None, host: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
     """Read, validate and resolve the configuration for ``host`` (default: this node)."""
     src = read_source(path, environ)
     cfg = resolve(parse_toml(src.text, src.label), src.label, host, environ)
@@ -129,8 +131,9 @@ def check_tree(raw: Mapping[str, Any], file: str) -> None:
                 todo.append((f"{key}{k}" if k.startswith("[") else f"{key}.{k}", v, depth + 1))
 
 
-def resolve(raw: Mapping[str, Any], file: str, host: Optional[str] = None,
-            environ: Optional[Mapping[str, str]] = None) -> Config:
+def resolve(
+    raw: Mapping[str, Any], file: str, host: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+) -> Config:
     """Validate ``raw`` (and every override in it), then build the config for ``host``."""
     base = {k: v for k, v in raw.items() if k != "override"}
     overrides = raw.get("override", [])
@@ -144,7 +147,7 @@ def resolve(raw: Mapping[str, Any], file: str, host: Optional[str] = None,
             raise ConfigError(f"{file}: {where}: expected a table")
         expr = rule.get("hosts")
         if not isinstance(expr, str) or not expr.strip():
-            raise ConfigError(f"{file}: {where}.hosts: expected a Slurm hostlist expression such as \"gpu[001-064]\"")
+            raise ConfigError(f'{file}: {where}.hosts: expected a Slurm hostlist expression such as "gpu[001-064]"')
         try:
             names = hostlist.expand_hostlist(expr)
         except hostlist.BadHostlist as exc:
@@ -173,8 +176,11 @@ def check_programs(cfg: Config, file: str) -> None:
         value = getattr(getattr(cfg, table), key)
         why = trust.problem(value)
         if why:
-            raise ConfigError(f"{file}: {table}.{key}: {value} not trusted: {why} (running as root, nodehealth "
-                              "runs only programs root owns and nobody else can write)", "untrusted")
+            raise ConfigError(
+                f"{file}: {table}.{key}: {value} not trusted: {why} (running as root, nodehealth "
+                "runs only programs root owns and nobody else can write)",
+                "untrusted",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +198,13 @@ class Loaded:
         return self.error is None
 
 
-def load_valid(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-               check: Optional[Callable[[Config], None]] = None, remember: bool = True,
-               now: Optional[float] = None) -> tuple[Config, str]:
+def load_valid(
+    path: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    check: Optional[Callable[[Config], None]] = None,
+    remember: bool = True,
+    now: Optional[float] = None,
+) -> tuple[Config, str]:
     """The file's own config for this node, and a note ("" or why it could not be recorded).
 
     Raises ConfigError, with ``state_dir`` set to the state dir the file names when it got that
@@ -226,9 +236,14 @@ def load_valid(path: Optional[str] = None, environ: Optional[Mapping[str, str]] 
     return cfg, note
 
 
-def load_safe(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-              check: Optional[Callable[[Config], None]] = None, remember: bool = True,
-              now: Optional[float] = None, defaults: bool = True) -> Loaded:
+def load_safe(
+    path: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    check: Optional[Callable[[Config], None]] = None,
+    remember: bool = True,
+    now: Optional[float] = None,
+    defaults: bool = True,
+) -> Loaded:
     """The config to run with; a bad file does not raise.
 
     The file's own config when it validates (``load_valid``). Otherwise the last config that
@@ -246,8 +261,10 @@ def load_safe(path: Optional[str] = None, environ: Optional[Mapping[str, str]] =
 
 
 _TABLE_LINE = re.compile(r"^\s*\[\s*(\[?)\s*([A-Za-z0-9_.\s]*?)\s*\]")
-_DIR_LINES = {key: re.compile(rf'^\s*(paths\s*\.\s*)?{key}\s*=\s*"([^"\\]+)"\s*(#.*)?$')
-              for key in ("state_dir", "persistent_dir")}
+_DIR_LINES = {
+    key: re.compile(rf'^\s*(paths\s*\.\s*)?{key}\s*=\s*"([^"\\]+)"\s*(#.*)?$')
+    for key in ("state_dir", "persistent_dir")
+}
 
 
 def _path_in(text: str, key: str) -> Optional[str]:
@@ -270,14 +287,18 @@ def _path_of(raw: Mapping[str, Any], key: str) -> Optional[str]:
     return value if isinstance(value, str) and os.path.isabs(value) else None
 
 
-def _fallback(file: str, error: ConfigError, hints: tuple[Optional[str], Optional[str]],
-              environ: Optional[Mapping[str, str]], check: Optional[Callable[[Config], None]],
-              defaults: bool) -> Loaded:
+def _fallback(
+    file: str,
+    error: ConfigError,
+    hints: tuple[Optional[str], Optional[str]],
+    environ: Optional[Mapping[str, str]],
+    check: Optional[Callable[[Config], None]],
+    defaults: bool,
+) -> Loaded:
     hint, kept = hints
     # Where the file keeps its last good one (its persistent dir; its state dir when it names only
     # that: lean.persistent_follows), then the default, then the run dirs from before the split.
-    dirs = [d for d in (kept or hint, lean.default("paths.persistent_dir"), hint, lean.default("paths.state_dir"))
-            if d]
+    dirs = [d for d in (kept or hint, lean.default("paths.persistent_dir"), hint, lean.default("paths.state_dir")) if d]
     whys = []
     for sd in dict.fromkeys(dirs):
         why = trust.problem(lastgood.path_in(sd))

@@ -44,8 +44,10 @@ def document() -> str:
     for spec in CHECKS:
         out.append(f"\n[checks.{spec.name}]")
         out.append(f"# {spec.summary}")
-        out.append(f"# phases: {', '.join(p for p in PHASES if p in spec.phases)}; "
-                   f"on by default: {'yes' if spec.default_enabled else 'no'}")
+        out.append(
+            f"# phases: {', '.join(p for p in PHASES if p in spec.phases)}; "
+            f"on by default: {'yes' if spec.default_enabled else 'no'}"
+        )
         _doc_fields(spec.settings_class(), f"checks.{spec.name}", out, header=False)
     out.append("")
     out.append(_OVERRIDE_DOC)
@@ -92,8 +94,13 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, tuple):
         if value and dataclasses.is_dataclass(value[0]):
-            return "[" + ", ".join(
-                "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(item).items()) + " }"
-                for item in value) + "]"
+            return (
+                "["
+                + ", ".join(
+                    "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(item).items()) + " }"
+                    for item in value
+                )
+                + "]"
+            )
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

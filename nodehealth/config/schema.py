@@ -29,13 +29,16 @@ _BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
 
 @dataclass(frozen=True)
 class PhaseSettings:
-    budget_s: float = setting(30.0, "total time for one run of this phase's checks", unit="s",
-                              min=_BUDGET_MIN, max=_BUDGET_MAX)
+    budget_s: float = setting(
+        30.0, "total time for one run of this phase's checks", unit="s", min=_BUDGET_MIN, max=_BUDGET_MAX
+    )
 
 
 def _phase(budget: float) -> Any:
-    return field(default_factory=lambda: PhaseSettings(budget_s=budget),
-                 metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None})
+    return field(
+        default_factory=lambda: PhaseSettings(budget_s=budget),
+        metadata={"doc": "", "unit": "", "min": None, "max": None, "choices": None},
+    )
 
 
 @dataclass(frozen=True)
@@ -57,29 +60,46 @@ if tuple(f.name for f in fields(Phases)) != PHASES:  # one field per phase the r
 @dataclass(frozen=True)
 class Policy:
     unknown: str = _lean(
-        "policy.unknown", "what an UNKNOWN result (nodehealth could not tell) does to the exit code and "
-        "drain decision: pass = treat as healthy and log loudly, fail = treat as a fault")
+        "policy.unknown",
+        "what an UNKNOWN result (nodehealth could not tell) does to the exit code and "
+        "drain decision: pass = treat as healthy and log loudly, fail = treat as a fault",
+    )
 
 
 @dataclass(frozen=True)
 class GpuSettings:
     expected_count: Union[int, str] = setting(
-        "auto", "GPUs this node must have: a number, or \"auto\" = this node's Gres=gpu:N in "
-        "Slurm, else the NVIDIA GPUs on the PCI bus", min=0, max=64)
+        "auto",
+        'GPUs this node must have: a number, or "auto" = this node\'s Gres=gpu:N in '
+        "Slurm, else the NVIDIA GPUs on the PCI bus",
+        min=0,
+        max=64,
+    )
 
 
 @dataclass(frozen=True)
 class NvmlSettings:
     simulate: str = setting(
-        "", "scenario file of simulated GPUs (docs/simulation.md); a relative path is relative "
-        "to this config file; empty = the real NVML")
+        "",
+        "scenario file of simulated GPUs (docs/simulation.md); a relative path is relative "
+        "to this config file; empty = the real NVML",
+    )
     call_timeout_s: float = setting(
-        3.0, "deadline for one NVML call: a call that takes longer is hung (the GPU is wedged); "
-        "the read as a whole has the GPU checks' timeout_s", unit="s", min=0.1, max=120)
+        3.0,
+        "deadline for one NVML call: a call that takes longer is hung (the GPU is wedged); "
+        "the read as a whole has the GPU checks' timeout_s",
+        unit="s",
+        min=0.1,
+        max=120,
+    )
     init_timeout_s: float = setting(
-        30.0, "deadline for nvmlInit and for opening one GPU, which initialises it when "
+        30.0,
+        "deadline for nvmlInit and for opening one GPU, which initialises it when "
         "persistence mode is off, counted from the call's last visible progress (docs/nvml.md)",
-        unit="s", min=0.1, max=300)
+        unit="s",
+        min=0.1,
+        max=300,
+    )
 
 
 @dataclass(frozen=True)
@@ -87,12 +107,16 @@ class Paths:
     sysfs_root: str = setting("/sys", "root of sysfs (PCI devices, InfiniBand ports)")
     procfs_root: str = _lean("paths.procfs_root", "root of procfs (mounts, this boot's id)")
     state_dir: str = _lean(
-        "paths.state_dir", "where nodehealth keeps what belongs to one boot (the daemon's verdict, the XID "
-        "store, GPU counters, the job ledger); a tmpfs is right")
+        "paths.state_dir",
+        "where nodehealth keeps what belongs to one boot (the daemon's verdict, the XID "
+        "store, GPU counters, the job ledger); a tmpfs is right",
+    )
     persistent_dir: str = _lean(
-        "paths.persistent_dir", "persistent state that must outlive a reboot: drain records, drain history, "
+        "paths.persistent_dir",
+        "persistent state that must outlive a reboot: drain records, drain history, "
         "reboot counts, the last good config; when a config sets state_dir and not this, it is that "
-        "state_dir (one directory, as before)")
+        "state_dir (one directory, as before)",
+    )
 
 
 @dataclass(frozen=True)
@@ -100,41 +124,66 @@ class SlurmSettings:
     scontrol: str = setting("/usr/bin/scontrol", "absolute path of scontrol (Slurm faces run with no PATH)")
     timeout_s: float = _lean("slurm.timeout_s", "deadline for one scontrol call", unit="s")
     conf: str = setting(
-        "", "slurm.conf to use (exported as SLURM_CONF to scontrol when the environment has none: "
-        "HealthCheckProgram runs with an empty environment); empty = Slurm's default")
+        "",
+        "slurm.conf to use (exported as SLURM_CONF to scontrol when the environment has none: "
+        "HealthCheckProgram runs with an empty environment); empty = Slurm's default",
+    )
     reconcile_s: float = setting(
-        3600.0, "how often the health check or the daemon reads this node from slurmctld when nothing "
+        3600.0,
+        "how often the health check or the daemon reads this node from slurmctld when nothing "
         "changed (Gres GPU count for expected_count = auto, a person's resume or edited reason); a "
-        "healthy node makes no other call", unit="s", min=60, max=86400)
+        "healthy node makes no other call",
+        unit="s",
+        min=60,
+        max=86400,
+    )
     mode: str = setting(
-        "enforce", "enforce = drain and resume as decided; observe = decide as usual, log and export "
-        "\"would drain\" / \"would resume\" (nodehealth_slurm_would_total), make no scontrol update, and "
+        "enforce",
+        "enforce = drain and resume as decided; observe = decide as usual, log and export "
+        '"would drain" / "would resume" (nodehealth_slurm_would_total), make no scontrol update, and '
         "the faces exit 0 (a roll-out: docs/operations.md); a value that is neither is a config error, "
-        "never observe", choices=("enforce", "observe"))
+        "never observe",
+        choices=("enforce", "observe"),
+    )
     reboot: str = setting(
-        "off", "asap = after draining for a reboot-class fault ([resume] reboot_actions), ask Slurm to reboot "
+        "off",
+        "asap = after draining for a reboot-class fault ([resume] reboot_actions), ask Slurm to reboot "
         "the node (scontrol reboot ASAP nextstate=RESUME; needs RebootProgram in slurm.conf); off = the "
-        "drain waits for a person or a boot", choices=("off", "asap"))
+        "drain waits for a person or a boot",
+        choices=("off", "asap"),
+    )
     reboot_max: int = setting(
-        2, "reboots asked for one check within reboot_window_s before the next fault of that check is "
-        "held for a person instead (reason nh:inspect ..., no reboot, no automatic resume)", min=1, max=100)
+        2,
+        "reboots asked for one check within reboot_window_s before the next fault of that check is "
+        "held for a person instead (reason nh:inspect ..., no reboot, no automatic resume)",
+        min=1,
+        max=100,
+    )
     reboot_window_s: float = setting(
-        86400.0, "how long a reboot asked for a check counts towards reboot_max", unit="s", min=60,
-        max=30 * 86400)
+        86400.0, "how long a reboot asked for a check counts towards reboot_max", unit="s", min=60, max=30 * 86400
+    )
 
 
 @dataclass(frozen=True)
 class DrainSettings:
     """[drain]: when the Slurm faces take a node out of service."""
 
-    enabled: bool = setting(True, "drain the node (scontrol update state=drain) on a fault; false = only "
-                            "exit codes and logs")
+    enabled: bool = setting(
+        True, "drain the node (scontrol update state=drain) on a fault; false = only exit codes and logs"
+    )
     max_share: float = setting(
-        0.25, "drain-storm breaker: when more than this share of the cluster's nodes is already drained "
-        "by nodehealth, drain no more (log and report instead)", min=0, max=1)
+        0.25,
+        "drain-storm breaker: when more than this share of the cluster's nodes is already drained "
+        "by nodehealth, drain no more (log and report instead)",
+        min=0,
+        max=1,
+    )
     breaker_min_drained: int = setting(
-        3, "the breaker never trips while fewer nodes than this are drained by nodehealth (small clusters)",
-        min=1, max=100000)
+        3,
+        "the breaker never trips while fewer nodes than this are drained by nodehealth (small clusters)",
+        min=1,
+        max=100000,
+    )
     reason_max_len: int = setting(200, "longest drain reason written to Slurm", unit="chars", min=40, max=1000)
 
 
@@ -145,8 +194,10 @@ class ResumeSettings:
     enabled: bool = setting(True, "resume nodes drained by nodehealth once they are clean again")
     clean_runs: int = setting(3, "consecutive clean health-check runs needed before resuming", min=1, max=1000)
     reboot_actions: tuple[str, ...] = setting(
-        ("reboot",), "fault actions that clear only after a reboot (the boot id must change before resume)",
-        choices=("restart_app", "reset_gpu", "reboot", "inspect"))
+        ("reboot",),
+        "fault actions that clear only after a reboot (the boot id must change before resume)",
+        choices=("restart_app", "reset_gpu", "reboot", "inspect"),
+    )
     # Flap damping (docs/operations.md, "Flapping"). A part that "works after a reset, fails under
     # load" drains, passes its clean runs idle, takes a job and fails again: each cycle costs a job.
     # Three drains for one check in six hours is not chance: one drain is a transient, two may be a
@@ -154,15 +205,27 @@ class ResumeSettings:
     # Six hours holds three cycles even at a 5-minute HealthCheckInterval with the backoff below
     # (3, then 6 clean runs: 45 min of clean runs alone), and a day-long job's repeat falls out of it.
     flap_drains: int = setting(
-        3, "drains for the same check within flap_window_s that hold the node for a person: the drain that "
-        "reaches this count says \"flapping: N drains in W\" and is never resumed by nodehealth "
-        "(a person resumes it by hand); 0 = no damping", min=0, max=32)
+        3,
+        "drains for the same check within flap_window_s that hold the node for a person: the drain that "
+        'reaches this count says "flapping: N drains in W" and is never resumed by nodehealth '
+        "(a person resumes it by hand); 0 = no damping",
+        min=0,
+        max=32,
+    )
     flap_window_s: float = setting(
-        21600.0, "the window in which drains are counted for flap_drains, and for the clean-run backoff",
-        unit="s", min=1, max=30 * 86400)
+        21600.0,
+        "the window in which drains are counted for flap_drains, and for the clean-run backoff",
+        unit="s",
+        min=1,
+        max=30 * 86400,
+    )
     clean_runs_max: int = setting(
-        48, "backoff cap: the Nth drain for one check within flap_window_s needs clean_runs x 2^(N-1) clean "
-        "runs before it is resumed, at most this many", min=1, max=100000)
+        48,
+        "backoff cap: the Nth drain for one check within flap_window_s needs clean_runs x 2^(N-1) clean "
+        "runs before it is resumed, at most this many",
+        min=1,
+        max=100000,
+    )
 
 
 @dataclass(frozen=True)
@@ -170,31 +233,41 @@ class LedgerSettings:
     """[ledger]: the job ledger the prolog and epilog append to (docs/operations.md)."""
 
     enabled: bool = _lean("ledger.enabled", f"append job start/end records to <state_dir>/{layout.LEDGER}")
-    max_bytes: int = _lean("ledger.max_bytes", "size at which the ledger is compacted to its newest half",
-                           unit="bytes")
+    max_bytes: int = _lean("ledger.max_bytes", "size at which the ledger is compacted to its newest half", unit="bytes")
 
 
 @dataclass(frozen=True)
 class DaemonSettings:
     """[daemon]: the long-running watcher (``nodehealth daemon``, docs/daemon.md)."""
 
-    interval_s: float = setting(30.0, "time between two rounds of the daemon phase's checks", unit="s",
-                                min=1, max=3600)
-    listen: str = setting("0.0.0.0:10915", "HOST:PORT of the Prometheus /metrics endpoint (\"[::]:10915\" for "
-                          "IPv6; port 10915 is outside the 9100-9999 exporter range); empty = no endpoint")
+    interval_s: float = setting(30.0, "time between two rounds of the daemon phase's checks", unit="s", min=1, max=3600)
+    listen: str = setting(
+        "0.0.0.0:10915",
+        'HOST:PORT of the Prometheus /metrics endpoint ("[::]:10915" for '
+        "IPv6; port 10915 is outside the 9100-9999 exporter range); empty = no endpoint",
+    )
     state_max_age_s: float = _lean(
-        "daemon.state_max_age_s", f"the prolog uses the daemon's verdict (<state_dir>/{layout.DAEMON_STATE}) "
-        "only when it is younger than this; older means the prolog runs its own checks", unit="s")
+        "daemon.state_max_age_s",
+        f"the prolog uses the daemon's verdict (<state_dir>/{layout.DAEMON_STATE}) "
+        "only when it is younger than this; older means the prolog runs its own checks",
+        unit="s",
+    )
     textfile_dir: str = setting(
-        "", "node_exporter textfile collector directory: the daemon also writes its metrics there after "
-        "each round (nodehealth-daemon.prom, atomically); empty = off")
+        "",
+        "node_exporter textfile collector directory: the daemon also writes its metrics there after "
+        "each round (nodehealth-daemon.prom, atomically); empty = off",
+    )
     slurm_actions: bool = setting(
-        True, "drain on a fault and resume when clean from the daemon, through the same policy as the "
-        "health check face ([drain], [resume]); false = only publish")
+        True,
+        "drain on a fault and resume when clean from the daemon, through the same policy as the "
+        "health check face ([drain], [resume]); false = only publish",
+    )
     xid_follow: bool = _lean("daemon.xid_follow", "follow the kernel log for XID events while the daemon runs")
     metrics_job_ids: bool = setting(
-        True, "publish the Slurm job holding each GPU (nodehealth_gpu_job_info, from the job ledger) on "
-        "/metrics and in the textfile; false = leave job ids out of both")
+        True,
+        "publish the Slurm job holding each GPU (nodehealth_gpu_job_info, from the job ledger) on "
+        "/metrics and in the textfile; false = leave job ids out of both",
+    )
 
 
 def default_checks() -> dict[str, CheckSettings]:
@@ -207,7 +280,8 @@ class Config:
     """The effective configuration for one node."""
 
     node_name: str = _lean(
-        "node_name", "this node's name; SLURMD_NODENAME wins over it, the short hostname is the fallback")
+        "node_name", "this node's name; SLURMD_NODENAME wins over it, the short hostname is the fallback"
+    )
     phases: Phases = field(default_factory=Phases)
     policy: Policy = field(default_factory=Policy)
     gpu: GpuSettings = field(default_factory=GpuSettings)

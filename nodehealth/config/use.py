@@ -27,9 +27,16 @@ from nodehealth.config.schema import Config
 FALLBACKS = ("defaults", "last_good", "none")
 
 
-def use(path: Optional[str] = None, environ: Optional[Mapping[str, str]] = None, *, fallback: str = "defaults",
-        simulate: Optional[str] = None, remember: bool = True, host: Optional[str] = None,
-        setup: bool = True) -> Loaded:
+def use(
+    path: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    *,
+    fallback: str = "defaults",
+    simulate: Optional[str] = None,
+    remember: bool = True,
+    host: Optional[str] = None,
+    setup: bool = True,
+) -> Loaded:
     """The configuration to run with (see the module's doc). ``setup``: check what the probes need
     (a bad scenario is a ``ConfigError`` with ``fallback="none"`` or a ``--simulate``; else it makes the
     file invalid and the fallback applies). ``host``: resolve ``[[override]]`` for that node (only

@@ -91,8 +91,9 @@ class ConfigWatch:
             try:
                 load_valid(self.config_path, check=probe_setup)
             except ConfigError as exc:
-                self.log(f"the config file changed and does not validate (the running configuration stays): "
-                         f"{exc}", "err")
+                self.log(
+                    f"the config file changed and does not validate (the running configuration stays): {exc}", "err"
+                )
                 self._config_judged(seen, exc.kind)
             else:
                 self._config_judged(seen, "none")

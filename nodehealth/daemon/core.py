@@ -63,16 +63,23 @@ def validate_start(cfg: Config) -> None:
             raise StartError(f"{what} {sd} is not writable")
     td = cfg.daemon.textfile_dir
     if td and not os.path.isdir(td):
-        raise StartError(f"textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = \"\")")
+        raise StartError(f'textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = "")')
     if td and not os.access(td, os.W_OK):
         raise StartError(f"textfile_dir {td} is not writable")
 
 
 class Daemon(ConfigWatch):
-    def __init__(self, cfg: Config, config_path: Optional[str] = None, log: Optional[Log] = None,
-                 slurm: Optional[SlurmHook] = None, xid: Optional[XidFollower] = None,
-                 notify: Optional[Callable[[str], bool]] = None,
-                 use_default_hooks: bool = True, loaded: Optional[Loaded] = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        config_path: Optional[str] = None,
+        log: Optional[Log] = None,
+        slurm: Optional[SlurmHook] = None,
+        xid: Optional[XidFollower] = None,
+        notify: Optional[Callable[[str], bool]] = None,
+        use_default_hooks: bool = True,
+        loaded: Optional[Loaded] = None,
+    ) -> None:
         """``loaded``: how ``cfg`` was loaded (``loader.load_safe``); with it, the config file is
         watched for ``nodehealth_config_valid``."""
         self.cfg = cfg
@@ -87,8 +94,9 @@ class Daemon(ConfigWatch):
         if loaded is not None:
             if loaded.error is not None:
                 self.config_using = "last_validated"
-            self.metrics.set_config(self.config_file, "none" if loaded.error is None else loaded.error.kind,
-                                    self.config_using)
+            self.metrics.set_config(
+                self.config_file, "none" if loaded.error is None else loaded.error.kind, self.config_using
+            )
             self.metrics.config_probe = self.watch_config
         if notify is None:
             from nodehealth.platform.sdnotify import notify as sd_notify
@@ -130,8 +138,9 @@ class Daemon(ConfigWatch):
         validate_start(self.cfg)
         if self.cfg.daemon.listen:
             try:
-                self.server = MetricsServer(self.cfg.daemon.listen, self.metrics.payload, self.health,
-                                            self.metrics.payload_gzip)
+                self.server = MetricsServer(
+                    self.cfg.daemon.listen, self.metrics.payload, self.health, self.metrics.payload_gzip
+                )
             except ListenError as exc:
                 raise StartError(str(exc)) from None
             self.server.start()
@@ -139,8 +148,12 @@ class Daemon(ConfigWatch):
             self.xid.start(self.on_xid)
         self.metrics.set_xid_follower(self.xid_state())
         where = f"http://{self.server.address[0]}:{self.server.address[1]}/metrics" if self.server else "no endpoint"
-        self.log(f"started: node {self.node}, every {self.cfg.daemon.interval_s:g} s, {where}, state in "
-                 f"{self.cfg.paths.state_dir}", "notice", config=self.cfg.source)
+        self.log(
+            f"started: node {self.node}, every {self.cfg.daemon.interval_s:g} s, {where}, state in "
+            f"{self.cfg.paths.state_dir}",
+            "notice",
+            config=self.cfg.source,
+        )
 
     def run(self) -> int:
         """Until SIGTERM/SIGINT: rounds every interval, SIGHUP reloads. Returns the exit code."""
@@ -247,8 +260,10 @@ class Daemon(ConfigWatch):
             self.write_counters(cfg, outcome.observations)
             self.write_textfile(cfg)
             self.act(cfg, report)
-            self.notify(f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
-                        f"{report.duration_s:.2f} s")
+            self.notify(
+                f"STATUS=round {self.rounds}: {report.status.name}, {len(report.results)} checks in "
+                f"{report.duration_s:.2f} s"
+            )
             report = self.run_selftest(cfg, report, outcome.observations)
             # A finding is said when it appears, changes or clears, not every round (a drained
             # faulty node logged the same FAIL line 2,880 times a day at 30 s rounds).
@@ -259,8 +274,13 @@ class Daemon(ConfigWatch):
             for line in changed_lines(self.said, lines):
                 r = by_name.get(line.split(" ", 2)[1].rstrip(":"))
                 if r is not None and r.status >= Status.WARN:
-                    self.log(line, "warning" if r.status < Status.FAIL else "err",
-                             check=r.name, status=r.status.name, gpu=r.gpu)
+                    self.log(
+                        line,
+                        "warning" if r.status < Status.FAIL else "err",
+                        check=r.name,
+                        status=r.status.name,
+                        gpu=r.gpu,
+                    )
                 else:
                     self.log(line, "notice")
             self.said = lines
@@ -275,6 +295,7 @@ class Daemon(ConfigWatch):
     def run_selftest(self, cfg: Config, report: Report, obs: Observations) -> Report:
         """The NCCL self-test when it is due and the node idle (ledger, GPU processes): its result
         joins this report (published now) and the next rounds' (judged by the Slurm policy then)."""
+
         def jobs() -> Any:
             return selftest.holding_jobs(cfg.paths.state_dir, self.boot_id)
 
@@ -282,8 +303,9 @@ class Daemon(ConfigWatch):
             timeout = cfg.checks["nccl_selftest"].timeout_s
             self.selftest_running = True
             try:
-                out = runner.execute(cfg, phase="daemon", only=(selftest.CHECK,), node=self.node,
-                                     own_budget_s=timeout + 1.0)
+                out = runner.execute(
+                    cfg, phase="daemon", only=(selftest.CHECK,), node=self.node, own_budget_s=timeout + 1.0
+                )
             finally:
                 self.selftest_running = False
             return out.report.results[0]
@@ -297,8 +319,12 @@ class Daemon(ConfigWatch):
             return report
         self.selftest_result = decision.result
         r = decision.result
-        self.log(f"NCCL self-test {r.status.name}: {r.summary}", "err" if r.status == Status.FAIL else (
-            "warning" if r.status >= Status.WARN else "info"), check=r.name, status=r.status.name)
+        self.log(
+            f"NCCL self-test {r.status.name}: {r.summary}",
+            "err" if r.status == Status.FAIL else ("warning" if r.status >= Status.WARN else "info"),
+            check=r.name,
+            status=r.status.name,
+        )
         report = selftest.merge(report, r)
         with self.lock:
             self.report = report
@@ -310,8 +336,15 @@ class Daemon(ConfigWatch):
     def write_state(self, cfg: Config, report: Report) -> None:
         path = state_file.path_in(cfg.paths.state_dir)
         since = getattr(self.xid, "since", None) if self.xid is not None else None
-        text = state_file.encode(report.to_json(), self.boot_id or "unknown", time.time(), self.xid_state(),
-                                 since, cfg.daemon.interval_s, self.rounds)
+        text = state_file.encode(
+            report.to_json(),
+            self.boot_id or "unknown",
+            time.time(),
+            self.xid_state(),
+            since,
+            cfg.daemon.interval_s,
+            self.rounds,
+        )
         from nodehealth.statedir.files import write_state
 
         try:
@@ -325,8 +358,7 @@ class Daemon(ConfigWatch):
         """The latest per-GPU ECC/remap reading, the baseline a fast-path prolog copies for its job."""
         try:
             if isinstance(obs.nvml, NvmlSnapshot):
-                counters.write_latest(cfg.paths.state_dir, gpu_counters(obs.nvml.gpus), self.boot_id,
-                                      "daemon")
+                counters.write_latest(cfg.paths.state_dir, gpu_counters(obs.nvml.gpus), self.boot_id, "daemon")
         except OSError as exc:
             self.log(f"cannot write the GPU counter reading: {exc}", "err")
 
@@ -389,17 +421,23 @@ class Daemon(ConfigWatch):
         with self.lock:
             self.xid_events += 1
         severity = event.severity.value if event.severity else "?"
-        self.log(f"XID {event.xid} on GPU {gpu}: {event.mnemonic or ''} ({severity}, action {action})",
-                 "err" if drain else "warning", xid=event.xid, gpu=gpu, action=action,
-                 job=event.job_id)
+        self.log(
+            f"XID {event.xid} on GPU {gpu}: {event.mnemonic or ''} ({severity}, action {action})",
+            "err" if drain else "warning",
+            xid=event.xid,
+            gpu=gpu,
+            action=action,
+            job=event.job_id,
+        )
         if not drain:
             return
         cfg = self.cfg
         with self.lock:
             base = self.report
         if base is None:
-            base = Report(node=self.node, phase="daemon", results=(), duration_s=0.0, version="",
-                          started_at=time.time())
+            base = Report(
+                node=self.node, phase="daemon", results=(), duration_s=0.0, version="", started_at=time.time()
+            )
         fresh = runner.execute(cfg, phase="daemon", only=(XID_CHECK,), node=self.node).report.results
         by_name = {r.name: r for r in fresh}
         results = tuple(by_name.pop(r.name, r) for r in base.results) + tuple(by_name.values())

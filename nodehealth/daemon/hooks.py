@@ -54,8 +54,9 @@ class ActSlurm:
         deadline = Deadline(max(1.0, 3 * cfg.slurm.timeout_s))
         real = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf)
         client = observe.client(cfg, node, real, self.log)  # [slurm] mode = "observe": no update
-        return act.Actor(cfg=cfg, node=node, phase="daemon", client=client, deadline=deadline, log=self.log,
-                         boot_id=boot_id)
+        return act.Actor(
+            cfg=cfg, node=node, phase="daemon", client=client, deadline=deadline, log=self.log, boot_id=boot_id
+        )
 
     def on_fault(self, cfg: Config, report: Report, node: str, boot_id: Optional[str]) -> Optional[SlurmView]:
         from nodehealth.slurm import act
@@ -72,8 +73,7 @@ class ActSlurm:
         from nodehealth.slurm import act
 
         with self.lock:
-            return with_loop(slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths), cfg,
-                             node)
+            return with_loop(slurm_view(act.after_check(self._actor(cfg, node, boot_id), report), cfg.paths), cfg, node)
 
 
 def slurm_view(acted: Any, paths: Any) -> SlurmView:
@@ -93,12 +93,23 @@ def slurm_view(acted: Any, paths: Any) -> SlurmView:
     orphan = state.drain is None and state.orphan is not None
     if n is None:
         ours = True if o.drained_by_us else None
-        return SlurmView(drained=ours, drained_by_nodehealth=ours, breaker_open=held, last_action=action,
-                         flapping=flapping, orphan_drain=orphan)
-    return SlurmView(drained=n.drained or o == ActOutcome.DRAINED,
-                     drained_by_nodehealth=policy.owns(n, state) or o == ActOutcome.DRAINED,
-                     breaker_open=held, reason=n.reason.full if n.reason else None, last_action=action,
-                     flapping=flapping, orphan_drain=orphan)
+        return SlurmView(
+            drained=ours,
+            drained_by_nodehealth=ours,
+            breaker_open=held,
+            last_action=action,
+            flapping=flapping,
+            orphan_drain=orphan,
+        )
+    return SlurmView(
+        drained=n.drained or o == ActOutcome.DRAINED,
+        drained_by_nodehealth=policy.owns(n, state) or o == ActOutcome.DRAINED,
+        breaker_open=held,
+        reason=n.reason.full if n.reason else None,
+        last_action=action,
+        flapping=flapping,
+        orphan_drain=orphan,
+    )
 
 
 def with_loop(view: SlurmView, cfg: Config, node: str) -> SlurmView:
@@ -114,8 +125,13 @@ def with_loop(view: SlurmView, cfg: Config, node: str) -> SlurmView:
     if observe.observing(cfg) and observe.effective(cfg.paths, node) is not None:
         # The act sequence saw its would-be drain; Slurm has the node in service (no reason of its own there).
         view = dataclasses.replace(view, drained=False, drained_by_nodehealth=False)
-    return dataclasses.replace(view, observe_mode=observe.observing(cfg), would=tuple(sorted(would.items())),
-                               reboots_requested=loop[0], reboot_escalated=loop[1])
+    return dataclasses.replace(
+        view,
+        observe_mode=observe.observing(cfg),
+        would=tuple(sorted(would.items())),
+        reboots_requested=loop[0],
+        reboot_escalated=loop[1],
+    )
 
 
 def default_slurm_hook(log: Logger) -> Optional[SlurmHook]:

@@ -105,9 +105,16 @@ class _Bucket:
 
 
 _TEXT = "text/plain; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
 _READ, _WRITE, _LINGER = "read", "write", "linger"
 # Connections the kernel holds for us beyond those taken: a flood waits there (costing no
 # descriptor and no task) instead of pushing out the SYN of a scraper (capped by somaxconn).
@@ -117,8 +124,7 @@ _TICK_S = 1.0
 
 
 class _Conn:
-    __slots__ = ("sock", "fd", "buf", "out", "state", "since", "deadline", "idle", "close_after", "drained",
-                 "events")
+    __slots__ = ("sock", "fd", "buf", "out", "state", "since", "deadline", "idle", "close_after", "drained", "events")
 
     def __init__(self, sock: socket.socket, now: float, limits: Limits) -> None:
         self.sock = sock
@@ -137,10 +143,15 @@ class _Conn:
 class MetricsServer:
     """``/metrics``, ``/healthz`` and ``/`` on ``listen``, served by one thread."""
 
-    def __init__(self, listen: str, payload: Callable[[], bytes],
-                 health: Optional[Callable[[], tuple[int, str]]] = None,
-                 payload_gzip: Optional[Callable[[], bytes]] = None,
-                 limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        listen: str,
+        payload: Callable[[], bytes],
+        health: Optional[Callable[[], tuple[int, str]]] = None,
+        payload_gzip: Optional[Callable[[], bytes]] = None,
+        limits: Limits = Limits(),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         host, port = parse_listen(listen)
         self.payload, self.payload_gzip = payload, payload_gzip
         self.health = health or (lambda: (200, "ok"))
@@ -348,7 +359,7 @@ class MetricsServer:
             self._respond(conn, now, 431, b"request head too large\n", _TEXT, close=True)
             return True
         head = bytes(conn.buf[:end])
-        del conn.buf[:end + 4]
+        del conn.buf[: end + 4]
         self._request(conn, now, head)
         return True
 
@@ -372,8 +383,9 @@ class MetricsServer:
             self._respond(conn, now, 400, b"a request body is not accepted\n", _TEXT, close=True)
             return
         if not self.requests.take(now):
-            self._respond(conn, now, 503, b"busy: too many requests\n", _TEXT, close=True,
-                          extra=(("Retry-After", "1"),))
+            self._respond(
+                conn, now, 503, b"busy: too many requests\n", _TEXT, close=True, extra=(("Retry-After", "1"),)
+            )
             return
         if method not in (b"GET", b"HEAD"):
             self._respond(conn, now, 405, b"GET or HEAD only\n", _TEXT, close=True, extra=(("Allow", "GET, HEAD"),))
@@ -398,10 +410,23 @@ class MetricsServer:
             code, body, ctype, encoding = 500, b"internal error\n", _TEXT, ""
         self._respond(conn, now, code, body, ctype, close=not keep, encoding=encoding, head_only=method == b"HEAD")
 
-    def _respond(self, conn: _Conn, now: float, code: int, body: bytes, ctype: str, close: bool,
-                 encoding: str = "", head_only: bool = False, extra: tuple[tuple[str, str], ...] = ()) -> None:
-        fields = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}", f"Content-Type: {ctype}",
-                  f"Content-Length: {len(body)}"]
+    def _respond(
+        self,
+        conn: _Conn,
+        now: float,
+        code: int,
+        body: bytes,
+        ctype: str,
+        close: bool,
+        encoding: str = "",
+        head_only: bool = False,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        fields = [
+            f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}",
+            f"Content-Type: {ctype}",
+            f"Content-Length: {len(body)}",
+        ]
         if encoding:
             fields.append(f"Content-Encoding: {encoding}")
         fields.extend(f"{k}: {v}" for k, v in extra)
@@ -416,7 +441,7 @@ class MetricsServer:
         """Send what the client takes now; once all is sent, wait for the next request or close."""
         try:
             while conn.out:
-                conn.out = conn.out[conn.sock.send(conn.out):]
+                conn.out = conn.out[conn.sock.send(conn.out) :]
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

@@ -89,8 +89,9 @@ class Decision:
     result: Optional[CheckResult] = None
 
 
-def maybe_run(schedule: Schedule, obs: Optional[Observations], jobs: Callable[[], Sequence[Any]],
-              run: Callable[[], CheckResult]) -> Decision:
+def maybe_run(
+    schedule: Schedule, obs: Optional[Observations], jobs: Callable[[], Sequence[Any]], run: Callable[[], CheckResult]
+) -> Decision:
     """Run the self-test when it is due and the node idle; drop a result a job started into."""
     if not schedule.due():
         return Decision(False, "not due")

@@ -48,25 +48,35 @@ class Run:
     boot_id: Optional[str]
     job_id: Optional[str] = None
 
-    def actor(self, client: Optional[SlurmClient] = None, store: Any = None, log: Optional[Callable[..., None]] = None
-              ) -> act.Actor:
+    def actor(
+        self, client: Optional[SlurmClient] = None, store: Any = None, log: Optional[Callable[..., None]] = None
+    ) -> act.Actor:
         """The act sequence's actor for this run: through ``scontrol`` (observe mode: ``observe.client``),
         or, for a preview, through ``client`` with ``store`` and ``log`` of its own."""
         if client is None:
-            real = Scontrol(self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf,
-                            self.environ)
+            real = Scontrol(
+                self.cfg.slurm.scontrol, self.cfg.slurm.timeout_s, self.deadline, self.cfg.slurm.conf, self.environ
+            )
             client = observe.client(self.cfg, self.node, real, self.log)  # [slurm] mode = "observe": no update
         # The prolog's job was just allocated on a node Slurm held schedulable: a drain recorded more
         # than a minute ago (before the allocation; the daemon may drain while it is under way) was
         # lifted since and is read back rather than trusted.
         after = time.time() - PROLOG_RECORD_SLACK_S if self.phase == "prolog" else None
-        return act.Actor(cfg=self.cfg, node=self.node, phase=self.phase, client=client, deadline=self.deadline,
-                         log=log or self.log, boot_id=self.boot_id, job_id=self.job_id, record_trusted_after=after,
-                         store=store)
+        return act.Actor(
+            cfg=self.cfg,
+            node=self.node,
+            phase=self.phase,
+            client=client,
+            deadline=self.deadline,
+            log=log or self.log,
+            boot_id=self.boot_id,
+            job_id=self.job_id,
+            record_trusted_after=after,
+            store=store,
+        )
 
 
-def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None,
-          remember: bool = True) -> Union[Run, int]:
+def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None, remember: bool = True) -> Union[Run, int]:
     """Load the config; an int is the exit code when that already failed.
 
     A config file that does not validate does not stop the checks: the run uses the last
@@ -79,19 +89,33 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None,
     try:
         loaded = use(environ=env, remember=remember)
     except ConfigError as exc:
-        log(f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
-            notable=True)
+        log(
+            f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
+            notable=True,
+        )
         return 0
     if loaded.error is not None:
-        using = loaded.note if loaded.using == "last_validated" else (
-            "the built-in defaults" + (f" ({loaded.note})" if loaded.note else ""))
+        using = (
+            loaded.note
+            if loaded.using == "last_validated"
+            else ("the built-in defaults" + (f" ({loaded.note})" if loaded.note else ""))
+        )
         log(f"error: configuration error: {loaded.error}; checking with {using}", notable=True)
     elif loaded.note:
         log(loaded.note)
     cfg = loaded.cfg
     deadline = Deadline.from_process_start(phase_budget(cfg, phase))
-    return Run(face=face, phase=phase, cfg=cfg, node=node_name(cfg.node_name, env), log=log, deadline=deadline,
-               environ=env, boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=job)
+    return Run(
+        face=face,
+        phase=phase,
+        cfg=cfg,
+        node=node_name(cfg.node_name, env),
+        log=log,
+        deadline=deadline,
+        environ=env,
+        boot_id=layout.read_boot_id(cfg.paths.procfs_root),
+        job_id=job,
+    )
 
 
 def run_outcome(run: Run, look_only: bool = False) -> tuple[Report, Observations]:
@@ -102,8 +126,9 @@ def run_outcome(run: Run, look_only: bool = False) -> tuple[Report, Observations
     """
     from nodehealth import runner
 
-    outcome = runner.execute(run.cfg, phase=run.phase, node=run.node, environ=run.environ,
-                             budget_s=run.deadline.left(), look_only=look_only)
+    outcome = runner.execute(
+        run.cfg, phase=run.phase, node=run.node, environ=run.environ, budget_s=run.deadline.left(), look_only=look_only
+    )
     return scope_processes(outcome.report, jobenv.job_gpus(run.environ)), outcome.observations
 
 
@@ -126,8 +151,7 @@ def save_job_baseline(run: Run, now: Optional[dict[str, Any]]) -> None:
     if now is None:
         run.log("no ECC baseline for the epilog: NVML was not read")
         return
-    rec = counters.counters_record(now, time.time(), run.boot_id, "prolog", jobenv.job_gpus(run.environ),
-                                   run.job_id)
+    rec = counters.counters_record(now, time.time(), run.boot_id, "prolog", jobenv.job_gpus(run.environ), run.job_id)
     try:
         counters.write_baseline(run.cfg.paths.state_dir, run.job_id, rec)
     except OSError as exc:
@@ -152,8 +176,9 @@ def log_report(run: Run, report: Report) -> None:
             run.log(f"{r.status.name} {r.name}: {r.summary}", check=r.name, gpu=r.gpu, status=r.status.name)
     run.log(f"{report.status.name}: {len(report.results)} checks in {report.duration_s:.2f} s")
     if report.status == Status.UNKNOWN and run.cfg.policy.unknown == "pass":
-        run.log("nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy",
-                notable=True)
+        run.log(
+            "nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy", notable=True
+        )
 
 
 def log_changes(run: Run, report: Report) -> None:
@@ -180,11 +205,16 @@ def log_changes(run: Run, report: Report) -> None:
             run.log(line)
     run.log(f"{report.status.name}: {len(report.results)} checks in {report.duration_s:.2f} s")
     if report.status == Status.UNKNOWN and run.cfg.policy.unknown == "pass":
-        run.log("nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy",
-                notable=True)
-    memory = {k: v[:slurmstate.MAX_LOGGED_CHARS] for k, v in now.items()}
-    slurmstate.update(run.cfg.paths, lambda s: replace(s, logged=dict(s.logged or {}, **{run.phase: memory})),
-                      min(1.0, max(0.1, run.deadline.left())), run.log)
+        run.log(
+            "nodehealth could not tell (UNKNOWN); policy.unknown = pass: treating the node as healthy", notable=True
+        )
+    memory = {k: v[: slurmstate.MAX_LOGGED_CHARS] for k, v in now.items()}
+    slurmstate.update(
+        run.cfg.paths,
+        lambda s: replace(s, logged=dict(s.logged or {}, **{run.phase: memory})),
+        min(1.0, max(0.1, run.deadline.left())),
+        run.log,
+    )
 
 
 def exit_code(run: Run, report: Report, actor: Optional[act.Actor] = None) -> int:
@@ -242,8 +272,9 @@ def fast_fault(report: Report, environ: Mapping[str, str], verdict: Any) -> int:
     if isinstance(started, int):
         return started
     run = started
-    run.log(f"daemon verdict {verdict.status} ({verdict.age_s:.1f} s old, round {verdict.round}): fast path, "
-            "no NVML call")
+    run.log(
+        f"daemon verdict {verdict.status} ({verdict.age_s:.1f} s old, round {verdict.round}): fast path, no NVML call"
+    )
     append_ledger(run, "start")
     report = replace(report, phase="prolog")
     log_report(run, report)

@@ -102,10 +102,15 @@ def _prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Fau
     busy = _busy(checks)
     if busy and (gpus is None or busy & set(gpus)):
         mine = sorted(busy if gpus is None else busy & set(gpus))
-        return (f"the daemon saw compute processes on GPU(s) {','.join(map(str, mine))} of this job "
-                f"{st.age_s:.0f} s ago; checking them now")
-    bad = [c for c in checks if isinstance(c, dict) and (
-        c.get("status") == "FAIL" or (s.unknown == "fail" and c.get("status") == "UNKNOWN"))]
+        return (
+            f"the daemon saw compute processes on GPU(s) {','.join(map(str, mine))} of this job "
+            f"{st.age_s:.0f} s ago; checking them now"
+        )
+    bad = [
+        c
+        for c in checks
+        if isinstance(c, dict) and (c.get("status") == "FAIL" or (s.unknown == "fail" and c.get("status") == "UNKNOWN"))
+    ]
     if bad:
         from nodehealth.model import Report
         from nodehealth.slurm.policy import scope_processes, worst_failure

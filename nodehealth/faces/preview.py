@@ -34,8 +34,9 @@ class Preview:
         out += [f"  {line}" for line in self.inputs]
         out += [f"{self.face} would: {self.decision[0]}" if self.decision else f"{self.face} would exit 0"]
         out += [f"  {line}" for line in self.decision[1:]]
-        out.append(f"{self.face} exit code would be {self.exit_code} (nothing was changed: no Slurm call, no "
-                   "state written)")
+        out.append(
+            f"{self.face} exit code would be {self.exit_code} (nothing was changed: no Slurm call, no state written)"
+        )
         return out
 
 
@@ -49,9 +50,14 @@ def preview(face: str, environ: Mapping[str, str]) -> Preview:
             return _run(face, environ, _verdict_source(answer.verdict), fast_report=answer.report)
         if not isinstance(answer, (str, int)):  # the daemon's verdict: healthy, the job starts
             report = Report.from_json(answer.report)
-            return Preview(face, report, _verdict_source(answer), 0,
-                           ["exit 0 from the daemon's verdict: the job starts, no NVML call, no Slurm call"],
-                           _inputs(report, environ))
+            return Preview(
+                face,
+                report,
+                _verdict_source(answer),
+                0,
+                ["exit 0 from the daemon's verdict: the job starts, no NVML call, no Slurm call"],
+                _inputs(report, environ),
+            )
         miss = answer if isinstance(answer, str) else "fast path not taken"
         return _run(face, environ, f"checks run now (fast path not taken: {miss})")
     return _run(face, environ, "checks run now")
@@ -70,8 +76,9 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
 
     started = start(face, BY_NAME[face].phase, environ, remember=False)
     if isinstance(started, int):
-        return Preview(face, None, "the configuration could not be loaded", started,
-                       ["exit 0: not checking (see the error above)"])
+        return Preview(
+            face, None, "the configuration could not be loaded", started, ["exit 0: not checking (see the error above)"]
+        )
     run = started
     cfg = run.cfg
     store = act.MemoryStore(cfg.paths)
@@ -92,19 +99,33 @@ def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Option
     fault = worst_failure(report, cfg.policy.unknown)
     decision = [r.describe() for r in client.recorded]
     if not decision:
-        decision = [f"exit {code}: healthy, no Slurm call" if fault is None
-                    else f"exit {code}: no drain (the sequence's words below)"]
+        decision = [
+            f"exit {code}: healthy, no Slurm call"
+            if fault is None
+            else f"exit {code}: no drain (the sequence's words below)"
+        ]
     if fault is not None:
         decision.append(f"worst fault: {fault.name} ({fault.status.name}, action {fault.action.value})")
     if any(r.action == "drain" for r in client.recorded):
-        decision.append("the drain-storm breaker was counted on this node alone (a preview reads no cluster "
-                        "view): the real run may hold the drain back")
+        decision.append(
+            "the drain-storm breaker was counted on this node alone (a preview reads no cluster "
+            "view): the real run may hold the drain back"
+        )
     if face == "healthcheck" and fault is None and store.state.drain is not None and not client.recorded:
-        decision.append(f"a clean run, {store.state.clean_runs} of {cfg.resume.clean_runs} toward resuming the "
-                        "node it drained (reboot-class faults resume only after a reboot)")
+        decision.append(
+            f"a clean run, {store.state.clean_runs} of {cfg.resume.clean_runs} toward resuming the "
+            "node it drained (reboot-class faults resume only after a reboot)"
+        )
     decision += [f"would log: {line}" for line in said]
-    return Preview(face, report, source, code, decision, inputs,
-                   recorded=[{"action": r.action, "node": r.node, "reason": r.reason} for r in client.recorded])
+    return Preview(
+        face,
+        report,
+        source,
+        code,
+        decision,
+        inputs,
+        recorded=[{"action": r.action, "node": r.node, "reason": r.reason} for r in client.recorded],
+    )
 
 
 def _as_read(face: str, got: Any, client: Any, cfg: Any, node: str) -> Any:
@@ -128,6 +149,7 @@ def _as_read(face: str, got: Any, client: Any, cfg: Any, node: str) -> Any:
 def _collect(said: list[str]) -> Callable[..., None]:
     def log(message: str, notable: bool = False, **fields: Any) -> None:
         said.append(message)
+
     return log
 
 
@@ -135,16 +157,19 @@ def _memory(cfg: Any, state: Any, client: Any) -> list[str]:
     """What the sequence starts from: our drain record and the Slurm view it reads."""
     out = []
     if state.drain is not None:
-        out.append(f"drain record of ours: {state.drain.reason!r} ({state.drain.check}, since "
-                   f"{_when(state.drain.time)}); clean runs {state.clean_runs} of {cfg.resume.clean_runs}")
+        out.append(
+            f"drain record of ours: {state.drain.reason!r} ({state.drain.check}, since "
+            f"{_when(state.drain.time)}); clean runs {state.clean_runs} of {cfg.resume.clean_runs}"
+        )
     view = client.view
     if client.assumed:
         taken = "our drain record says" if view.drained else "in service"
         out.append(f"Slurm view: none cached; {view.name} taken as {taken} ({view.state.text})")
     else:
         seen = f", read {_when(view.seen_at)}" if view.seen_at else ""
-        out.append(f"Slurm view (cached{seen}): {view.state.text}"
-                   + (f", reason {view.reason.full!r}" if view.reason else ""))
+        out.append(
+            f"Slurm view (cached{seen}): {view.state.text}" + (f", reason {view.reason.full!r}" if view.reason else "")
+        )
     return out
 
 

@@ -22,8 +22,7 @@ class Face:
 
     __slots__ = ("name", "module", "phase", "script", "title", "started_by", "does")
 
-    def __init__(self, name: str, module: str, phase: str, script: str, title: str, started_by: str,
-                 does: str) -> None:
+    def __init__(self, name: str, module: str, phase: str, script: str, title: str, started_by: str, does: str) -> None:
         self.name, self.module, self.phase, self.script = name, module, phase, script
         self.title, self.started_by, self.does = title, started_by, does
 
@@ -37,12 +36,33 @@ class Face:
 
 
 FACES = (
-    Face("prolog", "nodehealth.faces.prolog", "prolog", "nodehealth-prolog", "prolog", "Prolog=",
-         "checks the node before a job starts and, on a fault, drains it (exit 1)"),
-    Face("epilog", "nodehealth.faces.epilog", "epilog", "nodehealth-epilog", "epilog", "Epilog=",
-         "checks what the job left behind or broke and, on a fault, drains the node (exit 1)"),
-    Face("healthcheck", "nodehealth.faces.healthcheck", "healthcheck", "nodehealth-healthcheck", "health check",
-         "HealthCheckProgram=", "drains the node on a fault and resumes one it drained once clean runs allow"),
+    Face(
+        "prolog",
+        "nodehealth.faces.prolog",
+        "prolog",
+        "nodehealth-prolog",
+        "prolog",
+        "Prolog=",
+        "checks the node before a job starts and, on a fault, drains it (exit 1)",
+    ),
+    Face(
+        "epilog",
+        "nodehealth.faces.epilog",
+        "epilog",
+        "nodehealth-epilog",
+        "epilog",
+        "Epilog=",
+        "checks what the job left behind or broke and, on a fault, drains the node (exit 1)",
+    ),
+    Face(
+        "healthcheck",
+        "nodehealth.faces.healthcheck",
+        "healthcheck",
+        "nodehealth-healthcheck",
+        "health check",
+        "HealthCheckProgram=",
+        "drains the node on a fault and resumes one it drained once clean runs allow",
+    ),
 )
 BY_NAME = {face.name: face for face in FACES}
 NAMES = tuple(face.name for face in FACES)
@@ -63,7 +83,10 @@ def disagreements(declared: Mapping[str, str], where: str) -> list[str]:
     (empty: they agree)."""
     want = scripts()
     out = [f"{where}: missing {name} = {target!r}" for name, target in want.items() if name not in declared]
-    out += [f"{where}: {name} = {declared[name]!r}, the table says {target!r}"
-            for name, target in want.items() if name in declared and declared[name] != target]
+    out += [
+        f"{where}: {name} = {declared[name]!r}, the table says {target!r}"
+        for name, target in want.items()
+        if name in declared and declared[name] != target
+    ]
     out += [f"{where}: {name} is in no row of nodehealth.faces.table" for name in declared if name not in want]
     return out

@@ -217,13 +217,15 @@ class NodeMetrics:
         yield from (xid, follower)
         s = self.slurm
         if s is not None:
-            for name, value in (("nodehealth_slurm_node_drained", s.drained),
-                                ("nodehealth_slurm_node_drained_by_nodehealth", s.drained_by_nodehealth),
-                                ("nodehealth_slurm_breaker_open", s.breaker_open),
-                                ("nodehealth_slurm_flapping", s.flapping),
-                                ("nodehealth_slurm_orphan_drain", s.orphan_drain),
-                                ("nodehealth_slurm_observe_mode", s.observe_mode),
-                                ("nodehealth_slurm_reboot_escalated", s.reboot_escalated)):
+            for name, value in (
+                ("nodehealth_slurm_node_drained", s.drained),
+                ("nodehealth_slurm_node_drained_by_nodehealth", s.drained_by_nodehealth),
+                ("nodehealth_slurm_breaker_open", s.breaker_open),
+                ("nodehealth_slurm_flapping", s.flapping),
+                ("nodehealth_slurm_orphan_drain", s.orphan_drain),
+                ("nodehealth_slurm_observe_mode", s.observe_mode),
+                ("nodehealth_slurm_reboot_escalated", s.reboot_escalated),
+            ):
                 if value is not None:
                     yield one(name, b(value))
             if s.reboots_requested is not None:

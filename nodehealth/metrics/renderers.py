@@ -62,9 +62,14 @@ def nccl_families(report: Report) -> Iterator[Metric]:
     runs = result.details.get("runs") if result is not None else None
     if not isinstance(runs, dict) or not runs:
         return
-    names = ("nodehealth_nccl_busbw_gbps", "nodehealth_nccl_floor_gbps", "nodehealth_nccl_selftest_status",
-             "nodehealth_nccl_transport_info", "nodehealth_nccl_last_run_timestamp_seconds",
-             "nodehealth_nccl_run_duration_seconds")
+    names = (
+        "nodehealth_nccl_busbw_gbps",
+        "nodehealth_nccl_floor_gbps",
+        "nodehealth_nccl_selftest_status",
+        "nodehealth_nccl_transport_info",
+        "nodehealth_nccl_last_run_timestamp_seconds",
+        "nodehealth_nccl_run_duration_seconds",
+    )
     bw, floor, status, transport, last, took = (new(n) for n in names)
     for mode, run in sorted(runs.items()):
         if not isinstance(run, dict):
@@ -91,32 +96,42 @@ GPU_VALUES: tuple[tuple[str, Callable[[GpuObservation], Any]], ...] = (
     ("nodehealth_gpu_temperature_slowdown_celsius", lambda g: g.slowdown_c),
     ("nodehealth_gpu_power_watts", lambda g: g.power_w),
     ("nodehealth_gpu_power_limit_watts", lambda g: g.power_limit_w),
-    ("nodehealth_gpu_utilization_ratio",
-     lambda g: None if g.utilization_gpu_pct is None else g.utilization_gpu_pct / 100.0),
-    ("nodehealth_gpu_memory_utilization_ratio",
-     lambda g: None if g.utilization_memory_pct is None else g.utilization_memory_pct / 100.0),
+    (
+        "nodehealth_gpu_utilization_ratio",
+        lambda g: None if g.utilization_gpu_pct is None else g.utilization_gpu_pct / 100.0,
+    ),
+    (
+        "nodehealth_gpu_memory_utilization_ratio",
+        lambda g: None if g.utilization_memory_pct is None else g.utilization_memory_pct / 100.0,
+    ),
     ("nodehealth_gpu_memory_used_bytes", lambda g: g.memory_used_bytes),
     ("nodehealth_gpu_memory_total_bytes", lambda g: g.memory_total_bytes),
     ("nodehealth_gpu_ecc_enabled", lambda g: None if g.ecc_enabled is None else b(g.ecc_enabled)),
     ("nodehealth_gpu_row_remap_pending", lambda g: None if g.remapped_rows is None else b(g.remapped_rows.pending)),
     ("nodehealth_gpu_row_remap_failed", lambda g: None if g.remapped_rows is None else b(g.remapped_rows.failure)),
-    ("nodehealth_gpu_retired_pages_pending",
-     lambda g: None if g.retired_pages_pending is None else b(g.retired_pages_pending)),
+    (
+        "nodehealth_gpu_retired_pages_pending",
+        lambda g: None if g.retired_pages_pending is None else b(g.retired_pages_pending),
+    ),
     ("nodehealth_gpu_pcie_link_width", lambda g: g.pcie_width),
     ("nodehealth_gpu_pcie_link_width_max", lambda g: g.pcie_max_width),
     ("nodehealth_gpu_pcie_link_generation", lambda g: g.pcie_gen),
     ("nodehealth_gpu_pcie_link_generation_max", lambda g: g.pcie_max_gen),
-    ("nodehealth_gpu_persistence_mode_enabled",
-     lambda g: None if g.persistence_mode is None else b(g.persistence_mode)),
+    (
+        "nodehealth_gpu_persistence_mode_enabled",
+        lambda g: None if g.persistence_mode is None else b(g.persistence_mode),
+    ),
     ("nodehealth_gpu_recovery_action", lambda g: g.recovery_action),
     ("nodehealth_gpu_fabric_state", lambda g: g.fabric_state),
     ("nodehealth_gpu_processes", lambda g: None if g.processes is None else len(g.processes)),
 )
 
+
 def _gpu_series() -> dict[str, Series]:
     """Every per-GPU family of the table but the job ledger's, created empty, in the table's order."""
-    return {f.name: new(f.name) for f in FAMILIES
-            if f.labels[:len(GPU)] == GPU and f.name != "nodehealth_gpu_job_info"}
+    return {
+        f.name: new(f.name) for f in FAMILIES if f.labels[: len(GPU)] == GPU and f.name != "nodehealth_gpu_job_info"
+    }
 
 
 def gpu_families(snap: NvmlSnapshot) -> Iterator[Metric]:
@@ -133,10 +148,12 @@ def gpu_families(snap: NvmlSnapshot) -> Iterator[Metric]:
             value = read(g)
             if value is not None:
                 fams[name].add(lab, value)
-        for value, typ, scope in ((g.ecc.volatile_corrected, "corrected", "volatile"),
-                                  (g.ecc.volatile_uncorrected, "uncorrected", "volatile"),
-                                  (g.ecc.aggregate_corrected, "corrected", "aggregate"),
-                                  (g.ecc.aggregate_uncorrected, "uncorrected", "aggregate")):
+        for value, typ, scope in (
+            (g.ecc.volatile_corrected, "corrected", "volatile"),
+            (g.ecc.volatile_uncorrected, "uncorrected", "volatile"),
+            (g.ecc.aggregate_corrected, "corrected", "aggregate"),
+            (g.ecc.aggregate_uncorrected, "uncorrected", "aggregate"),
+        ):
             if value is not None:
                 ecc.add([*lab, typ, scope], value)
         if g.remapped_rows is not None:

@@ -85,7 +85,7 @@ def make_backend(name: str, n: int, args: argparse.Namespace) -> Backend:
     if name == "cpu":
         return CpuBackend(n)
     errors = []
-    for candidate in (("nccl4py", "torch") if name == "auto" else (name,)):
+    for candidate in ("nccl4py", "torch") if name == "auto" else (name,):
         try:
             if candidate == "nccl4py":
                 from nodehealth.nccl.builtin_gpu import Nccl4pyBackend

@@ -68,8 +68,14 @@ class Nccl4pyBackend(Backend):  # pragma: no cover - needs GPUs and nccl4py
         """A CUDA Array Interface view of a device allocation, which nccl4py accepts as a buffer."""
 
         def __init__(self, ptr: int, count: int) -> None:
-            self.__cuda_array_interface__ = {"shape": (count,), "typestr": "<f4", "data": (ptr, False),
-                                             "version": 3, "strides": None, "stream": None}
+            self.__cuda_array_interface__ = {
+                "shape": (count,),
+                "typestr": "<f4",
+                "data": (ptr, False),
+                "version": 3,
+                "strides": None,
+                "stream": None,
+            }
 
     def _buffers(self, count: int) -> list[tuple[int, int]]:
         if count not in self.bufs:
@@ -81,8 +87,12 @@ class Nccl4pyBackend(Backend):  # pragma: no cover - needs GPUs and nccl4py
             pairs = []
             for i in range(self.n):
                 self._ok(self.cu.cuCtxSetCurrent(self.ctx[i]))
-                pairs.append((int(self._ok(self.cu.cuMemAlloc(count * FLOAT_BYTES))),
-                              int(self._ok(self.cu.cuMemAlloc(count * FLOAT_BYTES)))))
+                pairs.append(
+                    (
+                        int(self._ok(self.cu.cuMemAlloc(count * FLOAT_BYTES))),
+                        int(self._ok(self.cu.cuMemAlloc(count * FLOAT_BYTES))),
+                    )
+                )
             self.bufs[count] = pairs
         return self.bufs[count]
 
@@ -107,8 +117,9 @@ class Nccl4pyBackend(Backend):  # pragma: no cover - needs GPUs and nccl4py
             for i, comm in enumerate(self.comms):
                 s, r = pairs[i]
                 dst = s if in_place else r
-                comm.allreduce(self._Array(s, count), self._Array(dst, count), self.nccl.SUM,
-                               stream=int(self.streams[i]))
+                comm.allreduce(
+                    self._Array(s, count), self._Array(dst, count), self.nccl.SUM, stream=int(self.streams[i])
+                )
 
     def time_us(self, count: int, in_place: bool, warmup: int, iters: int) -> float:
         self._fill(count)
@@ -231,8 +242,10 @@ class TorchBackend(Backend):  # pragma: no cover - needs torch
         out = []
         for i in range(self.n):
             p = self.torch.cuda.get_device_properties(i)
-            bus = f"{getattr(p, 'pci_domain_id', 0):04x}:{getattr(p, 'pci_bus_id', 0):02x}:" \
-                  f"{getattr(p, 'pci_device_id', 0):02x}"
+            bus = (
+                f"{getattr(p, 'pci_domain_id', 0):04x}:{getattr(p, 'pci_bus_id', 0):02x}:"
+                f"{getattr(p, 'pci_device_id', 0):02x}"
+            )
             out.append((i, bus, p.name))
         return out
 

@@ -41,21 +41,28 @@ def bus_factor(n: int) -> float:
 def header(args: argparse.Namespace, devices: Sequence[tuple[int, str, str]], nccl_version: str) -> str:
     """The lines above the table: the run's parameters, one line per rank, the NCCL version."""
     host = socket.gethostname()
-    lines = [f"# nccl-tests version {VERSION} (nodehealth built-in runner, backend {args.backend})",
-             "# Collective test starting: all_reduce_perf",
-             f"# nThread 1 nGpus {args.ngpus} minBytes {args.minbytes} maxBytes {args.maxbytes} step: "
-             f"{args.stepfactor}(factor) warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 "
-             f"validation: {1 if args.check else 0} graph: 0", "#", "# Using devices"]
+    lines = [
+        f"# nccl-tests version {VERSION} (nodehealth built-in runner, backend {args.backend})",
+        "# Collective test starting: all_reduce_perf",
+        f"# nThread 1 nGpus {args.ngpus} minBytes {args.minbytes} maxBytes {args.maxbytes} step: "
+        f"{args.stepfactor}(factor) warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 "
+        f"validation: {1 if args.check else 0} graph: 0",
+        "#",
+        "# Using devices",
+    ]
     pid = os.getpid()
     for rank, (dev, bus, name) in enumerate(devices):
         lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {host:>10s} device {dev:2d} [{bus}] {name}")
-    lines += [f"NCCL version {nccl_version}", "#",
-              "#                                                              out-of-place                       "
-              "in-place          ",
-              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
-              "   busbw #wrong ",
-              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
-              "  (GB/s)        "]
+    lines += [
+        f"NCCL version {nccl_version}",
+        "#",
+        "#                                                              out-of-place                       "
+        "in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+        "   busbw #wrong ",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+        "  (GB/s)        ",
+    ]
     return "\n".join(lines)
 
 
@@ -76,17 +83,26 @@ def row(size: int, oop_us: float, ip_us: float, n: int, oop_wrong: Optional[int]
         w = "   N/A" if wrong is None else f"{wrong:6d}"
         return f"  {_num(us, 7)}  {_num(algbw, 6)}  {_num(algbw * factor, 6)}  {w}"
 
-    return f"{size:12d}  {size // FLOAT_BYTES:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}" + half(oop_us, oop_wrong) \
+    return (
+        f"{size:12d}  {size // FLOAT_BYTES:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}"
+        + half(oop_us, oop_wrong)
         + half(ip_us, ip_wrong)
+    )
 
 
 def footer(results: Sequence[tuple[int, float, float]], n: int, wrong: int) -> str:
     factor = bus_factor(n)
     bws = [size / (us * 1e-6) / 1e9 * factor for size, a, b in results for us in (a, b) if us > 0]
     avg = sum(bws) / len(bws) if bws else 0.0
-    return "\n".join([f"# {'Out of bounds values':<20s} : {wrong} {'FAILED' if wrong else 'OK'}",
-                      f"# {'Avg bus bandwidth':<20s} : {avg:g} ", "#",
-                      "# Collective test concluded: all_reduce_perf", ""])
+    return "\n".join(
+        [
+            f"# {'Out of bounds values':<20s} : {wrong} {'FAILED' if wrong else 'OK'}",
+            f"# {'Avg bus bandwidth':<20s} : {avg:g} ",
+            "#",
+            "# Collective test concluded: all_reduce_perf",
+            "",
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- the sweep

@@ -28,8 +28,18 @@ EXIT_USAGE = 2
 MAX_INPUT_BYTES = 256 << 20
 _CHUNK = 1 << 20
 
-ROW_KEYS = ("size_bytes", "count", "type", "redop", "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps",
-            "ip_time_us", "ip_algbw_gbps", "ip_busbw_gbps")
+ROW_KEYS = (
+    "size_bytes",
+    "count",
+    "type",
+    "redop",
+    "oop_time_us",
+    "oop_algbw_gbps",
+    "oop_busbw_gbps",
+    "ip_time_us",
+    "ip_algbw_gbps",
+    "ip_busbw_gbps",
+)
 
 
 class InputError(Exception):
@@ -46,8 +56,12 @@ def add_commands(sub: Any) -> None:
         "bus bandwidth.",
     )
     p.add_argument("source", metavar="FILE|-", help="the output to read ('-' for standard input)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="a readable table, or one JSON object (default: %(default)s)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="a readable table, or one JSON object (default: %(default)s)",
+    )
     p.set_defaults(func=run_parse)
 
     t = sub.add_parser(
@@ -58,8 +72,12 @@ def add_commands(sub: Any) -> None:
         "(TCP), p2p (only intra-node paths) or unknown, with the NCCL errors and whether NCCL gave up.",
     )
     t.add_argument("source", metavar="FILE|-", help="the log to read ('-' for standard input)")
-    t.add_argument("--format", choices=("text", "json"), default="text",
-                   help="readable lines, or one JSON object (default: %(default)s)")
+    t.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="readable lines, or one JSON object (default: %(default)s)",
+    )
     t.set_defaults(func=run_transport)
 
 
@@ -139,16 +157,22 @@ def _fmt(v: Optional[float]) -> str:
 
 
 def _print_perf_text(res: PerfResult, out: IO[str]) -> None:
-    out.write(f"{'size_bytes':>14} {'type':>8} {'redop':>6} {'oop_us':>10} {'oop_algbw':>9} {'oop_busbw':>9} "
-              f"{'ip_us':>10} {'ip_algbw':>9} {'ip_busbw':>9}\n")
+    out.write(
+        f"{'size_bytes':>14} {'type':>8} {'redop':>6} {'oop_us':>10} {'oop_algbw':>9} {'oop_busbw':>9} "
+        f"{'ip_us':>10} {'ip_algbw':>9} {'ip_busbw':>9}\n"
+    )
     for r in res.rows:
-        out.write(f"{r.size_bytes:>14} {r.type:>8} {r.redop:>6} {_fmt(r.oop_time_us):>10} "
-                  f"{_fmt(r.oop_algbw_gbps):>9} {_fmt(r.oop_busbw_gbps):>9} {_fmt(r.ip_time_us):>10} "
-                  f"{_fmt(r.ip_algbw_gbps):>9} {_fmt(r.ip_busbw_gbps):>9}\n")
+        out.write(
+            f"{r.size_bytes:>14} {r.type:>8} {r.redop:>6} {_fmt(r.oop_time_us):>10} "
+            f"{_fmt(r.oop_algbw_gbps):>9} {_fmt(r.oop_busbw_gbps):>9} {_fmt(r.ip_time_us):>10} "
+            f"{_fmt(r.ip_algbw_gbps):>9} {_fmt(r.ip_busbw_gbps):>9}\n"
+        )
     largest = res.largest
     if largest is not None:
-        out.write(f"largest size {largest.size_bytes} B: busbw {_fmt(largest.oop_busbw_gbps)} GB/s out-of-place, "
-                  f"{_fmt(largest.ip_busbw_gbps)} GB/s in-place\n")
+        out.write(
+            f"largest size {largest.size_bytes} B: busbw {_fmt(largest.oop_busbw_gbps)} GB/s out-of-place, "
+            f"{_fmt(largest.ip_busbw_gbps)} GB/s in-place\n"
+        )
     out.write(f"avg bus bandwidth: {_fmt(res.avg_busbw_gbps)} GB/s; wrong values: {res.wrong}\n")
     if res.ranks:
         out.write(f"ranks: {res.ranks}" + (f" ({res.devices[0]})" if res.devices else "") + "\n")
@@ -174,8 +198,12 @@ def _fail(command: str, message: str, err: IO[str]) -> int:
     return EXIT_USAGE
 
 
-def run_parse(args: argparse.Namespace, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
-              stdin: Optional[IO[bytes]] = None) -> int:
+def run_parse(
+    args: argparse.Namespace,
+    out: Optional[IO[str]] = None,
+    err: Optional[IO[str]] = None,
+    stdin: Optional[IO[bytes]] = None,
+) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -192,8 +220,12 @@ def run_parse(args: argparse.Namespace, out: Optional[IO[str]] = None, err: Opti
     return EXIT_OK
 
 
-def run_transport(args: argparse.Namespace, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
-                  stdin: Optional[IO[bytes]] = None) -> int:
+def run_transport(
+    args: argparse.Namespace,
+    out: Optional[IO[str]] = None,
+    err: Optional[IO[str]] = None,
+    stdin: Optional[IO[bytes]] = None,
+) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -213,8 +245,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
 
 
-def main(argv: Optional[list[str]] = None, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None,
-         stdin: Optional[IO[bytes]] = None) -> int:
+def main(
+    argv: Optional[list[str]] = None,
+    out: Optional[IO[str]] = None,
+    err: Optional[IO[str]] = None,
+    stdin: Optional[IO[bytes]] = None,
+) -> int:
     """``nodehealth nccl {parse,transport} ...`` without the rest of the CLI (for tests and scripts)."""
     parser = _Parser(prog="nodehealth nccl")
     sub = parser.add_subparsers(dest="nccl_command", metavar="{parse,transport}", parser_class=_Parser)

@@ -42,9 +42,15 @@ def parse(text: str) -> tuple[Floor, ...]:
     out = []
     for i, entry in enumerate(raw.get("floor", [])):
         try:
-            floor = Floor(model=str(entry["model"]), gpus=int(entry["gpus"]), mode=str(entry["mode"]),
-                          floor_gbps=float(entry["floor_gbps"]), source=str(entry["source"]),
-                          size=str(entry.get("size", "")), kind=str(entry.get("kind", "")))
+            floor = Floor(
+                model=str(entry["model"]),
+                gpus=int(entry["gpus"]),
+                mode=str(entry["mode"]),
+                floor_gbps=float(entry["floor_gbps"]),
+                source=str(entry["source"]),
+                size=str(entry.get("size", "")),
+                kind=str(entry.get("kind", "")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"floor[{i}]: {type(exc).__name__}: {exc}") from None
         if floor.mode not in MODES or floor.gpus < 1 or not floor.floor_gbps > 0 or not floor.model or not floor.source:
@@ -58,8 +64,9 @@ def default_floors() -> tuple[Floor, ...]:
     return parse(DEFAULT_PATH.read_text(encoding="utf-8"))
 
 
-def lookup(model: Optional[str], gpus: Optional[int], mode: str,
-           floors: Optional[tuple[Floor, ...]] = None) -> Optional[Floor]:
+def lookup(
+    model: Optional[str], gpus: Optional[int], mode: str, floors: Optional[tuple[Floor, ...]] = None
+) -> Optional[Floor]:
     """The first floor for this GPU model, count and mode; None when the table has none."""
     if not model or not gpus:
         return None
@@ -70,5 +77,12 @@ def lookup(model: Optional[str], gpus: Optional[int], mode: str,
 
 
 def as_json(floor: Floor) -> dict[str, Any]:
-    return {"model": floor.model, "gpus": floor.gpus, "mode": floor.mode, "floor_gbps": floor.floor_gbps,
-            "size": floor.size, "kind": floor.kind, "source": floor.source}
+    return {
+        "model": floor.model,
+        "gpus": floor.gpus,
+        "mode": floor.mode,
+        "floor_gbps": floor.floor_gbps,
+        "size": floor.size,
+        "kind": floor.kind,
+        "source": floor.source,
+    }

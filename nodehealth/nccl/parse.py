@@ -102,7 +102,7 @@ def strip_prefix(line: str) -> str:
         m = _PREFIX_RE.match(line)
         if not m or not m.end():
             break
-        line = line[m.end():]
+        line = line[m.end() :]
     return line
 
 
@@ -148,8 +148,13 @@ class _Layout:
         self.needed = max(last) + 1 if self.groups else 0
         # The usual layout (two full groups, counts, microseconds) is read without the general path.
         self.fast: Optional[tuple[int, ...]] = None
-        if len(self.groups) == 2 and not self.time_ms and self.type >= 0 and self.redop >= 0 \
-                and all(g[3] >= 0 and g[4] == "count" for g in self.groups):
+        if (
+            len(self.groups) == 2
+            and not self.time_ms
+            and self.type >= 0
+            and self.redop >= 0
+            and all(g[3] >= 0 and g[4] == "count" for g in self.groups)
+        ):
             self.fast = (self.size, self.count, self.type, self.redop, *self.groups[0][:4], *self.groups[1][:4])
 
     @property
@@ -210,9 +215,19 @@ def _row(tokens: list[str], layout: _Layout) -> PerfRow:
         if w0.isdigit() and w1.isdigit():
             try:
                 return PerfRow(
-                    int(tokens[fast[0]]), int(tokens[fast[1]]), tokens[fast[2]], tokens[fast[3]],
-                    float(tokens[fast[4]]), float(tokens[fast[5]]), float(tokens[fast[6]]), int(w0),
-                    float(tokens[fast[8]]), float(tokens[fast[9]]), float(tokens[fast[10]]), int(w1))
+                    int(tokens[fast[0]]),
+                    int(tokens[fast[1]]),
+                    tokens[fast[2]],
+                    tokens[fast[3]],
+                    float(tokens[fast[4]]),
+                    float(tokens[fast[5]]),
+                    float(tokens[fast[6]]),
+                    int(w0),
+                    float(tokens[fast[8]]),
+                    float(tokens[fast[9]]),
+                    float(tokens[fast[10]]),
+                    int(w1),
+                )
             except ValueError:
                 pass  # N/A, a negative size...: the general path says which
     size = int(tokens[layout.size])
@@ -228,18 +243,26 @@ def _row(tokens: list[str], layout: _Layout) -> PerfRow:
     while len(vals) < 8:
         vals.append(None)
     return PerfRow(
-        size_bytes=size, count=count,
+        size_bytes=size,
+        count=count,
         type=tokens[layout.type] if layout.type >= 0 else "",
         redop=tokens[layout.redop] if layout.redop >= 0 else "",
-        oop_time_us=vals[0], oop_algbw_gbps=vals[1], oop_busbw_gbps=vals[2], oop_wrong=vals[3],
-        ip_time_us=vals[4], ip_algbw_gbps=vals[5], ip_busbw_gbps=vals[6], ip_wrong=vals[7],
+        oop_time_us=vals[0],
+        oop_algbw_gbps=vals[1],
+        oop_busbw_gbps=vals[2],
+        oop_wrong=vals[3],
+        ip_time_us=vals[4],
+        ip_algbw_gbps=vals[5],
+        ip_busbw_gbps=vals[6],
+        ip_wrong=vals[7],
     )
 
 
 # ---------------------------------------------------------------- text
 
 _RANK_RE = re.compile(
-    r"Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
+    r"Rank\s+(\d+)\s+(?:Group\s+-?\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
+)
 _NCCL_VERSION_RE = re.compile(r"NCCL version (\S+)")
 _TESTS_VERSION_RE = re.compile(r"nccl-tests version (\S+)")
 _STARTING_RE = re.compile(r"Collective test (?:starting|concluded): (\S+)")
@@ -308,8 +331,24 @@ def _parse_text(text: str) -> PerfResult:
                 sz, ct, ty, op, t1, a1, b1, w1, t2, a2, b2, w2 = fast_get(tokens)
                 if sz.isdigit() and ct.isdigit() and w1.isdigit() and w2.isdigit():
                     try:
-                        rows.append(_new_row((int(sz), int(ct), ty, op, float(t1), float(a1), float(b1), int(w1),
-                                              float(t2), float(a2), float(b2), int(w2))))
+                        rows.append(
+                            _new_row(
+                                (
+                                    int(sz),
+                                    int(ct),
+                                    ty,
+                                    op,
+                                    float(t1),
+                                    float(a1),
+                                    float(b1),
+                                    int(w1),
+                                    float(t2),
+                                    float(a2),
+                                    float(b2),
+                                    int(w2),
+                                )
+                            )
+                        )
                         continue
                     except ValueError:
                         pass

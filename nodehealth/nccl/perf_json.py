@@ -60,8 +60,16 @@ def parse_json(text: str) -> PerfResult:
         doc = json.loads(text)
     except ValueError as err:
         try:
-            doc = json.loads(_BARE_RE.sub(lambda m: m.group(1) + ("-Infinity" if m.group(2) else "Infinity")
-                                          if m.group(3).lower() == "inf" else m.group(1) + "NaN", text))
+            doc = json.loads(
+                _BARE_RE.sub(
+                    lambda m: (
+                        m.group(1) + ("-Infinity" if m.group(2) else "Infinity")
+                        if m.group(3).lower() == "inf"
+                        else m.group(1) + "NaN"
+                    ),
+                    text,
+                )
+            )
         except ValueError:
             line = getattr(err, "lineno", 0)
             msg = getattr(err, "msg", str(err))
@@ -76,15 +84,33 @@ def parse_json(text: str) -> PerfResult:
         if not isinstance(res, dict):
             continue
         size, count = res.get("size"), res.get("count")
-        if isinstance(size, bool) or not isinstance(size, int) or isinstance(count, bool) \
-                or not isinstance(count, int) or size < 0 or count < 0:
+        if (
+            isinstance(size, bool)
+            or not isinstance(size, int)
+            or isinstance(count, bool)
+            or not isinstance(count, int)
+            or size < 0
+            or count < 0
+        ):
             continue
         o = _jside(res.get("out_of_place"))
         p = _jside(res.get("in_place"))
-        rows.append(PerfRow(size_bytes=size, count=count, type=str(res.get("type", "")),
-                            redop=str(res.get("redop", "")),
-                            oop_time_us=o[0], oop_algbw_gbps=o[1], oop_busbw_gbps=o[2], oop_wrong=o[3],
-                            ip_time_us=p[0], ip_algbw_gbps=p[1], ip_busbw_gbps=p[2], ip_wrong=p[3]))
+        rows.append(
+            PerfRow(
+                size_bytes=size,
+                count=count,
+                type=str(res.get("type", "")),
+                redop=str(res.get("redop", "")),
+                oop_time_us=o[0],
+                oop_algbw_gbps=o[1],
+                oop_busbw_gbps=o[2],
+                oop_wrong=o[3],
+                ip_time_us=p[0],
+                ip_algbw_gbps=p[1],
+                ip_busbw_gbps=p[2],
+                ip_wrong=p[3],
+            )
+        )
     if not rows:
         raise ParseError("nccl-tests JSON has no result rows", 1)
     avg_obj = doc.get("average_bus_bandwidth")

@@ -51,8 +51,15 @@ HELP_TIMEOUT_S = 3.0
 # Exit status of the built-in runner when no backend (nccl4py, torch) can be imported: nothing is installed.
 EXIT_NO_BACKEND = 69
 # Variables the self-test sets itself: an inherited value would change what a mode measures.
-OWN_ENV = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE",
-           "NCCL_NET", "NCCL_TESTS_MIN_BW")
+OWN_ENV = (
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_NET",
+    "NCCL_TESTS_MIN_BW",
+)
 
 Execute = Callable[..., Any]  # platform.proc.run's signature
 
@@ -74,9 +81,18 @@ class Plan:
 
     @classmethod
     def from_settings(cls, s: Any) -> Plan:
-        return cls(modes=tuple(s.modes), runner=s.runner, all_reduce_perf=s.all_reduce_perf, args=tuple(s.args),
-                   json=s.json_output, min_bw_gbps=s.min_bw_gbps, nccl_net_ib=s.nccl_net_ib, env=tuple(s.env),
-                   builtin_backend=s.builtin_backend, python=s.python)
+        return cls(
+            modes=tuple(s.modes),
+            runner=s.runner,
+            all_reduce_perf=s.all_reduce_perf,
+            args=tuple(s.args),
+            json=s.json_output,
+            min_bw_gbps=s.min_bw_gbps,
+            nccl_net_ib=s.nccl_net_ib,
+            env=tuple(s.env),
+            builtin_backend=s.builtin_backend,
+            python=s.python,
+        )
 
 
 def mode_env(mode: str, nccl_net_ib: bool = False, min_bw_gbps: float = 0.0) -> dict[str, str]:
@@ -112,8 +128,9 @@ def with_gpus(args: Sequence[str], gpus: int) -> list[str]:
 _json_cache: dict[tuple[Any, ...], bool] = {}
 
 
-def supports_json(path: str, execute: Execute, timeout_s: float = HELP_TIMEOUT_S,
-                  env: Optional[Mapping[str, str]] = None) -> bool:
+def supports_json(
+    path: str, execute: Execute, timeout_s: float = HELP_TIMEOUT_S, env: Optional[Mapping[str, str]] = None
+) -> bool:
     """Whether this ``all_reduce_perf`` takes ``-J`` (its usage lists ``--output_file``), cached per file
     and environment (``env``: the configured variables, e.g. the LD_LIBRARY_PATH it needs to start)."""
     try:
@@ -160,8 +177,14 @@ def choose_runner(plan: Plan) -> tuple[str, str, str]:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             why = trust.problem(path)
             if why:
-                return "nccl-tests", (f"{path} not trusted: {why} (running as root, nodehealth runs only programs "
-                                      "root owns and nobody else can write)"), "config"
+                return (
+                    "nccl-tests",
+                    (
+                        f"{path} not trusted: {why} (running as root, nodehealth runs only programs "
+                        "root owns and nobody else can write)"
+                    ),
+                    "config",
+                )
             return "nccl-tests", "", ""
         if plan.runner == "nccl-tests":
             return "nccl-tests", f"{path}: no such executable (nccl-tests' all_reduce_perf)", "config"
@@ -174,8 +197,14 @@ def choose_runner(plan: Plan) -> tuple[str, str, str]:
             return "builtin", f"{plan.python} not trusted: {why}", "config"
     elif not builtin_available(plan.builtin_backend):
         where = f"no nccl-tests at {plan.all_reduce_perf} and " if plan.runner == "auto" else ""
-        return "builtin", (f"{where}no backend for the built-in runner ({plan.builtin_backend}): install "
-                           "nccl-tests, or nodehealth[nccl] (nccl4py) or torch"), "missing"
+        return (
+            "builtin",
+            (
+                f"{where}no backend for the built-in runner ({plan.builtin_backend}): install "
+                "nccl-tests, or nodehealth[nccl] (nccl4py) or torch"
+            ),
+            "missing",
+        )
     return "builtin", "", ""
 
 
@@ -185,12 +214,14 @@ def argv_for(runner: str, plan: Plan, gpus: int, json_path: Optional[str]) -> li
         return [plan.all_reduce_perf, *args, *(["-J", json_path] if json_path else [])]
     from nodehealth.platform.proc import python_argv
 
-    return python_argv(plan.python or sys.executable, "nodehealth.nccl.builtin",
-                       ["--backend", plan.builtin_backend, *args])
+    return python_argv(
+        plan.python or sys.executable, "nodehealth.nccl.builtin", ["--backend", plan.builtin_backend, *args]
+    )
 
 
-def parse_outputs(stdout: str, stderr: str, json_text: Optional[str]) -> tuple[Optional[PerfResult], Optional[str],
-                                                                                Optional[TransportResult], bool]:
+def parse_outputs(
+    stdout: str, stderr: str, json_text: Optional[str]
+) -> tuple[Optional[PerfResult], Optional[str], Optional[TransportResult], bool]:
     """(perf, perf error, transport, perf came from the JSON file) with the NCCL parsers."""
     try:
         from nodehealth.nccl import parse as perf_parser
@@ -220,8 +251,14 @@ def parse_outputs(stdout: str, stderr: str, json_text: Optional[str]) -> tuple[O
     return perf, error, tr, from_json
 
 
-def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Optional[Execute] = None,
-             check: Optional[Callable[[], None]] = None) -> NcclRun:
+def run_mode(
+    mode: str,
+    plan: Plan,
+    gpus: int,
+    timeout_s: float,
+    execute: Optional[Execute] = None,
+    check: Optional[Callable[[], None]] = None,
+) -> NcclRun:
     """One run of the self-test in ``mode``, ended at ``timeout_s`` with its process group.
 
     ``check``: ``proc.run``'s, called while the runner runs (the probe child's parent watch)."""
@@ -230,14 +267,20 @@ def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Option
     run = execute or proc.run
     runner, problem, kind = choose_runner(plan)
     if problem:
-        return NcclRun(mode=mode, runner=runner, gpus=gpus, setup_error=problem, setup_kind=kind,
-                       finished_at=time.time())
+        return NcclRun(
+            mode=mode, runner=runner, gpus=gpus, setup_error=problem, setup_kind=kind, finished_at=time.time()
+        )
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="nodehealth-nccl-")
     try:
-        want_json = runner == "nccl-tests" and plan.json != "off" and (
-            plan.json == "on" or supports_json(plan.all_reduce_perf, run, min(HELP_TIMEOUT_S, timeout_s / 4),
-                                               child_env({}, plan.env)))
+        want_json = (
+            runner == "nccl-tests"
+            and plan.json != "off"
+            and (
+                plan.json == "on"
+                or supports_json(plan.all_reduce_perf, run, min(HELP_TIMEOUT_S, timeout_s / 4), child_env({}, plan.env))
+            )
+        )
         json_path = os.path.join(tmp, "all_reduce_perf.json") if want_json else None
         own = mode_env(mode, plan.nccl_net_ib, plan.min_bw_gbps if runner == "nccl-tests" else 0.0)
         argv = argv_for(runner, plan, gpus, json_path)
@@ -246,34 +289,78 @@ def run_mode(mode: str, plan: Plan, gpus: int, timeout_s: float, execute: Option
             env = child_env(own, plan.env)
             res = run(argv, left, env=env, max_output=MAX_OUTPUT, allow=tuple(env), check=check)
         except proc.CommandError as exc:
-            return NcclRun(mode=mode, runner=runner, argv=tuple(argv), env=own, gpus=gpus, setup_error=str(exc),
-                           setup_kind="config", finished_at=time.time())
+            return NcclRun(
+                mode=mode,
+                runner=runner,
+                argv=tuple(argv),
+                env=own,
+                gpus=gpus,
+                setup_error=str(exc),
+                setup_kind="config",
+                finished_at=time.time(),
+            )
         json_text = _read_json(tmp) if json_path else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.monotonic() - t0
     if runner == "builtin" and res.returncode == EXIT_NO_BACKEND:
-        return NcclRun(mode=mode, runner=runner, argv=tuple(argv), env=own, gpus=gpus, elapsed_s=elapsed,
-                       setup_error=_last_line(res.stderr) or "no backend for the built-in runner",
-                       setup_kind="missing", finished_at=time.time())
+        return NcclRun(
+            mode=mode,
+            runner=runner,
+            argv=tuple(argv),
+            env=own,
+            gpus=gpus,
+            elapsed_s=elapsed,
+            setup_error=_last_line(res.stderr) or "no backend for the built-in runner",
+            setup_kind="missing",
+            finished_at=time.time(),
+        )
     perf, perf_error, tr, from_json = parse_outputs(res.stdout, res.stderr, json_text)
     text = res.stdout + res.stderr
-    return NcclRun(mode=mode, runner=runner, argv=tuple(argv), env=own, gpus=gpus, returncode=res.returncode,
-                   timed_out=res.timed_out, truncated=res.truncated, timeout_s=left, elapsed_s=elapsed,
-                   finished_at=time.time(),
-                   output_bytes=len(res.stdout.encode("utf-8", "replace")) + len(res.stderr.encode("utf-8", "replace")),
-                   output_tail=text[-TAIL_CHARS:], json_output=from_json, perf=perf, perf_error=perf_error,
-                   transport=tr)
+    return NcclRun(
+        mode=mode,
+        runner=runner,
+        argv=tuple(argv),
+        env=own,
+        gpus=gpus,
+        returncode=res.returncode,
+        timed_out=res.timed_out,
+        truncated=res.truncated,
+        timeout_s=left,
+        elapsed_s=elapsed,
+        finished_at=time.time(),
+        output_bytes=len(res.stdout.encode("utf-8", "replace")) + len(res.stderr.encode("utf-8", "replace")),
+        output_tail=text[-TAIL_CHARS:],
+        json_output=from_json,
+        perf=perf,
+        perf_error=perf_error,
+        transport=tr,
+    )
 
 
-def gather(plan: Plan, gpus: Optional[int], timeout_s: float, execute: Optional[Execute] = None,
-           check: Optional[Callable[[], None]] = None,
-           clock: Callable[[], float] = time.monotonic) -> NcclObservation:
+def gather(
+    plan: Plan,
+    gpus: Optional[int],
+    timeout_s: float,
+    execute: Optional[Execute] = None,
+    check: Optional[Callable[[], None]] = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> NcclObservation:
     """Every configured mode in turn; together they end ``MARGIN_S`` before ``timeout_s``."""
     if not gpus:
-        return NcclObservation(runs=tuple(
-            NcclRun(mode=m, runner=plan.runner, gpus=gpus or 0, setup_error="no NVIDIA GPU found on this node",
-                    setup_kind="missing", finished_at=time.time()) for m in plan.modes))
+        return NcclObservation(
+            runs=tuple(
+                NcclRun(
+                    mode=m,
+                    runner=plan.runner,
+                    gpus=gpus or 0,
+                    setup_error="no NVIDIA GPU found on this node",
+                    setup_kind="missing",
+                    finished_at=time.time(),
+                )
+                for m in plan.modes
+            )
+        )
     end = clock() + max(0.1, timeout_s - MARGIN_S)
     runs = []
     modes = [m for m in plan.modes if m in MODES]
@@ -328,13 +415,33 @@ class PendingSelftest:
         if outcome.timed_out:
             # The child and the runner's process group were killed at the probe's deadline
             # (child.abandon): the run did not end within it, which is what a hung run is.
-            return NcclObservation(runs=tuple(
-                NcclRun(mode=m, runner=self.plan.runner, gpus=self.gpus, timed_out=True, timeout_s=self.timeout_s,
-                        elapsed_s=outcome.elapsed_s, finished_at=time.time()) for m in modes))
-        return NcclObservation(runs=tuple(
-            NcclRun(mode=m, runner=self.plan.runner, gpus=self.gpus, finished_at=time.time(),
-                    setup_error=f"the self-test's child failed: {outcome.value}", setup_kind="config")
-            for m in modes))
+            return NcclObservation(
+                runs=tuple(
+                    NcclRun(
+                        mode=m,
+                        runner=self.plan.runner,
+                        gpus=self.gpus,
+                        timed_out=True,
+                        timeout_s=self.timeout_s,
+                        elapsed_s=outcome.elapsed_s,
+                        finished_at=time.time(),
+                    )
+                    for m in modes
+                )
+            )
+        return NcclObservation(
+            runs=tuple(
+                NcclRun(
+                    mode=m,
+                    runner=self.plan.runner,
+                    gpus=self.gpus,
+                    finished_at=time.time(),
+                    setup_error=f"the self-test's child failed: {outcome.value}",
+                    setup_kind="config",
+                )
+                for m in modes
+            )
+        )
 
 
 def start(plan: Plan, gpus: Optional[int], timeout_s: float) -> Any:

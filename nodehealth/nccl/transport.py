@@ -78,10 +78,21 @@ _BENIGN_WARN_RE = re.compile(
 # Lines outside NCCL INFO that say an NCCL call failed (NCCL's ncclGetErrorString texts, PyTorch, nccl-tests).
 # (searched one by one with str.find: a regex alternation without a literal prefix scans 10x slower)
 _FATAL_LINE_WORDS = (
-    "unhandled system error", "unhandled cuda error", "internal error - please report", "remote process exited",
-    "ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError", "ncclRemoteError",
-    "NCCL communicator was aborted", "Test NCCL failure", "Test CUDA failure", "DistBackendError",
-    "ncclCommInitRank failed", "NCCL error in:", "Watchdog caught collective operation timeout",
+    "unhandled system error",
+    "unhandled cuda error",
+    "internal error - please report",
+    "remote process exited",
+    "ncclSystemError",
+    "ncclInternalError",
+    "ncclUnhandledCudaError",
+    "ncclRemoteError",
+    "NCCL communicator was aborted",
+    "Test NCCL failure",
+    "Test CUDA failure",
+    "DistBackendError",
+    "ncclCommInitRank failed",
+    "NCCL error in:",
+    "Watchdog caught collective operation timeout",
 )
 _TCP_NETS = ("socket", "fastsocket", "gpudirecttcpx", "tcpx", "tcp", "fastrak")
 
@@ -130,7 +141,7 @@ def _line_of(text: str, pos: int) -> int:
 def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
-    return text[start:end if end >= 0 else len(text)].strip()[:_MAX_LINE]
+    return text[start : end if end >= 0 else len(text)].strip()[:_MAX_LINE]
 
 
 def _has_nvls(text: str) -> bool:

@@ -379,8 +379,12 @@ class NodeJobs:
 
 
 # Per-GPU counters recorded at job start and compared at job end: (key, uncorrectable?).
-COUNTER_KEYS = (("volatile_uncorrected", True), ("remapped_uncorrectable", True),
-                ("volatile_corrected", False), ("remapped_correctable", False))
+COUNTER_KEYS = (
+    ("volatile_uncorrected", True),
+    ("remapped_uncorrectable", True),
+    ("volatile_corrected", False),
+    ("remapped_correctable", False),
+)
 
 
 def gpu_counters(gpus: Iterable[GpuObservation]) -> dict[str, dict[str, Any]]:

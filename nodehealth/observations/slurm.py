@@ -51,14 +51,40 @@ _SINFO_WORDS = {
     "inval": ("UNKNOWN", ("INVALID_REG",)),
     "plnd": ("IDLE", ("PLANNED",)),
 }
-_BASE_STATES = {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING",
-                "FAIL", "DRAIN", "DRAINED", "DRAINING", "RESERVED", "MAINT", "PLANNED", "INVAL"}
+_BASE_STATES = {
+    "IDLE",
+    "ALLOCATED",
+    "MIXED",
+    "DOWN",
+    "ERROR",
+    "FUTURE",
+    "UNKNOWN",
+    "COMPLETING",
+    "FAIL",
+    "DRAIN",
+    "DRAINED",
+    "DRAINING",
+    "RESERVED",
+    "MAINT",
+    "PLANNED",
+    "INVAL",
+}
 # Flags that mean a person or Slurm itself is working on the node: never resume it.
 # Slurm is rebooting the node (scontrol reboot): it returns the node to service by itself when slurmd
 # registers (nextstate=RESUME) or after a timed-out boot (ReturnToService), whatever our record says.
 REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-HANDS_OFF_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "POWERED_DOWN",
-                             "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "INVALID_REG"})
+HANDS_OFF_FLAGS = frozenset(
+    {
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "MAINTENANCE",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWER_DOWN",
+        "POWERING_UP",
+        "INVALID_REG",
+    }
+)
 _REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
 
 
@@ -174,8 +200,13 @@ class NodeInfo:
 
     def to_json(self) -> dict[str, Any]:
         """What the Slurm state file caches of this node (the prolog and epilog read it, no Slurm call)."""
-        return {"name": self.name, "gres_gpus": self.gres_gpus, "state": self.state.text,
-                "reason": self.reason.full if self.reason else None, "time": self.seen_at}
+        return {
+            "name": self.name,
+            "gres_gpus": self.gres_gpus,
+            "state": self.state.text,
+            "reason": self.reason.full if self.reason else None,
+            "time": self.seen_at,
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> Optional[NodeInfo]:
@@ -184,11 +215,15 @@ class NodeInfo:
         gres = raw.get("gres_gpus")
         reason = raw.get("reason")
         seen = raw.get("time")
-        return cls(name=raw["name"], state=parse_state(str(raw.get("state") or "")),
-                   reason=parse_reason(reason if isinstance(reason, str) else None),
-                   gres_gpus=gres if isinstance(gres, int) and not isinstance(gres, bool) else None,
-                   seen_at=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool)
-                   and seen == seen and abs(seen) < 1e12 else None)
+        return cls(
+            name=raw["name"],
+            state=parse_state(str(raw.get("state") or "")),
+            reason=parse_reason(reason if isinstance(reason, str) else None),
+            gres_gpus=gres if isinstance(gres, int) and not isinstance(gres, bool) else None,
+            seen_at=float(seen)
+            if isinstance(seen, (int, float)) and not isinstance(seen, bool) and seen == seen and abs(seen) < 1e12
+            else None,
+        )
 
 
 def is_ours(reason: Optional[str]) -> bool:

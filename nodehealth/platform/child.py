@@ -150,8 +150,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def start(fn: Callable[[], Any], clock: Callable[[], float] = time.monotonic,
-          parent_gone: str = "kill") -> Child:
+def start(fn: Callable[[], Any], clock: Callable[[], float] = time.monotonic, parent_gone: str = "kill") -> Child:
     """Fork a child that runs ``fn`` and sends back its result (or its exception): one frame,
     ``("ok", value)`` or ``("error", message)``; ``wait_all`` reads it."""
 
@@ -165,8 +164,11 @@ def start(fn: Callable[[], Any], clock: Callable[[], float] = time.monotonic,
     return stream(answer, clock, parent_gone)
 
 
-def stream(body: Callable[[Callable[[Any], None]], None], clock: Callable[[], float] = time.monotonic,
-           parent_gone: str = "kill") -> Child:
+def stream(
+    body: Callable[[Callable[[Any], None]], None],
+    clock: Callable[[], float] = time.monotonic,
+    parent_gone: str = "kill",
+) -> Child:
     """Fork a child that runs ``body(send)``; every ``send(frame)`` reaches the parent as one frame
     (``Child.receive``). ``parent_gone``: "kill" or "raise" (the module's docstring)."""
     if parent_gone not in ("kill", "raise"):
@@ -193,8 +195,14 @@ def stream(body: Callable[[Callable[[Any], None]], None], clock: Callable[[], fl
     _child(body, rfd, wfd, parent, prctl, parent_gone)
 
 
-def _child(body: Callable[[Callable[[Any], None]], None], rfd: int, wfd: int, parent: int,
-           prctl: Optional[Callable[..., int]], parent_gone: str) -> NoReturn:
+def _child(
+    body: Callable[[Callable[[Any], None]], None],
+    rfd: int,
+    wfd: int,
+    parent: int,
+    prctl: Optional[Callable[..., int]],
+    parent_gone: str,
+) -> NoReturn:
     """The child's whole life: run ``body``, its frames over ``wfd``, and leave."""
     code = 0
     try:
@@ -245,7 +253,7 @@ def _send(fd: int, frame: Any) -> None:
     data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(FRAME.pack(len(data)) + data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _take_frames(buf: bytearray) -> list[Any]:
@@ -256,8 +264,8 @@ def _take_frames(buf: bytearray) -> list[Any]:
         (size,) = FRAME.unpack_from(buf)
         if len(buf) < FRAME.size + size:
             break
-        payload = bytes(buf[FRAME.size:FRAME.size + size])
-        del buf[:FRAME.size + size]
+        payload = bytes(buf[FRAME.size : FRAME.size + size])
+        del buf[: FRAME.size + size]
         try:
             out.append(pickle.loads(payload))  # noqa: S301 - our own child, over our own pipe
         except Exception as exc:  # noqa: BLE001 - a torn answer is an error, not a crash
@@ -265,8 +273,9 @@ def _take_frames(buf: bytearray) -> list[Any]:
     return out
 
 
-def wait_all(children: Sequence[Child], timeout_s: float,
-             clock: Callable[[], float] = time.monotonic) -> list[ChildEnd]:
+def wait_all(
+    children: Sequence[Child], timeout_s: float, clock: Callable[[], float] = time.monotonic
+) -> list[ChildEnd]:
     """Wait for every single-answer child until its own start plus ``timeout_s``, never longer.
 
     Children still running at their deadline are killed and abandoned.
@@ -284,8 +293,7 @@ def wait_all(children: Sequence[Child], timeout_s: float,
             for i in [i for i in frames if children[i].started + timeout_s <= now]:
                 del frames[i]
                 children[i].end(clock)
-                ends[i] = ChildEnd(False, f"did not answer within {timeout_s:g} s", True,
-                                   now - children[i].started)
+                ends[i] = ChildEnd(False, f"did not answer within {timeout_s:g} s", True, now - children[i].started)
             if not frames:
                 break
             left = min(children[i].started + timeout_s for i in frames) - now

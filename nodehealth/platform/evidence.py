@@ -33,8 +33,11 @@ class ProgramOutput:
 
 def find_program(name: str, path: Optional[str] = None) -> Optional[str]:
     """The absolute path of ``name`` on ``path`` (default: $PATH plus the sbin directories)."""
-    search = path if path is not None else os.pathsep.join(
-        [os.environ.get("PATH", ""), "/usr/bin", "/usr/sbin", "/bin", "/sbin"])
+    search = (
+        path
+        if path is not None
+        else os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/usr/sbin", "/bin", "/sbin"])
+    )
     found = shutil.which(name, path=search)
     return os.path.abspath(found) if found else None
 
@@ -52,6 +55,7 @@ def run_readonly(argv: list[str], timeout_s: float, max_bytes: int = MAX_OUTPUT_
     except proc.CommandError as exc:
         return ProgramOutput(tuple(argv), None, "", "", f"cannot run: {exc}")
     if done.timed_out:
-        return ProgramOutput(tuple(argv), None, done.stdout, "", f"did not finish within {timeout_s:g} s",
-                             done.truncated)
+        return ProgramOutput(
+            tuple(argv), None, done.stdout, "", f"did not finish within {timeout_s:g} s", done.truncated
+        )
     return ProgramOutput(tuple(argv), done.returncode, done.stdout, done.stderr, None, done.truncated)

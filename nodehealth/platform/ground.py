@@ -61,9 +61,15 @@ def who(uid: int) -> str:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "of unknown type"
@@ -93,11 +99,16 @@ def _judge(path: str, st: os.stat_result, owner: Optional[int], want: str) -> No
     if owner is not None and st.st_uid != owner:
         raise Foreign(f"{path} is owned by {who(st.st_uid)}, not by {who(owner)}", st.st_uid, "owner")
     if owner is not None and st.st_mode & _OTHERS_WRITE:
-        raise Foreign(f"{path} ({want}, owned by {who(st.st_uid)}) is writable by group or others "
-                      f"(mode {stat.S_IMODE(st.st_mode):04o})", st.st_uid, "mode")
+        raise Foreign(
+            f"{path} ({want}, owned by {who(st.st_uid)}) is writable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o})",
+            st.st_uid,
+            "mode",
+        )
 
 
 # --- directories -------------------------------------------------------------------------------
+
 
 def open_own_dir(path: str, dir_fd: Optional[int] = None) -> int:
     """Open an existing directory that must be ours: O_DIRECTORY|O_NOFOLLOW, fstat owner == geteuid(), not
@@ -138,8 +149,9 @@ def make_own_dir(parent: str, prefix: str, mode: int = 0o700) -> tuple[int, str]
                 os.fchmod(fd, mode)  # the umask does not decide
                 st, lst = os.fstat(fd), _lstat(name, pfd)
                 if lst is None or (lst.st_dev, lst.st_ino) != (st.st_dev, st.st_ino):
-                    raise Foreign(f"{os.path.join(parent, name)} was replaced right after it was made",
-                                  reason="replaced")
+                    raise Foreign(
+                        f"{os.path.join(parent, name)} was replaced right after it was made", reason="replaced"
+                    )
             except BaseException:
                 os.close(fd)
                 raise
@@ -171,8 +183,9 @@ def ensure_own_dir(path: str, mode: int = 0o755, dir_fd: Optional[int] = None) -
         try:
             fd = open_own_dir(name, dir_fd=pfd)
         except Foreign as exc:  # named in full: the message is the user's answer
-            raise Foreign(f"{os.path.join(parent, name)}: {exc}" if parent else str(exc), exc.owner,
-                          exc.reason) from None
+            raise Foreign(
+                f"{os.path.join(parent, name)}: {exc}" if parent else str(exc), exc.owner, exc.reason
+            ) from None
         if made:
             os.fchmod(fd, mode & 0o755)
         return fd
@@ -203,6 +216,7 @@ def remove_own_dir(parent_fd: int, name: str, fd: int) -> bool:
 
 
 # --- files ------------------------------------------------------------------------------------
+
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -282,8 +296,12 @@ def append_own(dir_fd: int, name: str, data: bytes) -> None:
     """Append to a file we wrote: O_WRONLY|O_APPEND|O_NOFOLLOW|O_NONBLOCK, then on the descriptor a regular
     file of ours with one name (else Foreign), write all, fsync."""
     _check_name(name)
-    fd = _open_file(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
-                    dir_fd, os.geteuid())
+    fd = _open_file(
+        name,
+        os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+        dir_fd,
+        os.geteuid(),
+    )
     try:
         _write_all(fd, data)
         os.fsync(fd)
@@ -313,11 +331,16 @@ def _open_file(path: str, flags: int, dir_fd: Optional[int], owner: Optional[int
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Foreign(f"{path} is {_kind(st.st_mode)}, not a regular file, owned by {who(st.st_uid)}",
-                          st.st_uid, "type")
+            raise Foreign(
+                f"{path} is {_kind(st.st_mode)}, not a regular file, owned by {who(st.st_uid)}", st.st_uid, "type"
+            )
         if st.st_nlink != 1:
-            raise Foreign(f"{path} has {st.st_nlink} names (a hard link, owned by {who(st.st_uid)}): "
-                          "it may be another name for someone else's file", st.st_uid, "links")
+            raise Foreign(
+                f"{path} has {st.st_nlink} names (a hard link, owned by {who(st.st_uid)}): "
+                "it may be another name for someone else's file",
+                st.st_uid,
+                "links",
+            )
         _judge(path, st, owner, "a regular file")
     except BaseException:
         os.close(fd)

@@ -35,8 +35,15 @@ DAEMON = "daemon"
 KEEP_LINES = 50
 
 
-def journal_fields(message: str, job: Optional[str], face: Optional[str], notable: bool = False,
-                   priority: Optional[str] = None, tag: Optional[str] = None, **fields: Any) -> dict[str, Any]:
+def journal_fields(
+    message: str,
+    job: Optional[str],
+    face: Optional[str],
+    notable: bool = False,
+    priority: Optional[str] = None,
+    tag: Optional[str] = None,
+    **fields: Any,
+) -> dict[str, Any]:
     """The journal entry for one event (``MESSAGE`` aside): explicit ``check=``, ``gpu=``, ``status=`` win
     over what the message says; ``face`` None: the daemon's entry (no ``NODEHEALTH_FACE``)."""
     found = _RESULT.match(message)
@@ -71,8 +78,9 @@ class Log:
     callable, None for none (the default with a ``stream``: a test's or a file's lines stay there), or found
     at the first event; ``stream``: where stderr lines go (default ``sys.stderr``)."""
 
-    def __init__(self, face: str = DAEMON, job: Optional[str] = None, journal: Any = _FIND,
-                 stream: Optional[IO[str]] = None) -> None:
+    def __init__(
+        self, face: str = DAEMON, job: Optional[str] = None, journal: Any = _FIND, stream: Optional[IO[str]] = None
+    ) -> None:
         self.face, self.job, self.stream = face, job, stream
         self.daemon = face == DAEMON
         self.tag = f"nodehealth-{face}"
@@ -109,8 +117,12 @@ class Log:
             job = fields.get("job") or self.job  # the daemon names the job of each event
             rest = {k: v for k, v in fields.items() if k != "job"}
             try:
-                send(message, **journal_fields(message, job, None if self.daemon else self.face, notable,
-                                               priority, self.tag, **rest))
+                send(
+                    message,
+                    **journal_fields(
+                        message, job, None if self.daemon else self.face, notable, priority, self.tag, **rest
+                    ),
+                )
                 return
             except Exception:  # noqa: BLE001 - journald gone: the fallbacks below
                 self.journal = None

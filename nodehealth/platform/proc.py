@@ -91,8 +91,10 @@ def refuse(argv: Sequence[str]) -> str:
 
     why = trust.problem(argv[0])
     if why:
-        return f"{argv[0]} not trusted: {why} (running as root, nodehealth runs only programs root owns " \
-               "and nobody else can write)"
+        return (
+            f"{argv[0]} not trusted: {why} (running as root, nodehealth runs only programs root owns "
+            "and nobody else can write)"
+        )
     if is_python(argv[0]):
         first = argv[1] if len(argv) > 1 else ""
         if not (first.startswith("-") and not first.startswith("--") and "I" in first[1:]):
@@ -100,9 +102,14 @@ def refuse(argv: Sequence[str]) -> str:
     return ""
 
 
-def run(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] = None,
-        max_output: int = MAX_OUTPUT, allow: Sequence[str] = ALLOW,
-        check: Optional[Callable[[], None]] = None) -> CommandResult:
+def run(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Optional[Mapping[str, str]] = None,
+    max_output: int = MAX_OUTPUT,
+    allow: Sequence[str] = ALLOW,
+    check: Optional[Callable[[], None]] = None,
+) -> CommandResult:
     """Run ``argv`` (see the module's rules); kill its whole process group on every way out.
 
     ``env``: where the variables named in ``allow`` come from (any other name in it is dropped).
@@ -119,8 +126,15 @@ def run(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] 
     try:
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv list, absolute trusted path, no shell
-                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd="/", env=environment(env, allow), start_new_session=True, close_fds=True)
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+                env=environment(env, allow),
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             raise CommandError(f"{argv[0]}: {exc.strerror or exc}") from None
         out, err, timed_out, truncated = _read(proc, timeout_s, max_output, check, wake_r, caught)
@@ -133,12 +147,24 @@ def run(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] 
             signal.raise_signal(caught[0])  # the caller's disposition: usually the end of this process
     if caught:  # the caller's handler returned: the run was cut short all the same
         raise CommandError(f"{argv[0]}: interrupted by signal {caught[0]}")
-    return CommandResult(tuple(argv), None if timed_out else code, out.decode("utf-8", "replace"),
-                         err.decode("utf-8", "replace"), timed_out=timed_out, truncated=truncated)
+    return CommandResult(
+        tuple(argv),
+        None if timed_out else code,
+        out.decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+        timed_out=timed_out,
+        truncated=truncated,
+    )
 
 
-def _read(proc: subprocess.Popen[bytes], timeout_s: float, cap: int, check: Optional[Callable[[], None]],
-          wake_r: int, caught: list[int]) -> tuple[bytes, bytes, bool, bool]:
+def _read(
+    proc: subprocess.Popen[bytes],
+    timeout_s: float,
+    cap: int,
+    check: Optional[Callable[[], None]],
+    wake_r: int,
+    caught: list[int],
+) -> tuple[bytes, bytes, bool, bool]:
     """Read both pipes until the program is done (exited and its output drained), the deadline,
     the cap or a signal; returns (stdout, stderr, timed out, truncated)."""
     assert proc.stdout is not None and proc.stderr is not None
@@ -166,8 +192,11 @@ def _read(proc: subprocess.Popen[bytes], timeout_s: float, cap: int, check: Opti
                 break
             # Wake for the deadline, the next check and, while the leader runs, to see it exit
             # (a background child may hold the pipes open after it).
-            wait = min(deadline - now, next_check - now if check is not None else POLL_S,
-                       0.02 if exited_at is not None or not open_fds else 0.1)
+            wait = min(
+                deadline - now,
+                next_check - now if check is not None else POLL_S,
+                0.02 if exited_at is not None or not open_fds else 0.1,
+            )
             for key, _ in sel.select(max(0.0, wait)):
                 fd = key.fd
                 if fd == wake_r:

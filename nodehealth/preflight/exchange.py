@@ -107,8 +107,14 @@ class Exchange:
     and port); a pointer left by an earlier step with another key is not joined.
     """
 
-    def __init__(self, shared: str, rank: Rank, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, step_key: str = "") -> None:
+    def __init__(
+        self,
+        shared: str,
+        rank: Rank,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        step_key: str = "",
+    ) -> None:
         self.rank, self.clock, self.sleep = rank, clock, sleep
         self.shared = shared
         self.step_key = step_key
@@ -131,8 +137,10 @@ class Exchange:
         self.shared_fd = os.open(self.shared, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def _taken(self, what: str, exc: ground.Foreign) -> Taken:
-        return Taken(f"the exchange name {what} in {self.shared} is not this user's ({exc}): no node was judged; "
-                     "use another --shared-dir, or ask its owner to remove it")
+        return Taken(
+            f"the exchange name {what} in {self.shared} is not this user's ({exc}): no node was judged; "
+            "use another --shared-dir, or ask its owner to remove it"
+        )
 
     def create(self, until_wall: float = 0.0) -> None:
         """Rank 0: a fresh directory of our own, then the pointer to it. Raises Taken when the pointer's
@@ -142,8 +150,9 @@ class Exchange:
         self.fd, self.name = ground.make_own_dir(self.shared, dir_prefix(self.rank), 0o700)
         self.dir = os.path.join(self.shared, self.name)
         # ``until``: when rank 0 stops collecting (wall clock), so the others wait for their peers as long.
-        data = (json.dumps({"dir": self.name, "key": self.step_key, "until": until_wall}, sort_keys=True)
-                + "\n").encode()
+        data = (
+            json.dumps({"dir": self.name, "key": self.step_key, "until": until_wall}, sort_keys=True) + "\n"
+        ).encode()
         for attempt in range(2):
             self.ops.add("create")
             try:
@@ -155,11 +164,18 @@ class Exchange:
                 links = f" with {st.st_nlink} names (a hard link)" if st.st_nlink > 1 else ""
                 if not mine or attempt:
                     self._drop_dir()
-                    kind = ("a regular file" if stat.S_ISREG(st.st_mode) else
-                            "a directory" if stat.S_ISDIR(st.st_mode) else
-                            "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a special file")
-                    raise self._taken(self.pointer, ground.Foreign(
-                        f"{kind}{links} owned by {ground.who(st.st_uid)}", st.st_uid)) from None
+                    kind = (
+                        "a regular file"
+                        if stat.S_ISREG(st.st_mode)
+                        else "a directory"
+                        if stat.S_ISDIR(st.st_mode)
+                        else "a symbolic link"
+                        if stat.S_ISLNK(st.st_mode)
+                        else "a special file"
+                    )
+                    raise self._taken(
+                        self.pointer, ground.Foreign(f"{kind}{links} owned by {ground.who(st.st_uid)}", st.st_uid)
+                    ) from None
                 # Ours, left by a step of this job id that was killed: it names nothing of this step.
                 ground.unlink_own(self.shared_fd, self.pointer)
                 self.notes.append(f"note: replaced a pointer {self.pointer} a stopped run of this user left")
@@ -197,8 +213,9 @@ class Exchange:
             return None
         self.pointer_id = ident
         until = doc.get("until")
-        self.leader_until_wall = (float(until) if isinstance(until, (int, float)) and not isinstance(until, bool)
-                                  else 0.0)
+        self.leader_until_wall = (
+            float(until) if isinstance(until, (int, float)) and not isinstance(until, bool) else 0.0
+        )
         return name
 
     def join(self, until: float) -> bool:
@@ -304,8 +321,12 @@ class Exchange:
             return len(seen) == len(want)
 
         self._wait(until, all_seen)
-        view = {"rank": self.rank.rank, "node": self.rank.node, "waited_s": round(self.clock() - t0, 3),
-                "peers": {str(p): seen.get(p, "missing") for p in want}}
+        view = {
+            "rank": self.rank.rank,
+            "node": self.rank.node,
+            "waited_s": round(self.clock() - t0, 3),
+            "peers": {str(p): seen.get(p, "missing") for p in want},
+        }
         self.write(f"p{self.rank.rank}.json", view)
         return view
 

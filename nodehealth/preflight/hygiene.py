@@ -58,8 +58,11 @@ def time_limit(environ: Mapping[str, str], fields: Optional[Mapping[str, str]], 
 
 
 def _no_limit(source: str) -> Finding:
-    return Finding("WARN", "job", f"the job has no time limit ({source}): set --time so a hung run ends and "
-                                  "the scheduler can backfill")
+    return Finding(
+        "WARN",
+        "job",
+        f"the job has no time limit ({source}): set --time so a hung run ends and the scheduler can backfill",
+    )
 
 
 def output_files(fields: Mapping[str, str], procfs_root: str = "/proc") -> tuple[list[Finding], list[str]]:
@@ -85,14 +88,23 @@ def drained(text: str, nodes: Sequence[str]) -> list[Finding]:
         if n.name in mine and n.drained:
             reason = f" ({n.reason.text})" if n.reason is not None and n.reason.text else ""
             word = "draining" if n.state.base in ("ALLOCATED", "MIXED", "COMPLETING") else "drained"
-            out.append(Finding("WARN", n.name, f"is {word} in Slurm{reason}: the job will not get it back if it "
-                                               "is requeued"))
+            out.append(
+                Finding("WARN", n.name, f"is {word} in Slurm{reason}: the job will not get it back if it is requeued")
+            )
     return out
 
 
-def check(environ: Mapping[str, str], scontrol: str, slurm_conf: str, job_id: str, nodelist: str,
-          nodes: Sequence[str], budget_s: float = 2 * CALL_S, execute: Execute = run,
-          procfs_root: str = "/proc") -> tuple[list[Finding], list[str]]:
+def check(
+    environ: Mapping[str, str],
+    scontrol: str,
+    slurm_conf: str,
+    job_id: str,
+    nodelist: str,
+    nodes: Sequence[str],
+    budget_s: float = 2 * CALL_S,
+    execute: Execute = run,
+    procfs_root: str = "/proc",
+) -> tuple[list[Finding], list[str]]:
     """The hygiene findings and notes (what was not checked, and why)."""
     env = dict(environ)
     if slurm_conf and not env.get("SLURM_CONF"):

@@ -14,8 +14,15 @@ from typing import Any, Mapping, Optional, Sequence
 # Facts that must agree (FAIL) and those where a difference is worth a look (WARN).
 MUST_AGREE = ("driver", "cuda", "gpu_model", "gpu_count", "torch", "nccl")
 SHOULD_AGREE = ("kernel",)
-LABEL = {"driver": "NVIDIA driver", "cuda": "CUDA (driver API)", "gpu_model": "GPU model", "gpu_count": "GPU count",
-         "torch": "torch", "nccl": "NCCL", "kernel": "kernel"}
+LABEL = {
+    "driver": "NVIDIA driver",
+    "cuda": "CUDA (driver API)",
+    "gpu_model": "GPU model",
+    "gpu_count": "GPU count",
+    "torch": "torch",
+    "nccl": "NCCL",
+    "kernel": "kernel",
+}
 
 
 @dataclass(frozen=True)
@@ -31,30 +38,50 @@ class Finding:
         return {"severity": self.severity, "node": self.node, "text": self.text}
 
 
-def visibility(nodes: Sequence[str], reports: Mapping[int, Mapping[str, Any]], views: Mapping[int, Mapping[str, Any]],
-               shared_dir: str, timeout_s: float) -> list[Finding]:
+def visibility(
+    nodes: Sequence[str],
+    reports: Mapping[int, Mapping[str, Any]],
+    views: Mapping[int, Mapping[str, Any]],
+    shared_dir: str,
+    timeout_s: float,
+) -> list[Finding]:
     """Who never reported, and who cannot see peers whose reports rank 0 read."""
     out = []
     n = len(nodes)
     others_seen = [r for r in reports if r != 0]
     if n > 1 and not others_seen:
-        out.append(Finding("FAIL", nodes[0], f"sees no other node's report in {shared_dir} within {timeout_s:g} s: "
-                                             f"the directory is not shared with {nodes[0]}, or no other node ran"))
+        out.append(
+            Finding(
+                "FAIL",
+                nodes[0],
+                f"sees no other node's report in {shared_dir} within {timeout_s:g} s: "
+                f"the directory is not shared with {nodes[0]}, or no other node ran",
+            )
+        )
     for r in range(n):
         if r not in reports and (others_seen or r == 0):
             watchers = sorted(w for w, v in views.items() if str(r) in (v.get("peers") or {}))
             seen_by = f"; not seen by {', '.join(nodes[w] for w in watchers)} either" if watchers else ""
-            out.append(Finding("FAIL", nodes[r], f"no report in {shared_dir} within {timeout_s:g} s: "
-                                                 f"{shared_dir} is not visible from {nodes[r]} (not the shared "
-                                                 f"directory there), or {nodes[r]} is unreachable{seen_by}"))
+            out.append(
+                Finding(
+                    "FAIL",
+                    nodes[r],
+                    f"no report in {shared_dir} within {timeout_s:g} s: "
+                    f"{shared_dir} is not visible from {nodes[r]} (not the shared "
+                    f"directory there), or {nodes[r]} is unreachable{seen_by}",
+                )
+            )
     for r, view in sorted(views.items()):
         if r not in reports:
             continue
         blind = [int(p) for p, got in (view.get("peers") or {}).items() if got != "ok" and int(p) in reports]
         if blind:
             names = ", ".join(nodes[p] for p in blind)
-            out.append(Finding("FAIL", nodes[r], f"cannot see the files {names} wrote in {shared_dir} "
-                                                 "(visible to the first node)"))
+            out.append(
+                Finding(
+                    "FAIL", nodes[r], f"cannot see the files {names} wrote in {shared_dir} (visible to the first node)"
+                )
+            )
     for r in range(n):
         if r in reports and r not in views and r != 0:
             out.append(Finding("FAIL", nodes[r], f"reported, then stopped before its peer check ({shared_dir})"))
@@ -71,18 +98,34 @@ def local(node: str, rep: Mapping[str, Any]) -> list[Finding]:
     d = rep.get("daemon_fault")
     if d:
         for res in d.get("results") or ():
-            out.append(Finding("FAIL", node, f"{res.get('name')} FAIL in the daemon's verdict "
-                                             f"({d.get('age_s')} s old): {res.get('summary')}"))
+            out.append(
+                Finding(
+                    "FAIL",
+                    node,
+                    f"{res.get('name')} FAIL in the daemon's verdict ({d.get('age_s')} s old): {res.get('summary')}",
+                )
+            )
     for p in rep.get("paths") or ():
         if not p.get("ok"):
             out.append(Finding("FAIL", node, f"{p['path']} not visible ({p.get('error')})"))
         elif p.get("local"):
             if p.get("kind") == "checkpoint":
-                out.append(Finding("FAIL", node, f"checkpoint/log dir {p['path']} is on node-local storage "
-                                                 f"({p['local']}): lost with the node, not seen by the others"))
+                out.append(
+                    Finding(
+                        "FAIL",
+                        node,
+                        f"checkpoint/log dir {p['path']} is on node-local storage "
+                        f"({p['local']}): lost with the node, not seen by the others",
+                    )
+                )
             else:
-                out.append(Finding("WARN", node, f"{p['path']} is on node-local storage ({p['local']}): each node "
-                                                 "reads its own copy"))
+                out.append(
+                    Finding(
+                        "WARN",
+                        node,
+                        f"{p['path']} is on node-local storage ({p['local']}): each node reads its own copy",
+                    )
+                )
     nccl = rep.get("nccl")
     if nccl:
         if nccl.get("status") in ("FAIL", "UNKNOWN"):
@@ -92,8 +135,14 @@ def local(node: str, rep: Mapping[str, Any]) -> list[Finding]:
             out.append(Finding("WARN", node, f"NCCL self-test not run: {nccl.get('summary')}"))
         for run in nccl.get("runs") or ():
             if rep.get("expect_ib") and run.get("transport") == "socket":
-                out.append(Finding("FAIL", node, f"NCCL {run.get('mode')} ({node}<->{node}) went over NET/Socket, "
-                                                 f"not InfiniBand ({', '.join(run.get('paths') or [])})"))
+                out.append(
+                    Finding(
+                        "FAIL",
+                        node,
+                        f"NCCL {run.get('mode')} ({node}<->{node}) went over NET/Socket, "
+                        f"not InfiniBand ({', '.join(run.get('paths') or [])})",
+                    )
+                )
     if rep.get("drain"):
         out.append(Finding("WARN" if rep["drain"].get("ok") else "FAIL", node, f"--drain: {rep['drain'].get('text')}"))
     if rep.get("error"):
@@ -129,10 +178,13 @@ def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
     return {"ok": not failed, "failed_nodes": failed}
 
 
-def render_text(nodes: Sequence[str], findings: Sequence[Finding], head: Mapping[str, Any],
-                extras: Optional[Sequence[str]] = None) -> str:
-    lines = [f"nodehealth preflight: job {head.get('job')} step {head.get('step')}, {len(nodes)} node(s), "
-             f"shared dir {head.get('shared_dir')}, {head.get('elapsed_s', 0):.2f} s"]
+def render_text(
+    nodes: Sequence[str], findings: Sequence[Finding], head: Mapping[str, Any], extras: Optional[Sequence[str]] = None
+) -> str:
+    lines = [
+        f"nodehealth preflight: job {head.get('job')} step {head.get('step')}, {len(nodes)} node(s), "
+        f"shared dir {head.get('shared_dir')}, {head.get('elapsed_s', 0):.2f} s"
+    ]
     order = {n: i for i, n in enumerate(nodes)}
     groups: dict[tuple[str, str], list[str]] = {}
     for f in sorted(findings, key=lambda f: (f.severity != "FAIL", order.get(f.node, -1), f.text)):

@@ -20,12 +20,53 @@ from nodehealth.platform import child
 from nodehealth.probes import host
 
 # File systems whose files every node of a cluster sees (by mountinfo's type field).
-SHARED_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "fhgfs", "ceph", "cephfs", "glusterfs",
-                       "fuse.glusterfs", "cifs", "smb3", "wekafs", "panfs", "pvfs2", "orangefs", "fuse.weka",
-                       "fuse.juicefs", "fuse.cephfs", "9p", "virtiofs", "afs", "fuse.gcsfuse", "fuse.s3fs"})
+SHARED_FS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "fhgfs",
+        "ceph",
+        "cephfs",
+        "glusterfs",
+        "fuse.glusterfs",
+        "cifs",
+        "smb3",
+        "wekafs",
+        "panfs",
+        "pvfs2",
+        "orangefs",
+        "fuse.weka",
+        "fuse.juicefs",
+        "fuse.cephfs",
+        "9p",
+        "virtiofs",
+        "afs",
+        "fuse.gcsfuse",
+        "fuse.s3fs",
+    }
+)
 # File systems that live on the node: RAM, an overlay, a local disk.
-LOCAL_FS = frozenset({"tmpfs", "ramfs", "devtmpfs", "overlay", "aufs", "squashfs", "ext2", "ext3", "ext4", "xfs",
-                      "btrfs", "f2fs", "vfat", "zram"})
+LOCAL_FS = frozenset(
+    {
+        "tmpfs",
+        "ramfs",
+        "devtmpfs",
+        "overlay",
+        "aufs",
+        "squashfs",
+        "ext2",
+        "ext3",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "f2fs",
+        "vfat",
+        "zram",
+    }
+)
 LOCAL_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 HARDWARE_ACTIONS = (Action.RESET_GPU, Action.REBOOT, Action.INSPECT)
 
@@ -93,10 +134,14 @@ class PendingPaths:
             kind = "checkpoint" if path in self.checkpoints else "path"
             real = os.path.realpath(path) if outcome.ok else os.path.abspath(path)
             entry = containing_mount(entries, real)
-            rec: dict[str, Any] = {"path": path, "kind": kind, "ok": outcome.ok,
-                                   "fstype": entry.fstype if entry else None,
-                                   "mount": entry.mount_point if entry else None,
-                                   "local": locality(real, entry)}
+            rec: dict[str, Any] = {
+                "path": path,
+                "kind": kind,
+                "ok": outcome.ok,
+                "fstype": entry.fstype if entry else None,
+                "mount": entry.mount_point if entry else None,
+                "local": locality(real, entry),
+            }
             if outcome.timed_out:
                 rec["error"] = f"did not answer within {self.timeout_s:g} s (hung mount?)"
             elif not outcome.ok:
@@ -120,13 +165,26 @@ def start_paths(paths: Sequence[str], checkpoints: Sequence[str], timeout_s: flo
 def health(report: Report, unknown_policy: str) -> dict[str, Any]:
     """The prolog-phase verdict as the exchange carries it: what is not OK, and whether it is hardware."""
     bad = [r for r in report.results if r.status >= Status.WARN]
-    failing = [r for r in report.results if r.status == Status.FAIL or (
-        r.status == Status.UNKNOWN and unknown_policy == "fail")]
-    return {"status": report.status.name,
-            "failed": bool(failing),
-            "hardware": any(r.action in HARDWARE_ACTIONS for r in failing),
-            "results": [{"name": r.name, "status": r.status.name, "summary": r.summary, "action": r.action.value,
-                         "fails": r in failing} for r in bad]}
+    failing = [
+        r
+        for r in report.results
+        if r.status == Status.FAIL or (r.status == Status.UNKNOWN and unknown_policy == "fail")
+    ]
+    return {
+        "status": report.status.name,
+        "failed": bool(failing),
+        "hardware": any(r.action in HARDWARE_ACTIONS for r in failing),
+        "results": [
+            {
+                "name": r.name,
+                "status": r.status.name,
+                "summary": r.summary,
+                "action": r.action.value,
+                "fails": r in failing,
+            }
+            for r in bad
+        ],
+    }
 
 
 def daemon_fault(environ: Mapping[str, str]) -> Optional[dict[str, Any]]:
@@ -135,8 +193,11 @@ def daemon_fault(environ: Mapping[str, str]) -> Optional[dict[str, Any]]:
 
     got = fast.prolog(environ, act=False)
     if isinstance(got, fast.Fault):
-        return {"status": got.verdict.status, "age_s": round(got.verdict.age_s, 1),
-                "results": [c for c in got.report.to_json().get("checks", []) if c.get("status") == "FAIL"]}
+        return {
+            "status": got.verdict.status,
+            "age_s": round(got.verdict.age_s, 1),
+            "results": [c for c in got.report.to_json().get("checks", []) if c.get("status") == "FAIL"],
+        }
     return None
 
 
@@ -176,8 +237,12 @@ def nccl(cfg: Config, expect_ib: bool, timeout_s: float, node: str) -> dict[str,
 
     name = "nccl_selftest"
     modes = ("nvlink", "ib_loopback") if expect_ib else ("nvlink",)
-    settings = dataclasses.replace(cfg.checks[name], modes=modes, require_ib=expect_ib,  # type: ignore[call-arg]
-                                   timeout_s=timeout_s)
+    settings = dataclasses.replace(
+        cfg.checks[name],
+        modes=modes,
+        require_ib=expect_ib,  # type: ignore[call-arg]
+        timeout_s=timeout_s,
+    )
     cfg = dataclasses.replace(cfg, checks={**cfg.checks, name: settings})
     outcome = runner.execute(cfg, phase="manual", only=(name,), node=node, own_budget_s=timeout_s + 1.0)
     res = outcome.report.results[0]
@@ -185,7 +250,14 @@ def nccl(cfg: Config, expect_ib: bool, timeout_s: float, node: str) -> dict[str,
     obs = outcome.observations.nccl
     for run in getattr(obs, "runs", ()) or ():
         tr = run.transport
-        runs.append({"mode": run.mode, "runner": run.runner, "setup_error": run.setup_error,
-                     "transport": tr.transport if tr else None, "paths": list(tr.paths) if tr else [],
-                     "network": tr.network if tr else None})
+        runs.append(
+            {
+                "mode": run.mode,
+                "runner": run.runner,
+                "setup_error": run.setup_error,
+                "transport": tr.transport if tr else None,
+                "paths": list(tr.paths) if tr else [],
+                "network": tr.network if tr else None,
+            }
+        )
     return {"status": res.status.name, "summary": res.summary, "runs": runs}

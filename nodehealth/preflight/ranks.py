@@ -57,14 +57,15 @@ def from_env(environ: Mapping[str, str], hostname: str = "") -> Rank:
     rank = _int(environ, "SLURM_PROCID")
     size = _int(environ, "SLURM_NTASKS") or _int(environ, "SLURM_NPROCS")
     if rank is None or size is None:
-        raise RankError("not a Slurm task (SLURM_PROCID and SLURM_NTASKS unset): run it as "
-                        "srun --ntasks-per-node=1 nodehealth preflight")
+        raise RankError(
+            "not a Slurm task (SLURM_PROCID and SLURM_NTASKS unset): run it as "
+            "srun --ntasks-per-node=1 nodehealth preflight"
+        )
     if rank >= size:
         raise RankError(f"SLURM_PROCID={rank} is not below SLURM_NTASKS={size}")
     nnodes = _int(environ, "SLURM_STEP_NUM_NODES") or _int(environ, "SLURM_NNODES")
     if nnodes is not None and nnodes != size:
-        raise RankError(f"{size} tasks on {nnodes} nodes: preflight runs one task per node "
-                        "(srun --ntasks-per-node=1)")
+        raise RankError(f"{size} tasks on {nnodes} nodes: preflight runs one task per node (srun --ntasks-per-node=1)")
     nodeid = _int(environ, "SLURM_NODEID")
     if nodeid is not None and nnodes is not None and nodeid != rank:
         raise RankError(f"task {rank} runs on node index {nodeid}: preflight needs one task per node")

@@ -52,16 +52,16 @@ def _watchdog(until: float, node: str, where: str, out: IO[str]) -> None:
         left = until - time.monotonic()
         if left > 0:
             time.sleep(left)
-        out.write(f"FAIL {node}: preflight did not finish by its deadline: {where} did not answer "
-                  "(a hung mount?)\n")
+        out.write(f"FAIL {node}: preflight did not finish by its deadline: {where} did not answer (a hung mount?)\n")
         out.flush()
         os._exit(EXIT_FAIL)
 
     threading.Thread(target=body, name="preflight-watchdog", daemon=True).start()
 
 
-def local_report(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
-                 started: float) -> dict[str, Any]:
+def local_report(
+    cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str], started: float
+) -> dict[str, Any]:
     rep: dict[str, Any] = {"rank": rank.rank, "node": rank.node, "pid": os.getpid(), "expect_ib": opts.expect_ib}
     if not opts.local_checks or cfg is None:
         return rep
@@ -96,9 +96,16 @@ def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> d
     deadline = Deadline(max(1.0, 2 * cfg.slurm.timeout_s))
     real = Scontrol(cfg.slurm.scontrol, cfg.slurm.timeout_s, deadline, cfg.slurm.conf, environ)
     client = observe.client(cfg, rank.node, real, lambda message, notable=False: said.append(message))
-    actor = act.Actor(cfg=cfg, node=rank.node, phase="manual", client=client, deadline=deadline,
-                      log=lambda message, notable=False: said.append(message),
-                      boot_id=layout.read_boot_id(cfg.paths.procfs_root), job_id=rank.job_id)
+    actor = act.Actor(
+        cfg=cfg,
+        node=rank.node,
+        phase="manual",
+        client=client,
+        deadline=deadline,
+        log=lambda message, notable=False: said.append(message),
+        boot_id=layout.read_boot_id(cfg.paths.procfs_root),
+        job_id=rank.job_id,
+    )
     got = act.on_fault(actor, report)
     if got.outcome.drained_by_us:
         return {"ok": True, "outcome": got.outcome.value, "text": f"drained ({said[-1] if said else 'ours'})"}
@@ -109,9 +116,16 @@ def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> d
     return {"ok": ok, "outcome": got.outcome.value, "text": f"not drained: {text}"}
 
 
-def preflight(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
-              out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
-              clock: Callable[[], float] = time.monotonic) -> int:
+def preflight(
+    cfg: Optional[Config],
+    rank: Rank,
+    opts: Options,
+    environ: Mapping[str, str],
+    out: IO[str] = sys.stdout,
+    scontrol: str = "/usr/bin/scontrol",
+    slurm_conf: str = "",
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     """This rank's part; the exit code (every rank: 0 the allocation passed, 1 it failed)."""
     key = ":".join(environ.get(k, "") for k in STEP_KEY_VARS) if any(k in environ for k in STEP_KEY_VARS) else ""
     ex = exchange.Exchange(opts.shared_dir, rank, clock=clock, step_key=key)
@@ -125,9 +139,17 @@ def preflight(cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping
                 json.dump({"rank": rank.rank, **ex.ops.to_json()}, fh)
 
 
-def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: Options, environ: Mapping[str, str],
-              out: IO[str] = sys.stdout, scontrol: str = "/usr/bin/scontrol", slurm_conf: str = "",
-              clock: Callable[[], float] = time.monotonic) -> int:
+def _preflight(
+    ex: exchange.Exchange,
+    cfg: Optional[Config],
+    rank: Rank,
+    opts: Options,
+    environ: Mapping[str, str],
+    out: IO[str] = sys.stdout,
+    scontrol: str = "/usr/bin/scontrol",
+    slurm_conf: str = "",
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
     started = clock() - process_age_s()
     total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
     _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, opts.shared_dir, out)
@@ -137,8 +159,10 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
         nodelist = environ.get("SLURM_JOB_NODELIST", "")
 
         def hygiene_body() -> None:
-            hyg["result"] = hygiene.check(environ, scontrol, slurm_conf, rank.job_id, nodelist,
-                                          rank.nodelist, execute=_execute)
+            hyg["result"] = hygiene.check(
+                environ, scontrol, slurm_conf, rank.job_id, nodelist, rank.nodelist, execute=_execute
+            )
+
         t = threading.Thread(target=hygiene_body, name="preflight-hygiene", daemon=True)
         t.start()
     try:
@@ -164,24 +188,30 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
         except exchange.Taken as exc:
             return _cannot(out, rank, exc)
         if not joined:
-            out.write(f"FAIL {rank.node}: no verdict from the first node in {opts.shared_dir} within "
-                      f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
-                      f"(no {ex.pointer} appeared there; here it is {sh.get('fstype')} at {sh.get('mount')})\n")
+            out.write(
+                f"FAIL {rank.node}: no verdict from the first node in {opts.shared_dir} within "
+                f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                f"(no {ex.pointer} appeared there; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
+            )
             return EXIT_FAIL
     ex.publish(rep)
     ring_until = collect_until - margin
     if not rank.leader and ex.leader_until_wall:  # as long as rank 0 collects (ranks start at different times)
-        ring_until = max(ring_until, min(clock() + ex.leader_until_wall - time.time() - margin,
-                                         started + total + VERDICT_GRACE_S - margin))
+        ring_until = max(
+            ring_until,
+            min(clock() + ex.leader_until_wall - time.time() - margin, started + total + VERDICT_GRACE_S - margin),
+        )
     view = ex.ring(ring_until)
     if not rank.leader:
         v = ex.await_verdict(started + total + VERDICT_GRACE_S)
         if v is None:
             ex.leave_unshared()
             blind = ", ".join(f"{rank.node_of(int(p))} {got}" for p, got in view["peers"].items())
-            out.write(f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
-                      f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
-                      f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n")
+            out.write(
+                f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
+                f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
+            )
             return EXIT_FAIL
         ex.leave()
         return EXIT_OK if v.get("ok") else EXIT_FAIL
@@ -207,11 +237,17 @@ def _preflight(ex: exchange.Exchange, cfg: Optional[Config], rank: Rank, opts: O
     if leftovers:
         notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
     notes.extend(ex.notes)
-    head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir,
-            "elapsed_s": clock() - started}
+    head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir, "elapsed_s": clock() - started}
     if opts.fmt == "json":
-        doc = {**head, "nodes": nodes, "verdict": v, "findings": [f.to_json() for f in findings], "notes": notes,
-               "ops_rank0": ex.ops.to_json(), "reports": {nodes[r]: d for r, d in sorted(g.reports.items())}}
+        doc = {
+            **head,
+            "nodes": nodes,
+            "verdict": v,
+            "findings": [f.to_json() for f in findings],
+            "notes": notes,
+            "ops_rank0": ex.ops.to_json(),
+            "reports": {nodes[r]: d for r, d in sorted(g.reports.items())},
+        }
         out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     else:
         out.write(judge.render_text(nodes, findings, head, notes))
@@ -235,5 +271,9 @@ def _execute(argv: Any, timeout_s: float, env: Optional[Mapping[str, str]] = Non
 def shared_mount(path: str, cfg: Optional[Config]) -> dict[str, Any]:
     entries = local.mountinfo(cfg.paths.procfs_root if cfg is not None else "/proc")
     e = local.containing_mount(entries, os.path.realpath(path))
-    return {"dir": path, "fstype": e.fstype if e else None, "mount": e.mount_point if e else None,
-            "source": e.source if e else None}
+    return {
+        "dir": path,
+        "fstype": e.fstype if e else None,
+        "mount": e.mount_point if e else None,
+        "source": e.source if e else None,
+    }

@@ -89,9 +89,15 @@ def report(doc: Any, rank: int) -> dict[str, Any]:
             else:
                 raise Invalid(f"facts.{key} is not a value")
         out["facts"] = clean
-    for key, kind, what in (("health", dict, "an object"), ("daemon_fault", dict, "an object"),
-                            ("paths", list, "a list"), ("nccl", dict, "an object"), ("drain", dict, "an object"),
-                            ("error", str, "a text"), ("expect_ib", bool, "true or false")):
+    for key, kind, what in (
+        ("health", dict, "an object"),
+        ("daemon_fault", dict, "an object"),
+        ("paths", list, "a list"),
+        ("nccl", dict, "an object"),
+        ("drain", dict, "an object"),
+        ("error", str, "a text"),
+        ("expect_ib", bool, "true or false"),
+    ):
         _want(out, key, kind, what)
     for key in ("health", "daemon_fault"):
         part = out.get(key) or {}
@@ -115,8 +121,9 @@ def peer_view(doc: Any, rank: int) -> dict[str, Any]:
     out: dict[str, Any] = bounded(doc)
     _rank_of(out, rank)
     peers = out.get("peers")
-    if not isinstance(peers, dict) or not all(k.isdigit() and len(k) < 10 and isinstance(v, str)
-                                              for k, v in peers.items()):
+    if not isinstance(peers, dict) or not all(
+        k.isdigit() and len(k) < 10 and isinstance(v, str) for k, v in peers.items()
+    ):
         raise Invalid("peers is not a map of rank numbers to what was seen")
     return out
 

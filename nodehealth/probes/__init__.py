@@ -52,8 +52,12 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import nvml
 
     source = resolve(ctx.config)
-    return nvml.start(source.loader, timeout_s, call_timeout_s=ctx.config.nvml.call_timeout_s,
-                      slow_call_timeout_s=ctx.config.nvml.init_timeout_s)
+    return nvml.start(
+        source.loader,
+        timeout_s,
+        call_timeout_s=ctx.config.nvml.call_timeout_s,
+        slow_call_timeout_s=ctx.config.nvml.init_timeout_s,
+    )
 
 
 def _pci_gpus(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -72,8 +76,14 @@ def _slurm_node(ctx: ProbeContext, timeout_s: float) -> Any:
         return ProbeError("slurm_node", "unavailable", "not needed: [gpu] expected_count is set")
     from nodehealth.probes import slurm
 
-    return slurm.node_view(ctx.config, ctx.node, ctx.phase, min(timeout_s, ctx.config.slurm.timeout_s),
-                           cached_only=ctx.look_only, cache=ctx.writes and not ctx.look_only)
+    return slurm.node_view(
+        ctx.config,
+        ctx.node,
+        ctx.phase,
+        min(timeout_s, ctx.config.slurm.timeout_s),
+        cached_only=ctx.look_only,
+        cache=ctx.writes and not ctx.look_only,
+    )
 
 
 def _job(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -126,12 +136,22 @@ def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
     settings = xid_settings(ctx.config)
     if ctx.config.nvml.simulate and settings.kmsg_path == KMSG_PATH:
         # Simulated GPUs: this host's kernel log does not describe them.
-        return ProbeError("xid", "unavailable", "simulated GPUs: the host's kernel log is not theirs "
-                          "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)")
+        return ProbeError(
+            "xid",
+            "unavailable",
+            "simulated GPUs: the host's kernel log is not theirs "
+            "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)",
+        )
     return xid_store.gather(
-        ctx.config.paths.state_dir, ctx.config.paths.procfs_root, settings.kmsg_path,
-        settings.severity_overrides, settings.store_max_events, settings.kernel_facility_only, timeout_s,
-        persist=ctx.writes and not ctx.look_only)
+        ctx.config.paths.state_dir,
+        ctx.config.paths.procfs_root,
+        settings.kmsg_path,
+        settings.severity_overrides,
+        settings.store_max_events,
+        settings.kernel_facility_only,
+        timeout_s,
+        persist=ctx.writes and not ctx.look_only,
+    )
 
 
 def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:

@@ -40,8 +40,12 @@ def memory() -> Union[MemoryObservation, ProbeError]:
         swap = psutil.swap_memory()
     except (OSError, RuntimeError) as exc:
         return ProbeError("memory", "error", f"cannot read memory usage: {child.describe(exc)}")
-    return MemoryObservation(total_bytes=int(vm.total), available_bytes=int(vm.available),
-                             swap_total_bytes=int(swap.total), swap_used_bytes=int(swap.used))
+    return MemoryObservation(
+        total_bytes=int(vm.total),
+        available_bytes=int(vm.available),
+        swap_total_bytes=int(swap.total),
+        swap_used_bytes=int(swap.used),
+    )
 
 
 # --------------------------------------------------------------------------- mounts
@@ -84,12 +88,14 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
             continue
         mount_opts = fields[5].split(",")
         super_opts = fields[sep + 3].split(",") if len(fields) > sep + 3 else []
-        out.append(MountEntry(
-            mount_point=unescape(fields[4]),
-            fstype=fields[sep + 1],
-            source=unescape(fields[sep + 2]),
-            read_only="ro" in mount_opts or "ro" in super_opts,
-        ))
+        out.append(
+            MountEntry(
+                mount_point=unescape(fields[4]),
+                fstype=fields[sep + 1],
+                source=unescape(fields[sep + 2]),
+                read_only="ro" in mount_opts or "ro" in super_opts,
+            )
+        )
     return out
 
 
@@ -136,14 +142,24 @@ class PendingMounts:
                 error = f"statvfs did not answer within {self.timeout_s:g} s (hung mount?)"
             else:
                 error = f"statvfs failed: {outcome.value}"
-            out.append(MountObservation(path=path, present=True, fstype=entry.fstype, source=entry.source,
-                                        read_only=entry.read_only, total_bytes=total, free_bytes=free,
-                                        error=error))
+            out.append(
+                MountObservation(
+                    path=path,
+                    present=True,
+                    fstype=entry.fstype,
+                    source=entry.source,
+                    read_only=entry.read_only,
+                    total_bytes=total,
+                    free_bytes=free,
+                    error=error,
+                )
+            )
         return tuple(out)
 
 
-def start_mounts(paths: Sequence[str], timeout_s: float, procfs_root: str = "/proc",
-                 statvfs: StatVfs = os.statvfs) -> PendingMounts:
+def start_mounts(
+    paths: Sequence[str], timeout_s: float, procfs_root: str = "/proc", statvfs: StatVfs = os.statvfs
+) -> PendingMounts:
     """Look ``paths`` up in ``<procfs_root>/self/mountinfo`` and start a ``statvfs`` child for
     each one mounted. ``statvfs`` is injectable so tests can make it block for real."""
     wanted = tuple(paths)
@@ -154,15 +170,17 @@ def start_mounts(paths: Sequence[str], timeout_s: float, procfs_root: str = "/pr
         with open(source, encoding="utf-8", errors="surrogateescape") as fh:
             entries = parse_mountinfo(fh.read())
     except OSError as exc:
-        return PendingMounts(wanted, {}, {}, timeout_s,
-                             ProbeError("mounts", "unavailable", f"{source}: {child.describe(exc)}"))
+        return PendingMounts(
+            wanted, {}, {}, timeout_s, ProbeError("mounts", "unavailable", f"{source}: {child.describe(exc)}")
+        )
     found = {p: find_mount(entries, p) for p in wanted}
     children = {p: child.start(_space_of(p, statvfs)) for p, e in found.items() if e is not None}
     return PendingMounts(wanted, found, children, timeout_s)
 
 
-def mounts(paths: Sequence[str], timeout_s: float, procfs_root: str = "/proc",
-           statvfs: StatVfs = os.statvfs) -> Union[tuple[MountObservation, ...], ProbeError]:
+def mounts(
+    paths: Sequence[str], timeout_s: float, procfs_root: str = "/proc", statvfs: StatVfs = os.statvfs
+) -> Union[tuple[MountObservation, ...], ProbeError]:
     """The configured mount points as found on this node (``start_mounts`` + ``collect``)."""
     return start_mounts(paths, timeout_s, procfs_root, statvfs).collect()
 
@@ -172,6 +190,7 @@ def _space_of(path: str, statvfs: StatVfs) -> Callable[[], tuple[int, int]]:
         st = statvfs(path)
         # f_bavail: blocks an unprivileged job may still use (the root reserve excluded).
         return int(st.f_blocks * st.f_frsize), int(st.f_bavail * st.f_frsize)
+
     return run
 
 
@@ -200,7 +219,7 @@ def _round_trip(path: str, name: str) -> Callable[[], Optional[str]]:
                 step = "write"
                 view = memoryview(payload)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 step = "fsync"
                 os.fsync(fd)
             finally:
@@ -235,27 +254,35 @@ class PendingRoundTrips:
         out = []
         for path, outcome in zip(self.paths, outcomes):
             if outcome.timed_out:
-                out.append(SharedDirObservation(path, ok=False, elapsed_s=outcome.elapsed_s, timed_out=True,
-                                                error=f"did not answer within {self.timeout_s:g} s"))
+                out.append(
+                    SharedDirObservation(
+                        path,
+                        ok=False,
+                        elapsed_s=outcome.elapsed_s,
+                        timed_out=True,
+                        error=f"did not answer within {self.timeout_s:g} s",
+                    )
+                )
             elif not outcome.ok:
                 out.append(SharedDirObservation(path, ok=False, elapsed_s=outcome.elapsed_s, error=outcome.value))
             else:
                 failure = outcome.value
-                out.append(SharedDirObservation(path, ok=failure is None, elapsed_s=outcome.elapsed_s,
-                                                error=failure))
+                out.append(SharedDirObservation(path, ok=failure is None, elapsed_s=outcome.elapsed_s, error=failure))
         return tuple(out)
 
 
-def start_shared_dirs(paths: Sequence[str], timeout_s: float,
-                      name_for: Callable[[str], str] = lambda _path: round_trip_name()) -> PendingRoundTrips:
+def start_shared_dirs(
+    paths: Sequence[str], timeout_s: float, name_for: Callable[[str], str] = lambda _path: round_trip_name()
+) -> PendingRoundTrips:
     """Start one round-trip child per directory. ``name_for`` picks the file name (tests
     point it at a FIFO to make the round trip block for real)."""
     wanted = tuple(paths)
     return PendingRoundTrips(wanted, [child.start(_round_trip(p, name_for(p))) for p in wanted], timeout_s)
 
 
-def shared_dirs(paths: Sequence[str], timeout_s: float,
-                name_for: Callable[[str], str] = lambda _path: round_trip_name()) -> tuple[SharedDirObservation, ...]:
+def shared_dirs(
+    paths: Sequence[str], timeout_s: float, name_for: Callable[[str], str] = lambda _path: round_trip_name()
+) -> tuple[SharedDirObservation, ...]:
     """A write/fsync/read/delete round trip in each directory, under ``timeout_s``."""
     return start_shared_dirs(paths, timeout_s, name_for).collect()
 

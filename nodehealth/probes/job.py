@@ -26,5 +26,6 @@ def gather(environ: Mapping[str, str], state_dir: str, procfs_root: str) -> Unio
     baseline = files.read_object(path) if path else None
     if start is None and baseline is not None and isinstance(baseline.get("time"), (int, float)):
         start = float(baseline["time"])
-    return JobObservation(job_id=job, gpus=jobenv.job_gpus(environ), start=start, baseline=baseline,
-                          boot_id=boot, now=time.time())
+    return JobObservation(
+        job_id=job, gpus=jobenv.job_gpus(environ), start=start, baseline=baseline, boot_id=boot, now=time.time()
+    )

@@ -20,8 +20,11 @@ MAX_PIDS = 65536  # /proc entries looked at; a node with more is not scanned fur
 
 def gather(state_dir: str, procfs_root: str) -> Union[NodeJobs, ProbeError]:
     boot = layout.read_boot_id(procfs_root)
-    running = tuple(j for j in ledger.entries(r for r in ledger.read(state_dir)
-                                              if r.boot_id is None or r.boot_id == boot) if j.end is None)
+    running = tuple(
+        j
+        for j in ledger.entries(r for r in ledger.read(state_dir) if r.boot_id is None or r.boot_id == boot)
+        if j.end is None
+    )
     pid_jobs: dict[int, str] = {}
     try:
         names = os.listdir(procfs_root)

@@ -54,8 +54,13 @@ def _reason(path: str, exc: OSError) -> str:
 
 
 def _kind(mode: int) -> str:
-    for test, words in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+    for test, words in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return words
     return "not a regular file"
@@ -75,8 +80,10 @@ def open_log(path: str) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise KernelLogUnavailable(f"cannot read {path}: it is a symbolic link (refused: the kernel log is "
-                                       "/dev/kmsg or a regular file, named by its own path)") from None
+            raise KernelLogUnavailable(
+                f"cannot read {path}: it is a symbolic link (refused: the kernel log is "
+                "/dev/kmsg or a regular file, named by its own path)"
+            ) from None
         raise KernelLogUnavailable(_reason(path, exc)) from None
     try:
         mode = os.fstat(fd).st_mode
@@ -87,8 +94,10 @@ def open_log(path: str) -> int:
         return fd
     os.close(fd)
     if not stat.S_ISREG(mode):
-        raise KernelLogUnavailable(f"cannot read {path}: it is {_kind(mode)}, not the kernel log device or a "
-                                   "regular file (refused without reading it)")
+        raise KernelLogUnavailable(
+            f"cannot read {path}: it is {_kind(mode)}, not the kernel log device or a "
+            "regular file (refused without reading it)"
+        )
     try:
         return ground.open_regular(path)  # judged again on its own descriptor: what was checked is what is read
     except ground.Foreign as exc:
@@ -128,8 +137,14 @@ class KmsgReader:
     its end), else None.
     """
 
-    def __init__(self, path: str = KMSG_PATH, after_seq: Optional[int] = None, kernel_only: bool = True,
-                 poll_s: float = POLL_S, position: Optional[FilePosition] = None) -> None:
+    def __init__(
+        self,
+        path: str = KMSG_PATH,
+        after_seq: Optional[int] = None,
+        kernel_only: bool = True,
+        poll_s: float = POLL_S,
+        position: Optional[FilePosition] = None,
+    ) -> None:
         self.path = path
         # A recorded log (a regular file) is read from ``position`` when it is the same file and
         # has not been rewritten before it, else from its beginning; ``resumed`` says which.
@@ -148,8 +163,9 @@ class KmsgReader:
         self.rewound: Optional[str] = None
         self._max_seq: Optional[int] = None  # the highest sequence number in the log itself
 
-    def lines(self, follow: bool = False, stop: Optional[threading.Event] = None,
-              deadline: Optional[float] = None) -> Iterator[bytes]:
+    def lines(
+        self, follow: bool = False, stop: Optional[threading.Event] = None, deadline: Optional[float] = None
+    ) -> Iterator[bytes]:
         """Lines after the saved position.
 
         Without ``follow``: the backlog, ending at its end (``complete`` then True) or at
@@ -162,8 +178,10 @@ class KmsgReader:
                 yield from self._lines(follow, stop, deadline)
                 return
             except _Rewind:
-                self.rewound = (f"the saved position (kmsg record {self.after_seq}) is past the end of "
-                                f"{self.path} (last record {self._max_seq}): read it again from its first record")
+                self.rewound = (
+                    f"the saved position (kmsg record {self.after_seq}) is past the end of "
+                    f"{self.path} (last record {self._max_seq}): read it again from its first record"
+                )
                 self.after_seq = None
                 self.last_seq = None
                 self.complete = False
@@ -183,14 +201,19 @@ class KmsgReader:
         self._file = (st.st_dev, st.st_ino)
         self._offset = 0
         saved = self.start_position
-        if (saved is not None and (saved.dev, saved.ino) == self._file and 0 < saved.offset <= st.st_size
-                and _tail_before(fd, saved.offset) == saved.tail):
+        if (
+            saved is not None
+            and (saved.dev, saved.ino) == self._file
+            and 0 < saved.offset <= st.st_size
+            and _tail_before(fd, saved.offset) == saved.tail
+        ):
             os.lseek(fd, saved.offset, os.SEEK_SET)
             self._offset = saved.offset
             self.resumed = True
 
-    def _file_lines(self, fd: int, follow: bool, stop: Optional[threading.Event],
-                    deadline: Optional[float]) -> Iterator[bytes]:
+    def _file_lines(
+        self, fd: int, follow: bool, stop: Optional[threading.Event], deadline: Optional[float]
+    ) -> Iterator[bytes]:
         """Whole lines of a recorded log, each counted in the offset before it is handed out; a
         last line without its newline yet is left for the next read (a writer may be half way)."""
         pending = b""
@@ -262,8 +285,9 @@ class KmsgReader:
         if first and self.after_seq is not None and self._max_seq is not None and self._max_seq < self.after_seq:
             raise _Rewind()
 
-    def _chunks(self, fd: int, records: bool, follow: bool, stop: Optional[threading.Event],
-                deadline: Optional[float]) -> Iterator[bytes]:
+    def _chunks(
+        self, fd: int, records: bool, follow: bool, stop: Optional[threading.Event], deadline: Optional[float]
+    ) -> Iterator[bytes]:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         while True:
@@ -337,8 +361,9 @@ def kernel_facility(value: object) -> bool:
     return text.strip() == str(KERNEL_FACILITY)
 
 
-def journal_lines(follow: bool = False, stop: Optional[threading.Event] = None,
-                  poll_s: float = POLL_S, kernel_only: bool = True) -> Iterator[bytes]:
+def journal_lines(
+    follow: bool = False, stop: Optional[threading.Event] = None, poll_s: float = POLL_S, kernel_only: bool = True
+) -> Iterator[bytes]:
     """Kernel messages of this boot from journald, as ``[uptime] message`` lines.
 
     ``kernel_only`` (the default): only records of the kernel facility, as ``KmsgReader``.
@@ -347,8 +372,9 @@ def journal_lines(follow: bool = False, stop: Optional[threading.Event] = None,
     try:
         from systemd import journal
     except ImportError:
-        raise KernelLogUnavailable("journald: the systemd Python bindings (python3-systemd) are not installed") \
-            from None
+        raise KernelLogUnavailable(
+            "journald: the systemd Python bindings (python3-systemd) are not installed"
+        ) from None
     reader = journal.Reader()
     try:
         reader.this_boot()

@@ -55,9 +55,22 @@ from nodehealth.probes.nvml_lib import (
 from nodehealth.probes.nvml_read import read_node
 
 __all__ = [
-    "ARGUMENT_VERSION_MISMATCH", "GPU_IS_LOST", "NVML_CLASSES", "NVML_FUNCTIONS", "PYNVML_FLOOR", "RETURN_CODES",
-    "NvmlUnavailable", "PendingProbe", "StalledProbe", "error_kind", "load_module", "read_node", "start",
-    "stuck_reader", "wheel_too_old", "wheel_version",
+    "ARGUMENT_VERSION_MISMATCH",
+    "GPU_IS_LOST",
+    "NVML_CLASSES",
+    "NVML_FUNCTIONS",
+    "PYNVML_FLOOR",
+    "RETURN_CODES",
+    "NvmlUnavailable",
+    "PendingProbe",
+    "StalledProbe",
+    "error_kind",
+    "load_module",
+    "read_node",
+    "start",
+    "stuck_reader",
+    "wheel_too_old",
+    "wheel_version",
 ]
 
 SHUTDOWN_GRACE_S = 0.2
@@ -165,9 +178,15 @@ class PendingProbe:
             else:
                 reader.end(clock)
         ended = any(frame[0] == "end" for frame in frames)
-        return _assemble(frames, complete=eof or ended, elapsed=elapsed, timeout_s=self.timeout_s,
-                         stop=None if ended else stop, call_limit=self._call_limit(current),
-                         in_flight_s=clock() - announced)
+        return _assemble(
+            frames,
+            complete=eof or ended,
+            elapsed=elapsed,
+            timeout_s=self.timeout_s,
+            stop=None if ended else stop,
+            call_limit=self._call_limit(current),
+            in_flight_s=clock() - announced,
+        )
 
 
 @dataclass(frozen=True)
@@ -208,8 +227,13 @@ def stuck_reader() -> Optional[tuple[int, float]]:
     return None
 
 
-def start(loader: Callable[[], ModuleType], timeout_s: float, clock: Callable[[], float] = time.monotonic,
-          call_timeout_s: float = 3.0, slow_call_timeout_s: float = 30.0) -> Union[PendingProbe, StalledProbe]:
+def start(
+    loader: Callable[[], ModuleType],
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    call_timeout_s: float = 3.0,
+    slow_call_timeout_s: float = 30.0,
+) -> Union[PendingProbe, StalledProbe]:
     """Fork the reader. Call it before starting other threads (fork copies only this one).
 
     ``loader`` runs in the child and returns the NVML module: pynvml is imported (and
@@ -220,14 +244,21 @@ def start(loader: Callable[[], ModuleType], timeout_s: float, clock: Callable[[]
     if stuck is not None:
         pid, since = stuck
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-        return StalledProbe(ProbeError(
-            "nvml", "timeout", f"NVML still not answering since {when} (child pid {pid} stuck in the driver "
-            "after SIGKILL; no new reader until it exits)"), pid)
+        return StalledProbe(
+            ProbeError(
+                "nvml",
+                "timeout",
+                f"NVML still not answering since {when} (child pid {pid} stuck in the driver "
+                "after SIGKILL; no new reader until it exits)",
+            ),
+            pid,
+        )
     reader = child.stream(lambda send: _read(loader, send), clock)
     if reader.failure is not None:
         return StalledProbe(ProbeError("nvml", "error", f"cannot start the NVML reader: {reader.failure}"), 0)
-    return PendingProbe(child=reader, timeout_s=timeout_s, call_timeout_s=call_timeout_s,
-                        slow_call_timeout_s=slow_call_timeout_s)
+    return PendingProbe(
+        child=reader, timeout_s=timeout_s, call_timeout_s=call_timeout_s, slow_call_timeout_s=slow_call_timeout_s
+    )
 
 
 def _read(loader: Callable[[], ModuleType], send: Callable[[Any], None]) -> None:
@@ -244,9 +275,15 @@ def _read(loader: Callable[[], ModuleType], send: Callable[[Any], None]) -> None
     read_node(nv, send)
 
 
-def _assemble(frames: list[Any], complete: bool, elapsed: float, timeout_s: float,
-              stop: Optional[str] = None, call_limit: Optional[float] = None,
-              in_flight_s: float = 0.0) -> Union[NvmlSnapshot, ProbeError]:
+def _assemble(
+    frames: list[Any],
+    complete: bool,
+    elapsed: float,
+    timeout_s: float,
+    stop: Optional[str] = None,
+    call_limit: Optional[float] = None,
+    in_flight_s: float = 0.0,
+) -> Union[NvmlSnapshot, ProbeError]:
     header: dict[str, Any] = {}
     gpus: list[GpuObservation] = []
     last_call: Optional[str] = None

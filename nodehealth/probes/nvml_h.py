@@ -49,14 +49,38 @@ NVML_CLASSES = ("NVMLError",)
 # nvmlReturn_t (nvml.h). The probe keeps its own table: the installed nvidia-ml-py may be
 # older or newer than the driver, and a missing constant must never become a crash.
 RETURN_CODES = {
-    0: "success", 1: "uninitialized", 2: "invalid_argument", 3: "not_supported", 4: "no_permission",
-    5: "already_initialized", 6: "not_found", 7: "insufficient_size", 8: "insufficient_power",
-    9: "driver_not_loaded", 10: "timeout", 11: "irq_issue", 12: "library_not_found",
-    13: "function_not_found", 14: "corrupted_inforom", 15: "gpu_lost", 16: "reset_required",
-    17: "operating_system", 18: "version_mismatch", 19: "in_use", 20: "memory", 21: "no_data",
-    22: "vgpu_ecc_not_supported", 23: "insufficient_resources", 24: "freq_not_supported",
-    25: "argument_version_mismatch", 26: "deprecated", 27: "not_ready", 28: "gpu_not_found", 29: "invalid_state",
-    30: "reset_type_not_supported", 999: "unknown",
+    0: "success",
+    1: "uninitialized",
+    2: "invalid_argument",
+    3: "not_supported",
+    4: "no_permission",
+    5: "already_initialized",
+    6: "not_found",
+    7: "insufficient_size",
+    8: "insufficient_power",
+    9: "driver_not_loaded",
+    10: "timeout",
+    11: "irq_issue",
+    12: "library_not_found",
+    13: "function_not_found",
+    14: "corrupted_inforom",
+    15: "gpu_lost",
+    16: "reset_required",
+    17: "operating_system",
+    18: "version_mismatch",
+    19: "in_use",
+    20: "memory",
+    21: "no_data",
+    22: "vgpu_ecc_not_supported",
+    23: "insufficient_resources",
+    24: "freq_not_supported",
+    25: "argument_version_mismatch",
+    26: "deprecated",
+    27: "not_ready",
+    28: "gpu_not_found",
+    29: "invalid_state",
+    30: "reset_type_not_supported",
+    999: "unknown",
 }  # complete up to the nvml.h of CUDA 13.3 (go-nvml 8b8585b): 30 is the last before 999
 SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, FUNCTION_NOT_FOUND, GPU_IS_LOST = 0, 2, 3, 13, 15
 ARGUMENT_VERSION_MISMATCH = 25
@@ -90,9 +114,20 @@ FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC =
 FI_NVLINK_GET_STATE = 165
 FI_GET_GPU_RECOVERY_ACTION = 230  # drivers 570 and later; nvidia-ml-py from 12.570.86
 GPU_FIELDS = (
-    FI_ECC_SBE_VOL_TOTAL, FI_ECC_DBE_VOL_TOTAL, FI_ECC_SBE_AGG_TOTAL, FI_ECC_DBE_AGG_TOTAL,
-    FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING, FI_MEMORY_TEMP, FI_NVLINK_LINK_COUNT,
-    FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE, FI_GET_GPU_RECOVERY_ACTION,
+    FI_ECC_SBE_VOL_TOTAL,
+    FI_ECC_DBE_VOL_TOTAL,
+    FI_ECC_SBE_AGG_TOTAL,
+    FI_ECC_DBE_AGG_TOTAL,
+    FI_RETIRED_SBE,
+    FI_RETIRED_DBE,
+    FI_RETIRED_PENDING,
+    FI_MEMORY_TEMP,
+    FI_NVLINK_LINK_COUNT,
+    FI_REMAPPED_COR,
+    FI_REMAPPED_UNC,
+    FI_REMAPPED_PENDING,
+    FI_REMAPPED_FAILURE,
+    FI_GET_GPU_RECOVERY_ACTION,
 )
 LINK_FIELDS = (FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC)
 
@@ -111,12 +146,23 @@ def legacy_link_fields(link: int) -> tuple[int, ...]:
 
 # Which observation a field feeds (for the errors a check reads).
 FIELD_GROUP = {
-    FI_ECC_SBE_VOL_TOTAL: "ecc_errors", FI_ECC_DBE_VOL_TOTAL: "ecc_errors", FI_ECC_SBE_AGG_TOTAL: "ecc_errors",
-    FI_ECC_DBE_AGG_TOTAL: "ecc_errors", FI_RETIRED_SBE: "retired_pages", FI_RETIRED_DBE: "retired_pages",
-    FI_RETIRED_PENDING: "retired_pages", FI_MEMORY_TEMP: "temperature", FI_NVLINK_LINK_COUNT: "nvlink",
-    FI_REMAPPED_COR: "remapped_rows", FI_REMAPPED_UNC: "remapped_rows", FI_REMAPPED_PENDING: "remapped_rows",
-    FI_REMAPPED_FAILURE: "remapped_rows", FI_GET_GPU_RECOVERY_ACTION: "recovery_action",
-    FI_NVLINK_GET_STATE: "nvlink", FI_NVLINK_ERROR_DL_REPLAY: "nvlink", FI_NVLINK_ERROR_DL_RECOVERY: "nvlink",
+    FI_ECC_SBE_VOL_TOTAL: "ecc_errors",
+    FI_ECC_DBE_VOL_TOTAL: "ecc_errors",
+    FI_ECC_SBE_AGG_TOTAL: "ecc_errors",
+    FI_ECC_DBE_AGG_TOTAL: "ecc_errors",
+    FI_RETIRED_SBE: "retired_pages",
+    FI_RETIRED_DBE: "retired_pages",
+    FI_RETIRED_PENDING: "retired_pages",
+    FI_MEMORY_TEMP: "temperature",
+    FI_NVLINK_LINK_COUNT: "nvlink",
+    FI_REMAPPED_COR: "remapped_rows",
+    FI_REMAPPED_UNC: "remapped_rows",
+    FI_REMAPPED_PENDING: "remapped_rows",
+    FI_REMAPPED_FAILURE: "remapped_rows",
+    FI_GET_GPU_RECOVERY_ACTION: "recovery_action",
+    FI_NVLINK_GET_STATE: "nvlink",
+    FI_NVLINK_ERROR_DL_REPLAY: "nvlink",
+    FI_NVLINK_ERROR_DL_RECOVERY: "nvlink",
     FI_NVLINK_ERROR_DL_CRC: "nvlink",
     **{low + n: "nvlink" for low, high in LEGACY_BASES for n in range(6)},
     **{high + n: "nvlink" for low, high in LEGACY_BASES for n in range(6)},
@@ -130,24 +176,39 @@ class FabricInfoV1(ctypes.Structure):
     always 0 = "not supported"), so the probe passes its own structure.
     """
 
-    _fields_ = [("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_uint),  # noqa: RUF012
-                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte)]
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_uint),  # noqa: RUF012
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+    ]
 
 
 class FabricInfoV3(ctypes.Structure):
     """nvmlGpuFabricInfo_v3_t (nvml.h): adds the health mask and summary (version 0x3000028)."""
 
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
-                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte),
-                ("healthMask", ctypes.c_uint), ("healthSummary", ctypes.c_ubyte)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+        ("healthSummary", ctypes.c_ubyte),
+    ]
 
 
 class FabricInfoV2(ctypes.Structure):
     """nvmlGpuFabricInfo_v2_t (nvml.h): version 0x02000024, health mask, no summary."""
 
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
-                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte),
-                ("healthMask", ctypes.c_uint)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+    ]
 
 
 FABRIC_VERSIONS = ((FabricInfoV3, 0x3000028), (FabricInfoV2, 0x02000024))
@@ -156,5 +217,9 @@ FABRIC_VERSIONS = ((FabricInfoV3, 0x3000028), (FabricInfoV2, 0x02000024))
 class ProcessInfoV2(ctypes.Structure):
     """nvmlProcessInfo_v2_t (nvml.h), what nvmlDeviceGetComputeRunningProcesses_v2 fills."""
 
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),  # noqa: RUF012
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),  # noqa: RUF012
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]

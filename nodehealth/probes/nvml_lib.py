@@ -50,7 +50,7 @@ def wheel_version(nv: ModuleType) -> Optional[str]:
     for prefix in ("nvidia_ml_py-", "pynvml-"):
         for name in names:
             if name.startswith(prefix) and name.endswith((".dist-info", ".egg-info")):
-                return name[len(prefix):].rsplit(".", 1)[0].split("-py", 1)[0]
+                return name[len(prefix) :].rsplit(".", 1)[0].split("-py", 1)[0]
     return None
 
 
@@ -66,8 +66,10 @@ def wheel_too_old(nv: ModuleType) -> Optional[str]:
     if tuple(parts) >= PYNVML_FLOOR:
         return None
     floor = ".".join(map(str, PYNVML_FLOOR))
-    return (f"nvidia-ml-py {version} ({getattr(nv, '__file__', '?')}) is older than {floor}, the oldest this "
-            f"probe is tested with: its verdicts cannot be trusted (install nvidia-ml-py>={floor})")
+    return (
+        f"nvidia-ml-py {version} ({getattr(nv, '__file__', '?')}) is older than {floor}, the oldest this "
+        f"probe is tested with: its verdicts cannot be trusted (install nvidia-ml-py>={floor})"
+    )
 
 
 def load_module() -> ModuleType:

@@ -61,8 +61,7 @@ from nodehealth.probes.nvml_lib import DIRECT_CALLS, as_text, error_kind, fabric
 class GpuReader:
     """Reads one GPU; ``call`` announces each NVML call before making it."""
 
-    def __init__(self, nv: ModuleType, announce: Callable[[Any], None],
-                 node: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, nv: ModuleType, announce: Callable[[Any], None], node: Optional[dict[str, Any]] = None) -> None:
         self.nv = nv
         self.announce = announce
         self.node = {} if node is None else node  # what one GPU taught about the driver, for the next
@@ -113,14 +112,16 @@ class GpuReader:
         ecc_mode = c("ecc_mode", "nvmlDeviceGetEccMode", handle)
         power_mw = c("power", "nvmlDeviceGetPowerUsage", handle)
         limit_mw = c("power", "nvmlDeviceGetEnforcedPowerLimit", handle)
-        procs = c("processes", ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
-                  handle)
+        procs = c(
+            "processes", ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), handle
+        )
         persistence = c("persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
         mig = c("mig_mode", "nvmlDeviceGetMigMode", handle)
         fields = self._fields(handle, [(fid, 0) for fid in GPU_FIELDS])
         links = self._nvlinks(handle, fields.get(FI_NVLINK_LINK_COUNT))
-        remap: list[Any] = [fields.get(f) for f in (FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING,
-                                                     FI_REMAPPED_FAILURE)]
+        remap: list[Any] = [
+            fields.get(f) for f in (FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE)
+        ]
         retired = [fields.get(f) for f in (FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING)]
         return GpuObservation(
             index=index,
@@ -146,24 +147,31 @@ class GpuReader:
                 volatile_uncorrected=_opt(int, fields.get(FI_ECC_DBE_VOL_TOTAL)),
                 aggregate_corrected=_opt(int, fields.get(FI_ECC_SBE_AGG_TOTAL)),
                 aggregate_uncorrected=_opt(int, fields.get(FI_ECC_DBE_AGG_TOTAL)),
-            ) if ecc_mode is not None else EccCounts(),
+            )
+            if ecc_mode is not None
+            else EccCounts(),
             retired_pages_sbe=_opt(int, retired[0]),
             retired_pages_dbe=_opt(int, retired[1]),
             retired_pages_pending=None if retired[2] is None else bool(retired[2]),
-            remapped_rows=None if None in remap else RemappedRows(
-                int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
+            remapped_rows=None
+            if None in remap
+            else RemappedRows(int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
             pcie_gen=c("pcie", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
             pcie_max_gen=c("pcie", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
             pcie_width=c("pcie", "nvmlDeviceGetCurrPcieLinkWidth", handle),
             pcie_max_width=c("pcie", "nvmlDeviceGetMaxPcieLinkWidth", handle),
             nvlinks=links,
             **self._fabric(handle),
-            processes=None if procs is None else tuple(
-                GpuProcess(int(p.pid), _opt(int, getattr(p, "usedGpuMemory", None))) for p in procs),
+            processes=None
+            if procs is None
+            else tuple(GpuProcess(int(p.pid), _opt(int, getattr(p, "usedGpuMemory", None))) for p in procs),
             # The event-reason call exists from driver 535; the deprecated throttle-reason
             # call has the same bits on every driver.
-            throttle_reasons=c("throttle", ("nvmlDeviceGetCurrentClocksEventReasons",
-                                            "nvmlDeviceGetCurrentClocksThrottleReasons"), handle),
+            throttle_reasons=c(
+                "throttle",
+                ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                handle,
+            ),
             persistence_mode=None if persistence is None else bool(persistence == FEATURE_ENABLED),
             mig_enabled=None if mig is None else bool(mig[0] == FEATURE_ENABLED),
             recovery_action=_opt(int, fields.get(FI_GET_GPU_RECOVERY_ACTION)),
@@ -190,9 +198,12 @@ class GpuReader:
                 out[key] = _field_value(value)
             elif ret not in (NOT_SUPPORTED, INVALID_ARGUMENT):
                 kind = RETURN_CODES.get(ret, "error")
-                self._fail(FIELD_GROUP.get(fid, "fields"), kind,
-                           f"nvmlDeviceGetFieldValues field {fid}{f' link {scope}' if scope else ''}: "
-                           f"{kind.replace('_', ' ')} (NVML return {ret})")
+                self._fail(
+                    FIELD_GROUP.get(fid, "fields"),
+                    kind,
+                    f"nvmlDeviceGetFieldValues field {fid}{f' link {scope}' if scope else ''}: "
+                    f"{kind.replace('_', ' ')} (NVML return {ret})",
+                )
         return out
 
     def _nvlinks(self, handle: Any, count: Any) -> Optional[tuple[NvLink, ...]]:
@@ -210,10 +221,15 @@ class GpuReader:
             state = got.get((FI_NVLINK_GET_STATE, link))
             if state is None:
                 continue
-            links.append(NvLink(link, bool(int(state) == FEATURE_ENABLED),
-                                replay=_opt(int, got.get((FI_NVLINK_ERROR_DL_REPLAY, link))),
-                                recovery=_opt(int, got.get((FI_NVLINK_ERROR_DL_RECOVERY, link))),
-                                crc_flit=_opt(int, got.get((FI_NVLINK_ERROR_DL_CRC, link)))))
+            links.append(
+                NvLink(
+                    link,
+                    bool(int(state) == FEATURE_ENABLED),
+                    replay=_opt(int, got.get((FI_NVLINK_ERROR_DL_REPLAY, link))),
+                    recovery=_opt(int, got.get((FI_NVLINK_ERROR_DL_RECOVERY, link))),
+                    crc_flit=_opt(int, got.get((FI_NVLINK_ERROR_DL_CRC, link))),
+                )
+            )
         return tuple(links) or None
 
     def _nvlinks_by_call(self, handle: Any, count: int) -> Optional[tuple[NvLink, ...]]:
@@ -228,18 +244,20 @@ class GpuReader:
             if state is None:
                 continue
             replay, recovery, flit, data = (_opt(int, got.get(fid)) for fid in legacy_link_fields(link))
-            links.append(NvLink(link, bool(state == FEATURE_ENABLED), replay=replay, recovery=recovery,
-                                crc_flit=flit, crc_data=data))
+            links.append(
+                NvLink(
+                    link, bool(state == FEATURE_ENABLED), replay=replay, recovery=recovery, crc_flit=flit, crc_data=data
+                )
+            )
         return tuple(links) or None
 
     def _fabric(self, handle: Any) -> dict[str, Any]:
         """The fabric state through the versioned call (with the health mask) where the driver
         and wheel have it, else the v1 call; always with the C layout of nvml.h."""
-        none = {"fabric_state": None, "fabric_status": None, "fabric_health_mask": None,
-                "fabric_health_summary": None}
+        none = {"fabric_state": None, "fabric_status": None, "fabric_health_mask": None, "fabric_health_summary": None}
         info: Any = None
         if not self.node.get("fabric_v1"):
-            for cls, version in FABRIC_VERSIONS[self.node.get("fabric_version", 0):]:
+            for cls, version in FABRIC_VERSIONS[self.node.get("fabric_version", 0) :]:
                 candidate = cls(version=version)
                 self.announce(("call", "nvmlDeviceGetGpuFabricInfoV"))
                 try:
@@ -267,8 +285,9 @@ class GpuReader:
         status = int(info.status)
         return {
             "fabric_state": int(info.state),
-            "fabric_status": None if status == SUCCESS else f"NVML error {status} "
-                                                            f"({RETURN_CODES.get(status, 'unknown')})",
+            "fabric_status": None
+            if status == SUCCESS
+            else f"NVML error {status} ({RETURN_CODES.get(status, 'unknown')})",
             "fabric_health_mask": int(info.healthMask) if hasattr(info, "healthMask") else None,
             "fabric_health_summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
         }
@@ -321,8 +340,16 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
         except Exception as exc:  # noqa: BLE001
             announce(("unavailable", (error_kind(nv, exc), f"nvmlDeviceGetCount: {exc}")))
             return
-        announce(("header", {"driver_version": None if driver is None else as_text(driver),
-                             "cuda_driver_version": cuda, "device_count": count}))
+        announce(
+            (
+                "header",
+                {
+                    "driver_version": None if driver is None else as_text(driver),
+                    "cuda_driver_version": cuda,
+                    "device_count": count,
+                },
+            )
+        )
         node: dict[str, Any] = {}
         for index in range(count):
             announce(("begin", index))

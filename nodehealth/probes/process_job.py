@@ -45,14 +45,13 @@ def job_from_environ(data: bytes) -> Optional[str]:
     return found.get("SLURM_JOB_ID") or found.get("SLURM_JOBID")
 
 
-
 def _start_uptime_s(procfs_root: str, pid: int) -> Optional[float]:
     """Seconds after boot the process started (field 22 of ``/proc/<pid>/stat``)."""
     data = read_bytes(os.path.join(procfs_root, str(pid), "stat"), 4096)
     if data is None:
         return None
     try:
-        fields = data[data.rindex(b")") + 2:].split()
+        fields = data[data.rindex(b")") + 2 :].split()
         ticks = int(fields[19])
         return ticks / os.sysconf("SC_CLK_TCK")
     except (ValueError, IndexError, OSError):

@@ -47,11 +47,13 @@ def cached_view(info: NodeInfo) -> Union[dict[str, Any], None]:
     if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS or not all(" " < ch <= "~" for ch in name):
         return None
     gres = raw.get("gres_gpus")
-    return {"name": name,
-            "gres_gpus": gres if isinstance(gres, int) and not isinstance(gres, bool) and 0 <= gres < 1 << 16 else None,
-            "state": _bounded_text(raw.get("state"), MAX_STATE_CHARS),
-            "reason": _bounded_text(raw.get("reason"), MAX_REASON_CHARS),
-            "time": raw.get("time")}
+    return {
+        "name": name,
+        "gres_gpus": gres if isinstance(gres, int) and not isinstance(gres, bool) and 0 <= gres < 1 << 16 else None,
+        "state": _bounded_text(raw.get("state"), MAX_STATE_CHARS),
+        "reason": _bounded_text(raw.get("reason"), MAX_REASON_CHARS),
+        "time": raw.get("time"),
+    }
 
 
 def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") -> Union[NodeInfo, ProbeError]:
@@ -62,8 +64,9 @@ def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") 
     return replace(got, seen_at=time.time())
 
 
-def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
-              cached_only: bool = False, cache: bool = True) -> Union[NodeInfo, ProbeError]:
+def node_view(
+    cfg: Any, node: str, phase: str, timeout_s: float, cached_only: bool = False, cache: bool = True
+) -> Union[NodeInfo, ProbeError]:
     """The cached view, or slurmctld's answer now; ``cache=False`` (``nodehealth check`` by hand):
     the answer is used for this run and not written to the state dir."""
     cached = NodeInfo.from_json(slurmstate.load(cfg.paths).slurm_node)
@@ -72,8 +75,11 @@ def node_view(cfg: Any, node: str, phase: str, timeout_s: float,
     now = time.time()
     if phase in NO_CALL_PHASES or cached_only:
         if cached is None:
-            return ProbeError("slurm_node", "unavailable", "no cached Slurm view of this node yet "
-                              "(the health check or the daemon writes it)")
+            return ProbeError(
+                "slurm_node",
+                "unavailable",
+                "no cached Slurm view of this node yet (the health check or the daemon writes it)",
+            )
         return cached
     if cached is not None and cached.fresh(now, reconcile_after_s(node, cfg.slurm.reconcile_s)):
         return cached

@@ -64,8 +64,7 @@ class StoreXidFollower:
                 store = XidStore.configured(self.cfg)
                 self._alive = True
                 self.since = time.time()
-                store.follow(self._stop, handle,
-                             on_note=lambda note: self.log(f"XID event store: {note}", "warning"))
+                store.follow(self._stop, handle, on_note=lambda note: self.log(f"XID event store: {note}", "warning"))
             except (KernelLogUnavailable, StoreError, OSError, ValueError) as exc:
                 self.log(f"XID follower stopped: {exc}; retrying in {self.retry_s:g} s", "err")
             self._alive = False

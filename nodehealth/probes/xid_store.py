@@ -73,8 +73,19 @@ from nodehealth.xid.patterns import KMSG_PATH
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
 
-__all__ = ["DEFAULT_MAX_EVENTS", "FORMAT", "MAX_SEQ", "StoreError", "StoreState", "add_events", "catalog_for",
-           "clear_events", "event_time", "judged", "roll_boot"]
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "FORMAT",
+    "MAX_SEQ",
+    "StoreError",
+    "StoreState",
+    "add_events",
+    "catalog_for",
+    "clear_events",
+    "event_time",
+    "judged",
+    "roll_boot",
+]
 
 MAX_STORE_BYTES = 16 << 20
 
@@ -124,8 +135,9 @@ def load_state(state_dir: str) -> tuple[StoreState, tuple[str, ...]]:
     state, ignored = StoreState.from_json(data)
     if not ignored:
         return state, ()
-    return state, (f"{path}: ignored what was not valid ({'; '.join(ignored)}); the file is rewritten "
-                   "at the next write",)
+    return state, (
+        f"{path}: ignored what was not valid ({'; '.join(ignored)}); the file is rewritten at the next write",
+    )
 
 
 def save_state(state_dir: str, state: StoreState) -> None:
@@ -142,8 +154,11 @@ def locked(state_dir: str, deadline: Optional[float] = None) -> Iterator[None]:
     """Hold the store's lock; ``deadline`` (monotonic) bounds the wait (StoreError after it)."""
     try:
         files.require_state_dir(state_dir)  # 0700 when new; refused when another user's or writable by others
-        fd = os.open(layout.path(state_dir, layout.XID_LOCK),
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, files.STATE_FILE_MODE)
+        fd = os.open(
+            layout.path(state_dir, layout.XID_LOCK),
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            files.STATE_FILE_MODE,
+        )
     except OSError as exc:
         raise StoreError(f"cannot open the event store lock in {state_dir}: {exc.strerror or exc}") from None
     try:
@@ -183,10 +198,17 @@ class XidStore:
     kernel-facility kmsg records: records written to /dev/kmsg from user space carry another.
     """
 
-    def __init__(self, state_dir: str, procfs_root: str = "/proc", kmsg_path: str = KMSG_PATH,
-                 overrides: tuple[str, ...] = (), max_events: int = DEFAULT_MAX_EVENTS,
-                 kernel_only: bool = True, now: Callable[[], float] = time.time,
-                 persist: bool = True) -> None:
+    def __init__(
+        self,
+        state_dir: str,
+        procfs_root: str = "/proc",
+        kmsg_path: str = KMSG_PATH,
+        overrides: tuple[str, ...] = (),
+        max_events: int = DEFAULT_MAX_EVENTS,
+        kernel_only: bool = True,
+        now: Callable[[], float] = time.time,
+        persist: bool = True,
+    ) -> None:
         self.persist = persist  # False (``nodehealth check`` by hand): sync reads, keeps its position in memory
         self.state_dir = state_dir
         self.procfs_root = procfs_root
@@ -203,8 +225,15 @@ class XidStore:
         Raises ValueError or OSError when the XID catalog (with the site's overrides) cannot be loaded.
         """
         s = xid_settings(cfg)
-        return cls(cfg.paths.state_dir, cfg.paths.procfs_root, s.kmsg_path, s.severity_overrides,
-                   s.store_max_events, s.kernel_facility_only, now)
+        return cls(
+            cfg.paths.state_dir,
+            cfg.paths.procfs_root,
+            s.kmsg_path,
+            s.severity_overrides,
+            s.store_max_events,
+            s.kernel_facility_only,
+            now,
+        )
 
     # -- one-shot -------------------------------------------------------------------------
 
@@ -222,8 +251,9 @@ class XidStore:
             cleared = roll_boot(state, current, self.catalog)
             if cleared:
                 notes += (f"the reboot cleared {cleared} drain-class event(s) of an earlier boot",)
-            reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only,
-                                position=state.file_position)
+            reader = KmsgReader(
+                self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, position=state.file_position
+            )
             stats = ScanStats()
             try:
                 found = list(scan(reader.lines(deadline=deadline), stats))
@@ -280,8 +310,9 @@ class XidStore:
             save_state(self.state_dir, state)
         return counts
 
-    def observation(self, result: Optional[SyncResult] = None, note: Optional[str] = None,
-                    gathered_at: Optional[float] = None) -> XidObservation:
+    def observation(
+        self, result: Optional[SyncResult] = None, note: Optional[str] = None, gathered_at: Optional[float] = None
+    ) -> XidObservation:
         """What the store holds now, judged, as the ``xid`` probe's observation.
 
         Without a ``result`` (the kernel log could not be read) the stored state is used as
@@ -300,21 +331,40 @@ class XidStore:
         if note:
             notes = (note, *notes)
         records = tuple(
-            XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=stored_at(d),
-                      current_boot=d["boot_id"] == current)
-            for d in state.events)
-        ledger = job_ledger.entries(job_ledger.read(self.state_dir)) \
-            if any(r.event.job_id is None for r in records) else ()
+            XidRecord(
+                event=judged(d, self.catalog),
+                boot_id=d["boot_id"],
+                at=stored_at(d),
+                current_boot=d["boot_id"] == current,
+            )
+            for d in state.events
+        )
+        ledger = (
+            job_ledger.entries(job_ledger.read(self.state_dir)) if any(r.event.job_id is None for r in records) else ()
+        )
         return XidObservation(
-            boot_id=current, records=records, gathered_at=gathered_at if gathered_at is not None else self.now(),
-            source=self.kmsg_path, complete=complete, kmsg_seq=state.kmsg_seq, skipped_lines=skipped,
-            last_clear=state.last_clear, ledger=ledger, notes=notes)
+            boot_id=current,
+            records=records,
+            gathered_at=gathered_at if gathered_at is not None else self.now(),
+            source=self.kmsg_path,
+            complete=complete,
+            kmsg_seq=state.kmsg_seq,
+            skipped_lines=skipped,
+            last_clear=state.last_clear,
+            ledger=ledger,
+            notes=notes,
+        )
 
     # -- follow ---------------------------------------------------------------------------
 
-    def follow(self, stop: threading.Event, on_event: Optional[Callable[[XidRecord], None]] = None,
-               save_interval_s: float = 5.0, poll_s: float = 0.25,
-               on_note: Optional[Callable[[str], None]] = None) -> None:
+    def follow(
+        self,
+        stop: threading.Event,
+        on_event: Optional[Callable[[XidRecord], None]] = None,
+        save_interval_s: float = 5.0,
+        poll_s: float = 0.25,
+        on_note: Optional[Callable[[str], None]] = None,
+    ) -> None:
         """Follow the kernel log into the store until ``stop`` is set.
 
         Starts from the stored position (reading the backlog of this boot first), records
@@ -332,8 +382,13 @@ class XidStore:
         for note in notes:
             if on_note is not None:
                 on_note(note)
-        reader = KmsgReader(self.kmsg_path, after_seq=state.kmsg_seq, kernel_only=self.kernel_only, poll_s=poll_s,
-                            position=state.file_position)
+        reader = KmsgReader(
+            self.kmsg_path,
+            after_seq=state.kmsg_seq,
+            kernel_only=self.kernel_only,
+            poll_s=poll_s,
+            position=state.file_position,
+        )
         saved_seq = state.kmsg_seq
         saved_position = start_position = state.file_position
         last_save = time.monotonic()
@@ -351,8 +406,14 @@ class XidStore:
             # A recorded log read from its beginning although a position of it was stored (it
             # was rewritten in place): that position no longer counts (unless another reader has
             # replaced it since).
-            stale = start_position if position is not None and not file_checked and not reader.resumed \
-                and position.same_file(start_position) else None
+            stale = (
+                start_position
+                if position is not None
+                and not file_checked
+                and not reader.resumed
+                and position.same_file(start_position)
+                else None
+            )
             file_checked = file_checked or position is not None
             out = self._record(events, reader.last_seq, restart=rewind, position=position, stale=stale)
             saved_seq, saved_position, last_save = reader.last_seq, position, time.monotonic()
@@ -377,8 +438,14 @@ class XidStore:
                 with contextlib.suppress(StoreError):
                     record([])
 
-    def _record(self, events: list[XidEvent], last_seq: Optional[int], restart: bool = False,
-                position: Optional[FilePosition] = None, stale: Optional[FilePosition] = None) -> list[XidRecord]:
+    def _record(
+        self,
+        events: list[XidEvent],
+        last_seq: Optional[int],
+        restart: bool = False,
+        position: Optional[FilePosition] = None,
+        stale: Optional[FilePosition] = None,
+    ) -> list[XidRecord]:
         """Add ``events`` and the position under the lock; ``restart``: the position saved is
         not valid (the log was read again from its beginning) and is replaced by ``last_seq``.
 
@@ -397,15 +464,20 @@ class XidStore:
             stored = state.file_position
             if stale is not None and stored == stale:
                 stored = state.file_position = None
-            if position is not None and stored is not None and position.same_file(stored) \
-                    and stored.offset >= position.offset:
+            if (
+                position is not None
+                and stored is not None
+                and position.same_file(stored)
+                and stored.offset >= position.offset
+            ):
                 events = []  # read and recorded by another reader already
             added = add_events(state, self._stamped(events), self.catalog, self.max_events)
             new = state.events[-added:] if added else []
             if last_seq is not None:
                 state.kmsg_seq = max(last_seq, state.kmsg_seq or -1)
-            if position is not None and (stored is None or
-                                         (position.same_file(stored) and position.offset > stored.offset)):
+            if position is not None and (
+                stored is None or (position.same_file(stored) and position.offset > stored.offset)
+            ):
                 state.file_position = position
             save_state(self.state_dir, state)
         return [XidRecord(event=judged(d, self.catalog), boot_id=d["boot_id"], at=stored_at(d)) for d in new]
@@ -414,8 +486,16 @@ class XidStore:
 # --------------------------------------------------------------------------- the "xid" probe
 
 
-def gather(state_dir: str, procfs_root: str, kmsg_path: str, overrides: tuple[str, ...], max_events: int,
-           kernel_only: bool, timeout_s: float, persist: bool = True) -> Any:
+def gather(
+    state_dir: str,
+    procfs_root: str,
+    kmsg_path: str,
+    overrides: tuple[str, ...],
+    max_events: int,
+    kernel_only: bool,
+    timeout_s: float,
+    persist: bool = True,
+) -> Any:
     """The ``xid`` probe: read the kernel log since the stored position, update the store,
     and return this boot's events (``XidObservation``) or a ``ProbeError``. ``persist=False``
     (``nodehealth check`` by hand): the store is read, not written (no lock, no position saved)."""

@@ -57,8 +57,9 @@ class FileStore:
     def update(self, change: Callable[[State], State], lock_timeout_s: float, log: Log) -> Optional[State]:
         return slurmstate.update(self.paths, change, lock_timeout_s, log)
 
-    def update_doc(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
-                   lock_timeout_s: float) -> dict[str, Any]:
+    def update_doc(
+        self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]], lock_timeout_s: float
+    ) -> dict[str, Any]:
         return records.update_doc(self.paths, name, change, lock_timeout_s)
 
 
@@ -80,8 +81,9 @@ class MemoryStore:
         self.state = change(self.state)
         return self.state
 
-    def update_doc(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
-                   lock_timeout_s: float) -> dict[str, Any]:
+    def update_doc(
+        self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]], lock_timeout_s: float
+    ) -> dict[str, Any]:
         doc = dict(self.docs[name]) if name in self.docs else records.read_doc(self.paths, name)
         self.docs[name] = change(doc)
         return self.docs[name]
@@ -157,7 +159,7 @@ class Actor:
         change: a drained faulty node checked every 5 s says it once, not 17,000 times a day)."""
         key = f"{self.phase}~act"
         state = self.load()
-        mark = f"{state.drain.time if state.drain else 0}|{text}"[:slurmstate.MAX_LOGGED_CHARS]
+        mark = f"{state.drain.time if state.drain else 0}|{text}"[: slurmstate.MAX_LOGGED_CHARS]
         if (state.logged or {}).get(key, {}).get("said") == mark:
             return
         self.log(text, notable=notable)
@@ -178,8 +180,11 @@ def _disown(actor: Actor, node: NodeInfo, state: State) -> None:
     """Our drain record no longer matches Slurm: a person resumed the node or edited the reason."""
     text = node.reason.full if node.reason else None
     if node.drained and text is not None and state.disowned != text:
-        actor.log(f"drain reason changed to {text!r} (was ours: {state.drain.reason if state.drain else ''!r}); "
-                  "it belongs to whoever changed it: never overwritten, never resumed", notable=True)
+        actor.log(
+            f"drain reason changed to {text!r} (was ours: {state.drain.reason if state.drain else ''!r}); "
+            "it belongs to whoever changed it: never overwritten, never resumed",
+            notable=True,
+        )
     elif not node.drained:
         actor.log(f"node {node.state.text}: our drain was lifted by someone else; forgetting it")
     check = state.drain.check if state.drain is not None and state.drain.flapping and not node.drained else None
@@ -188,6 +193,7 @@ def _disown(actor: Actor, node: NodeInfo, state: State) -> None:
         # A person resumed a drain held for flapping: they judged the part; its count starts again.
         history = policy.forget_check(s.history, check) if check is not None else s.history
         return replace(s, drain=None, disowned=text if node.drained else None, history=history)
+
     actor.save(forget)
 
 
@@ -197,11 +203,14 @@ def _orphan(actor: Actor, node: Optional[NodeInfo], state: State) -> bool:
     if state.drain is not None or node is None:
         return False
     if node.drained_by_us and node.reason is not None:
-        text = node.reason.full[:slurmstate.MAX_TEXT_CHARS]
+        text = node.reason.full[: slurmstate.MAX_TEXT_CHARS]
         if state.orphan != text:
-            actor.log(f"{actor.node} is drained with a nodehealth reason and no record of ours ({text!r}; "
-                      "the state dir was lost or wiped?): nodehealth never resumes it; once the node is "
-                      f"fixed, resume it by hand: scontrol update nodename={actor.node} state=resume", notable=True)
+            actor.log(
+                f"{actor.node} is drained with a nodehealth reason and no record of ours ({text!r}; "
+                "the state dir was lost or wiped?): nodehealth never resumes it; once the node is "
+                f"fixed, resume it by hand: scontrol update nodename={actor.node} state=resume",
+                notable=True,
+            )
             actor.save(lambda s: replace(s, orphan=text))
         return True
     if state.orphan is not None:
@@ -244,23 +253,45 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         reason = policy.flap_reason(fault, drains, window, cfg.drain.reason_max_len, more)
 
     def record(state: State) -> State:
-        rec = DrainRecord(reason=reason, check=fault.name, action=fault.action.value, boot_id=actor.boot_id,
-                          time=now, phase=actor.phase, job_id=actor.job_id, drains=drains, flapping=held,
-                          gpus=policy.fault_gpus(fault))
+        rec = DrainRecord(
+            reason=reason,
+            check=fault.name,
+            action=fault.action.value,
+            boot_id=actor.boot_id,
+            time=now,
+            phase=actor.phase,
+            job_id=actor.job_id,
+            drains=drains,
+            flapping=held,
+            gpus=policy.fault_gpus(fault),
+        )
         # The cached view predates the drain: the next look at this node reads it (and so confirms the drain).
         stale = dict(state.slurm_node, time=None) if state.slurm_node else None
-        return replace(state, clean_runs=0, drain=rec, disowned=None, orphan=None, last_status=status, last_run=now,
-                       boot_id=actor.boot_id, slurm_node=stale,
-                       history=policy.remember_drain(state.history, fault.name, now, window))
+        return replace(
+            state,
+            clean_runs=0,
+            drain=rec,
+            disowned=None,
+            orphan=None,
+            last_status=status,
+            last_run=now,
+            boot_id=actor.boot_id,
+            slurm_node=stale,
+            history=policy.remember_drain(state.history, fault.name, now, window),
+        )
 
     def drained(what: str) -> None:
         if held:
-            actor.log(f"{what}: held for a person: {fault.name} drained {drains} times within {policy.span(window)} "
-                      f"([resume] flap_drains = {cfg.resume.flap_drains}); nodehealth will not resume it: "
-                      f"scontrol update nodename={actor.node} state=resume once it is fixed", notable=True)
+            actor.log(
+                f"{what}: held for a person: {fault.name} drained {drains} times within {policy.span(window)} "
+                f"([resume] flap_drains = {cfg.resume.flap_drains}); nodehealth will not resume it: "
+                f"scontrol update nodename={actor.node} state=resume once it is fixed",
+                notable=True,
+            )
 
-    trusted = state.drain is not None and (actor.record_trusted_after is None
-                                           or state.drain.time >= actor.record_trusted_after)
+    trusted = state.drain is not None and (
+        actor.record_trusted_after is None or state.drain.time >= actor.record_trusted_after
+    )
     if state.drain is not None and (policy.owns(me, state) if me is not None else trusted):
         # Ours already (by our record; Slurm keeps an existing reason, so no call is needed to stay drained).
         decision = policy.decide_drain(_as_ours(me, state), state, fault, reason)
@@ -282,12 +313,16 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         orphan = _orphan(actor, me, state)
         decision = policy.decide_drain(me, state, fault, reason)
         if decision.action != "drain":
-            return not_drained(ActOutcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
-                               if orphan else decision.why, me)
+            return not_drained(
+                ActOutcome.OTHER,
+                "an orphan drain of nodehealth (no record): left as it is" if orphan else decision.why,
+                me,
+            )
     everyone = actor.client.show(None)
     if isinstance(everyone, ProbeError):
-        return not_drained(ActOutcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): "
-                           "cannot set the reason", me)
+        return not_drained(
+            ActOutcome.UNREACHABLE, f"slurmctld did not answer ({everyone.message}): cannot set the reason", me
+        )
     me = next((n for n in everyone if n.name == actor.node), None)
     if me is not None:
         cache = dict(replace(me, seen_at=now).to_json())
@@ -301,13 +336,21 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
         if policy.owns(me, state):
             actor.save(lambda s: replace(s, clean_runs=0, last_status=status, last_run=now))
             return Acted(ActOutcome.ALREADY, me)
-        return not_drained(ActOutcome.OTHER, "an orphan drain of nodehealth (no record): left as it is"
-                           if orphan else decision.why, me)
+        return not_drained(
+            ActOutcome.OTHER, "an orphan drain of nodehealth (no record): left as it is" if orphan else decision.why, me
+        )
     br = policy.breaker(everyone, cfg.drain.max_share, cfg.drain.breaker_min_drained, exclude=actor.node)
     if br.tripped:
         actor.say(f"fault ({reason}); NOT draining: {br.describe()}", notable=True)
-        hold = {"time": now, "ours": br.ours, "total": br.total, "share": round(br.share, 4),
-                "limit": br.limit, "reason": reason, "phase": actor.phase}
+        hold = {
+            "time": now,
+            "ours": br.ours,
+            "total": br.total,
+            "share": round(br.share, 4),
+            "limit": br.limit,
+            "reason": reason,
+            "phase": actor.phase,
+        }
         actor.save(lambda s: replace(s, clean_runs=0, breaker_held=hold, last_status=status, last_run=now))
         return Acted(ActOutcome.HELD, me)
     out = actor.client.update(actor.node, "drain", reason)
@@ -337,8 +380,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     """
     cfg = actor.cfg
     now = time.time()
-    state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) \
-        or actor.load()
+    state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) or actor.load()
     node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
     if node is not None and node.name != actor.node:
         node = None
@@ -365,8 +407,9 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         return Acted(ActOutcome.NONE, node)
     if not cfg.resume.enabled:
         return Acted(ActOutcome.NONE, node)
-    due = policy.resume_due(state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
-                            cfg.resume.clean_runs_max)
+    due = policy.resume_due(
+        state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions, cfg.resume.clean_runs_max
+    )
     if due.action != "resume":
         actor.say(f"not resuming: {due.why}")
         return Acted(ActOutcome.NONE, node)
@@ -378,8 +421,9 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         actor.say(f"resume due, but slurmctld did not answer ({got.message}); next run")
         return Acted(ActOutcome.NONE)
     node = got
-    decision = policy.decide_resume(node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions,
-                                    cfg.resume.clean_runs_max)
+    decision = policy.decide_resume(
+        node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions, cfg.resume.clean_runs_max
+    )
     if decision.action != "resume":
         if node.drained and not policy.owns(node, state) or not node.drained:
             _disown(actor, node, state)
@@ -391,8 +435,9 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     # restart it has answered rc 1 and resumed the node all the same).
     after = read_me(actor)
     if isinstance(after, NodeInfo) and not after.drained:
-        actor.log(f"resumed {actor.node}: {decision.why} (was: {node.reason.full if node.reason else ''})",
-                  notable=True)
+        actor.log(
+            f"resumed {actor.node}: {decision.why} (was: {node.reason.full if node.reason else ''})", notable=True
+        )
         actor.save(lambda s: replace(s, drain=None, breaker_held=None, disowned=None))
         return Acted(ActOutcome.RESUMED, after)
     why = out.message if not out.ok else "the node is still drained"

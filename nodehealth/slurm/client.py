@@ -68,8 +68,15 @@ def environment(slurm_conf: str = "", base: Optional[Mapping[str, str]] = None) 
 class Scontrol:
     """``SlurmClient`` through the ``scontrol`` command, every call bounded by ``deadline``."""
 
-    def __init__(self, scontrol: str, per_call_s: float, deadline: Deadline, slurm_conf: str = "",
-                 environ: Optional[Mapping[str, str]] = None, sinfo: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        scontrol: str,
+        per_call_s: float,
+        deadline: Deadline,
+        slurm_conf: str = "",
+        environ: Optional[Mapping[str, str]] = None,
+        sinfo: Optional[str] = None,
+    ) -> None:
         self.scontrol, self.per_call_s, self.deadline = scontrol, per_call_s, deadline
         self.env = environment(slurm_conf, environ)
         self.calls = 0
@@ -88,8 +95,11 @@ class Scontrol:
         if res.timed_out:
             return ProbeError("slurmctl", "timeout", f"{shlex.join(res.argv)} did not answer within {timeout:.1f} s")
         if res.truncated:  # cut while reading and killed: a partial answer is no answer
-            return ProbeError("slurmctl", "invalid", f"{shlex.join(res.argv[:3])} answered more than "
-                              f"{max_answer} bytes: not read further")
+            return ProbeError(
+                "slurmctl",
+                "invalid",
+                f"{shlex.join(res.argv[:3])} answered more than {max_answer} bytes: not read further",
+            )
         return res
 
     def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
@@ -101,8 +111,9 @@ class Scontrol:
             got = self._sinfo_node(node)
             if got is not None:
                 return got
-        res = self._call([self.scontrol, "show", "node", "-o"] + ([node] if node else []),
-                         MAX_NODE_ANSWER if node else MAX_ANSWER)
+        res = self._call(
+            [self.scontrol, "show", "node", "-o"] + ([node] if node else []), MAX_NODE_ANSWER if node else MAX_ANSWER
+        )
         if isinstance(res, ProbeError):
             return res
         if res.returncode != 0:
@@ -136,7 +147,6 @@ class Scontrol:
         if res.returncode != 0:
             return UpdateOutcome(False, f"scontrol exit {res.returncode}: {_first_line(res)}")
         return UpdateOutcome(True, "ok")
-
 
     def reboot(self, node: str, reason: str) -> UpdateOutcome:
         """``scontrol reboot ASAP nextstate=RESUME reason=... NODE``: Slurm drains the node (ASAP), runs

@@ -20,8 +20,10 @@ LEDGER_FIELD_MAX = 128
 # Control characters (C0, DEL, C1, line/paragraph separators) become a blank; quotes, backslash,
 # "=", brackets and shell metacharacters are dropped. A translation table, not a regex: this module
 # is on the prolog's fast path.
-_CLEAN = {**{c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)},
-          **{ord(ch): None for ch in "\"'`\\$;|&<>=[]"}}
+_CLEAN = {
+    **{c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)},
+    **{ord(ch): None for ch in "\"'`\\$;|&<>=[]"},
+}
 
 
 def sanitize(text: str, limit: int = REASON_MAX) -> str:
@@ -69,8 +71,9 @@ def _field(value: Optional[str]) -> Optional[str]:
     return text or None
 
 
-def record(event: str, environ: Mapping[str, str], now: float, node: Optional[str] = None,
-           boot_id: Optional[str] = None) -> Optional[dict[str, Any]]:
+def record(
+    event: str, environ: Mapping[str, str], now: float, node: Optional[str] = None, boot_id: Optional[str] = None
+) -> Optional[dict[str, Any]]:
     """The ledger record (JSON object) for the job in a prolog/epilog environment; None without
     ``SLURM_JOB_ID`` or with one that is not a job id (``job_id``). Environment values are data:
     sanitised, length-capped, never interpreted."""
@@ -80,6 +83,14 @@ def record(event: str, environ: Mapping[str, str], now: float, node: Optional[st
     uid_text = environ.get("SLURM_JOB_UID", "")
     uid = int(uid_text) if uid_text.isdigit() and len(uid_text) < 11 else None
     gpus = job_gpus(environ)
-    return {"v": LEDGER_VERSION, "event": event, "job_id": job, "user": _field(environ.get("SLURM_JOB_USER")),
-            "uid": uid, "gpus": list(gpus) if gpus is not None else None,
-            "node": _field(node or environ.get("SLURMD_NODENAME")), "time": round(now, 3), "boot_id": boot_id}
+    return {
+        "v": LEDGER_VERSION,
+        "event": event,
+        "job_id": job,
+        "user": _field(environ.get("SLURM_JOB_USER")),
+        "uid": uid,
+        "gpus": list(gpus) if gpus is not None else None,
+        "node": _field(node or environ.get("SLURMD_NODENAME")),
+        "time": round(now, 3),
+        "boot_id": boot_id,
+    }

@@ -57,9 +57,9 @@ REASON_CODES: Mapping[str, tuple[str, str]] = {
 # Codes that stand for a state of the drain instead of the check (the check's name still follows them).
 STATE_CODES: Mapping[str, str] = {
     "flap": "the check drained the node too often ([resume] flap_drains within flap_window_s): held for a "
-            "person, never resumed by nodehealth",
+    "person, never resumed by nodehealth",
     "inspect": "[slurm] reboot_max reboots within reboot_window_s did not clear the check's fault ([slurm] reboot = "
-               "\"asap\"): held for a person, no more reboots, never resumed by nodehealth",
+    '"asap"): held for a person, no more reboots, never resumed by nodehealth',
 }
 XID_CODE_CHECKS = frozenset({"gpu_xid", "job_forensics"})  # checks whose result may name an XID number
 _CODE = re.compile(r"[a-z][a-z0-9]{0,15}")
@@ -95,6 +95,7 @@ def reason_codes_table() -> list[str]:
 
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 
+
 def gres_gpu_count(gres: Optional[str]) -> Optional[int]:
     """``gpu:8``, ``gpu:h100:8(S:0-1)``, ``gpu:quadro:1(S:0),vmem:2G`` -> GPU count; None if no GPU gres."""
     if not gres or gres in ("(null)", "N/A"):
@@ -109,7 +110,7 @@ def node_fields(line: str) -> dict[str, str]:
     at = line.find("Reason=")
     while at > 0 and not line[at - 1].isspace():
         at = line.find("Reason=", at + 1)
-    head, reason = (line, None) if at < 0 else (line[:at], line[at + len("Reason="):])
+    head, reason = (line, None) if at < 0 else (line[:at], line[at + len("Reason=") :])
     for token in head.split():
         key, sep, value = token.partition("=")
         if sep and key not in out:
@@ -151,9 +152,15 @@ def parse_nodes(text: str) -> list[NodeInfo]:
         name = fields.get("NodeName", "")
         if not name:
             continue
-        nodes.append(NodeInfo(name=name, state=parse_state(fields.get("State", "")),
-                              reason=parse_reason(fields.get("Reason")),
-                              gres_gpus=gres_gpu_count(fields.get("Gres")), fields=fields))
+        nodes.append(
+            NodeInfo(
+                name=name,
+                state=parse_state(fields.get("State", "")),
+                reason=parse_reason(fields.get("Reason")),
+                gres_gpus=gres_gpu_count(fields.get("Gres")),
+                fields=fields,
+            )
+        )
     return nodes
 
 
@@ -192,13 +199,20 @@ def parse_sinfo_node(text: str, node: str, end: str) -> Union[NodeInfo, None, st
             full = None
         elif user and user not in ("(null)", "Unknown"):
             full = f"{reason} [{user}@{when}]"
-        info = NodeInfo(name=name, state=parse_state(state.upper()),
-                        reason=None if full is None else Reason(full, reason, user if full != reason else None,
-                                                                when if full != reason else None),
-                        gres_gpus=gres_gpu_count(gres),
-                        fields={"NodeName": name, "State": state.upper(), "Gres": gres, "Reason": full or ""})
-        if found is not None and (found.state, found.reason, found.gres_gpus) != (info.state, info.reason,
-                                                                                    info.gres_gpus):
+        info = NodeInfo(
+            name=name,
+            state=parse_state(state.upper()),
+            reason=None
+            if full is None
+            else Reason(full, reason, user if full != reason else None, when if full != reason else None),
+            gres_gpus=gres_gpu_count(gres),
+            fields={"NodeName": name, "State": state.upper(), "Gres": gres, "Reason": full or ""},
+        )
+        if found is not None and (found.state, found.reason, found.gres_gpus) != (
+            info.state,
+            info.reason,
+            info.gres_gpus,
+        ):
             return f"records of {node} that disagree"
         found = found or info
     return found
@@ -217,7 +231,6 @@ def reconcile_after_s(node: str, reconcile_s: float, jitter: float = RECONCILE_J
     no ``hash()`` salt), spread uniformly over the nodes, so that nodes whose reads once fell due
     together drift apart instead of asking slurmctld at the same tick every period.
     """
-    digest = hashlib.blake2b(node.encode("utf-8", "surrogateescape"), digest_size=8,
-                             person=b"nh-reconcile").digest()
+    digest = hashlib.blake2b(node.encode("utf-8", "surrogateescape"), digest_size=8, person=b"nh-reconcile").digest()
     share = int.from_bytes(digest, "big") / float(1 << 64)  # [0, 1)
     return reconcile_s * (1.0 + jitter * (2.0 * share - 1.0))

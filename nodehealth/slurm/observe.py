@@ -73,8 +73,11 @@ def would_counts(doc: Mapping[str, Any]) -> dict[str, int]:
     raw = doc.get("would")
     if not isinstance(raw, Mapping):
         return {}
-    return {a: n for a, n in raw.items() if a in ACTIONS and isinstance(n, int) and not isinstance(n, bool)
-            and 0 <= n <= MAX_COUNT}
+    return {
+        a: n
+        for a, n in raw.items()
+        if a in ACTIONS and isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_COUNT
+    }
 
 
 def effective(paths: Any, node: str) -> Optional[str]:
@@ -129,8 +132,10 @@ class ObserveClient:
         for n in got:
             if n.name == self.node and reason is not None:
                 if n.reason is not None and n.reason.text != reason:
-                    self._forget(f"Slurm shows {n.reason.full!r} on {n.name}: the real node wins, "
-                                 f"forgetting the would-be drain ({reason})")
+                    self._forget(
+                        f"Slurm shows {n.reason.full!r} on {n.name}: the real node wins, "
+                        f"forgetting the would-be drain ({reason})"
+                    )
                 n = overlay(n, reason)
             out.append(n)
         return out
@@ -140,8 +145,9 @@ class ObserveClient:
         if node != self.node:
             return UpdateOutcome(False, f"observe mode acts only on this node ({self.node}), not {node}")
         if state == "drain" and reason:
-            return self._would("drain", f"would drain {node}: {reason}", {"node": node, "reason": reason,
-                                                                          "time": self.clock()})
+            return self._would(
+                "drain", f"would drain {node}: {reason}", {"node": node, "reason": reason, "time": self.clock()}
+            )
         if state == "resume":
             return self._would("resume", f"would resume {node}", None)
         return UpdateOutcome(False, f"observe mode: state={state} is not an action of nodehealth")
@@ -150,8 +156,7 @@ class ObserveClient:
         """No scontrol call: ``would reboot NODE`` (the would-be drain stays, as Slurm's ASAP keeps it)."""
         if node != self.node:
             return UpdateOutcome(False, f"observe mode acts only on this node ({self.node}), not {node}")
-        return self._would("reboot", f"would reboot {node} (scontrol reboot ASAP nextstate=RESUME): {reason}",
-                           ...)
+        return self._would("reboot", f"would reboot {node} (scontrol reboot ASAP nextstate=RESUME): {reason}", ...)
 
     def _would(self, action: str, line: str, drain: Any) -> UpdateOutcome:
         def change(doc: dict[str, Any]) -> dict[str, Any]:
@@ -261,8 +266,7 @@ def client(cfg: Any, node: str, real: SlurmClient, log: Log) -> SlurmClient:
     if observing(cfg):
         wrapped = ObserveClient(real, node, cfg.paths, log)
         if virtual_drain(read_doc(cfg.paths, FILE_NAME), node) is not None and effective(cfg.paths, node) is None:
-            wrapped._forget("the act sequence no longer holds the would-be drain (a reason of Slurm's won); "
-                            "forgotten")
+            wrapped._forget("the act sequence no longer holds the would-be drain (a reason of Slurm's won); forgotten")
         return wrapped
     leave(cfg, node, log)
     return real

@@ -52,7 +52,7 @@ def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -
         left = len(findings) - keep
         tail = (f" (+{left} more finding{'s' if left > 1 else ''})" if left else "") + extra
         text = sanitize(f"{head} {result.name}: {' / '.join(findings[:keep])}", limit) + tail  # ';' is dropped
-        if len(text) <= limit and not text[:len(text) - len(tail)].endswith("..."):
+        if len(text) <= limit and not text[: len(text) - len(tail)].endswith("..."):
             return text
     body = sanitize(f"{result.name}: {' / '.join(findings)}", limit)
     text = sanitize(f"{head} {body}", limit - len(extra)) + extra
@@ -101,9 +101,15 @@ def scope_processes(report: Report, gpus: Optional[Sequence[int]]) -> Report:
             if others:
                 details["other_jobs_gpus"] = others
             if not mine:
-                r = replace(r, status=Status.OK, gpu=None, action=Action.NONE, details=details,
-                            summary=f"job GPU(s) {','.join(sorted(keep, key=int))} idle "
-                                    f"(processes only on GPU(s) {','.join(others)} of other jobs)")
+                r = replace(
+                    r,
+                    status=Status.OK,
+                    gpu=None,
+                    action=Action.NONE,
+                    details=details,
+                    summary=f"job GPU(s) {','.join(sorted(keep, key=int))} idle "
+                    f"(processes only on GPU(s) {','.join(others)} of other jobs)",
+                )
             else:
                 first = sorted(mine, key=int)[0]
                 text = "; ".join(str(mine[k]) for k in sorted(mine, key=int))
@@ -129,12 +135,15 @@ class Breaker:
         if self.total == 0:
             return "drain-storm breaker HOLDING (no new drain): the cluster's nodes could not be counted"
         state = "HOLDING (no new drain)" if self.tripped else "closed"
-        return (f"drain-storm breaker {state}: {self.ours} of {self.total} node(s) "
-                f"({self.share:.0%}) drained by nodehealth, limit {self.limit:.0%}")
+        return (
+            f"drain-storm breaker {state}: {self.ours} of {self.total} node(s) "
+            f"({self.share:.0%}) drained by nodehealth, limit {self.limit:.0%}"
+        )
 
 
-def breaker(nodes: Iterable[NodeInfo], max_share: float, min_drained: int = 1,
-            exclude: Optional[str] = None) -> Breaker:
+def breaker(
+    nodes: Iterable[NodeInfo], max_share: float, min_drained: int = 1, exclude: Optional[str] = None
+) -> Breaker:
     """Trip when the share of nodes already drained by nodehealth is over ``max_share``.
 
     ``exclude`` (this node) is left out of the count of ours, so re-draining a node that is
@@ -280,7 +289,7 @@ def flap_reason(fault: CheckResult, drains: int, window_s: float, limit: int = R
     resume by hand / <the fault's findings>`` (``format_reason``'s shape, the code ``flap``)."""
     text = format_reason(replace(fault, summary=flap_summary(fault, drains, window_s)), limit - len(FLAP_CODE), more)
     own = reason_head(fault).split(" ", 1)[0]  # nh:<code>
-    return PREFIX + FLAP_CODE + text[len(own):] if text.startswith(own) else text
+    return PREFIX + FLAP_CODE + text[len(own) :] if text.startswith(own) else text
 
 
 # ----------------------------------------------------------------------------- quiet logs
@@ -321,8 +330,9 @@ def after_run(state: State, report: Report, unknown_policy: str, now: float, boo
         count = 0
     if is_clean(report, unknown_policy):
         held = None  # nothing is held back from a node without a fault
-    return replace(state, clean_runs=count, last_status=report.status.name, last_run=now, boot_id=boot_id,
-                   breaker_held=held)
+    return replace(
+        state, clean_runs=count, last_status=report.status.name, last_run=now, boot_id=boot_id, breaker_held=held
+    )
 
 
 def owns(node: Optional[NodeInfo], state: State) -> bool:
@@ -365,12 +375,15 @@ def decide_drain(node: Optional[NodeInfo], state: State, fault: CheckResult, rea
     rec = state.drain
     if owns(node, state) and rec is not None:
         if fault.action.rank > _rank(rec.action):
-            return Decision("drain", f"{fault.name} ({fault.action.value}) is more severe than the drain's "
-                            f"{rec.check} ({rec.action})")
+            return Decision(
+                "drain",
+                f"{fault.name} ({fault.action.value}) is more severe than the drain's {rec.check} ({rec.action})",
+            )
         return Decision("none", "already drained by nodehealth (its first reason stays)")
     if node is not None and node.reason is not None and (node.drained or node.state.base == "DOWN"):
-        return Decision("none", f"node already out of service for another reason ({node.reason.full!r}); "
-                        "left untouched")
+        return Decision(
+            "none", f"node already out of service for another reason ({node.reason.full!r}); left untouched"
+        )
     return Decision("drain", f"{fault.name} {fault.status.name}")
 
 
@@ -385,8 +398,14 @@ def reboot_class(action: str, reboot_actions: Sequence[str]) -> bool:
     return action in reboot_actions
 
 
-def decide_resume(node: Optional[NodeInfo], state: State, clean_runs_needed: int, boot_id: Optional[str],
-                  reboot_actions: Sequence[str], clean_runs_max: Optional[int] = None) -> Decision:
+def decide_resume(
+    node: Optional[NodeInfo],
+    state: State,
+    clean_runs_needed: int,
+    boot_id: Optional[str],
+    reboot_actions: Sequence[str],
+    clean_runs_max: Optional[int] = None,
+) -> Decision:
     """Whether a clean node that nodehealth drained may go back into service.
 
     Only a drain that is ours (``owns``: Slurm's reason is exactly the one recorded); not while a
@@ -406,8 +425,13 @@ def decide_resume(node: Optional[NodeInfo], state: State, clean_runs_needed: int
     return resume_due(state, clean_runs_needed, boot_id, reboot_actions, clean_runs_max)
 
 
-def resume_due(state: State, clean_runs_needed: int, boot_id: Optional[str],
-               reboot_actions: Sequence[str], clean_runs_max: Optional[int] = None) -> Decision:
+def resume_due(
+    state: State,
+    clean_runs_needed: int,
+    boot_id: Optional[str],
+    reboot_actions: Sequence[str],
+    clean_runs_max: Optional[int] = None,
+) -> Decision:
     """What the drain record and the clean-run count alone say about resuming (no Slurm view).
 
     A drain held for flapping is never due. ``clean_runs_max``: the backoff's cap (the record's
@@ -418,11 +442,15 @@ def resume_due(state: State, clean_runs_needed: int, boot_id: Optional[str],
         return Decision("none", "no drain of ours recorded")
     if rec.flapping:
         return Decision("none", f"held for a person: {rec.check} flapping ({rec.drains} drains); resume by hand")
-    needed = clean_runs_needed if clean_runs_max is None else \
-        clean_runs_needed_for(rec, clean_runs_needed, clean_runs_max)
+    needed = (
+        clean_runs_needed if clean_runs_max is None else clean_runs_needed_for(rec, clean_runs_needed, clean_runs_max)
+    )
     if state.clean_runs < needed:
-        return Decision("none", f"clean run {state.clean_runs} of {needed} needed to resume"
-                        + (f" (drain {rec.drains} of {rec.check} in the window)" if rec.drains > 1 else ""))
+        return Decision(
+            "none",
+            f"clean run {state.clean_runs} of {needed} needed to resume"
+            + (f" (drain {rec.drains} of {rec.check} in the window)" if rec.drains > 1 else ""),
+        )
     if rec is not None and reboot_class(rec.action, reboot_actions):
         if rec.boot_id is None or boot_id is None:
             return Decision("none", f"{rec.check} needs a reboot (action {rec.action}); boot id unknown")

@@ -47,8 +47,15 @@ def recent(times: Sequence[float], now: float, window_s: float) -> list[float]:
     return sorted(t for t in times if now - t < window_s)
 
 
-def decide(mode: str, action: str, reboot_actions: Sequence[str], times: Sequence[float], now: float,
-           reboot_max: int, window_s: float) -> Decision:
+def decide(
+    mode: str,
+    action: str,
+    reboot_actions: Sequence[str],
+    times: Sequence[float],
+    now: float,
+    reboot_max: int,
+    window_s: float,
+) -> Decision:
     """What a drain just made for a fault of ``action`` asks for, given the reboots of its check."""
     if mode != "asap":
         return Decision("none", "[slurm] reboot = off")
@@ -80,8 +87,9 @@ def times_of(doc: Mapping[str, Any], check: str) -> list[float]:
     raw = checks.get(check) if isinstance(checks, Mapping) else None
     if not isinstance(raw, list):
         return []
-    return [float(t) for t in raw[-MAX_TIMES:] if isinstance(t, (int, float)) and not isinstance(t, bool)
-            and 0 < t < 1e12]
+    return [
+        float(t) for t in raw[-MAX_TIMES:] if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < 1e12
+    ]
 
 
 def escalated(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,8 +126,7 @@ def after_drain(actor: Any, check: str, action: str, reason: str) -> Optional[st
     s = cfg.slurm
     doc = load(cfg.paths)
     now = time.time()
-    d = decide(s.reboot, action, cfg.resume.reboot_actions, times_of(doc, check), now, s.reboot_max,
-               s.reboot_window_s)
+    d = decide(s.reboot, action, cfg.resume.reboot_actions, times_of(doc, check), now, s.reboot_max, s.reboot_window_s)
     if d.action == "none":
         return None
     if d.action == "escalate":  # also over a flapping hold: the reason then says the reboots did not help
@@ -130,13 +137,17 @@ def after_drain(actor: Any, check: str, action: str, reason: str) -> Optional[st
         return None
     out = actor.client.reboot(actor.node, reason)
     if not out.ok:
-        actor.log(f"reboot of {actor.node} not asked ({out.message}); the drain waits for a person or a boot",
-                  notable=True)
+        actor.log(
+            f"reboot of {actor.node} not asked ({out.message}); the drain waits for a person or a boot", notable=True
+        )
         return None
 
     def count(doc: dict[str, Any]) -> dict[str, Any]:
-        checks = {k: v for k, v in (doc.get("checks") or {}).items() if isinstance(k, str)} \
-            if isinstance(doc.get("checks"), Mapping) else {}
+        checks = (
+            {k: v for k, v in (doc.get("checks") or {}).items() if isinstance(k, str)}
+            if isinstance(doc.get("checks"), Mapping)
+            else {}
+        )
         checks[check] = (recent(times_of(doc, check), now, s.reboot_window_s) + [now])[-MAX_TIMES:]
         doc["checks"] = dict(list(checks.items())[-MAX_CHECKS:])
         esc = escalated(doc)
@@ -165,10 +176,13 @@ def after_boot(cfg: Any, boot_id: Optional[str], log: Any) -> bool:
     except OSError as exc:
         log(f"cannot write the reboot count: {exc}", notable=True)
         return False
-    slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=dict(s.slurm_node, time=None))
-                      if s.slurm_node else s, 0.5, log)
-    log("booted since the reboot nodehealth asked for: reading this node from Slurm again (it resumes the "
-        "node itself once slurmd registers)")
+    slurmstate.update(
+        cfg.paths, lambda s: replace(s, slurm_node=dict(s.slurm_node, time=None)) if s.slurm_node else s, 0.5, log
+    )
+    log(
+        "booted since the reboot nodehealth asked for: reading this node from Slurm again (it resumes the "
+        "node itself once slurmd registers)"
+    )
     return True
 
 

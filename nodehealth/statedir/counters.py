@@ -22,12 +22,24 @@ COUNTERS_VERSION = 1
 MAX_JOB_FILES = 512  # baselines of jobs whose epilog never ran are pruned past this many
 
 
-def counters_record(counters: Mapping[str, Any], now: float, boot_id: Optional[str], source: str,
-                    gpus: Optional[Sequence[int]] = None, job_id: Optional[str] = None) -> dict[str, Any]:
+def counters_record(
+    counters: Mapping[str, Any],
+    now: float,
+    boot_id: Optional[str],
+    source: str,
+    gpus: Optional[Sequence[int]] = None,
+    job_id: Optional[str] = None,
+) -> dict[str, Any]:
     """The JSON written to the state dir: all GPUs, or only ``gpus`` (a job's baseline)."""
     keep = None if gpus is None else {str(g) for g in gpus}
-    return {"v": COUNTERS_VERSION, "job_id": job_id, "time": round(now, 3), "boot_id": boot_id, "source": source,
-            "gpus": {k: dict(v) for k, v in counters.items() if keep is None or k in keep}}
+    return {
+        "v": COUNTERS_VERSION,
+        "job_id": job_id,
+        "time": round(now, 3),
+        "boot_id": boot_id,
+        "source": source,
+        "gpus": {k: dict(v) for k, v in counters.items() if keep is None or k in keep},
+    }
 
 
 def problem(raw: Any) -> Optional[str]:
@@ -48,8 +60,9 @@ def problem(raw: Any) -> Optional[str]:
             if key == "uuid":
                 if value is not None and not isinstance(value, str):
                     return f"GPU {index}: uuid is not text"
-            elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                        or not 0 <= value < 1 << 64):
+            elif value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64
+            ):
                 return f"GPU {index}: {key[:40]} is not a counter"
     if raw.get("boot_id") is not None and not isinstance(raw.get("boot_id"), str):
         return "boot_id is not text"
@@ -67,8 +80,12 @@ def _read(path: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
 def write_latest(state_dir: str, counters: Mapping[str, Any], boot_id: Optional[str], source: str) -> None:
     """The latest reading of every GPU (OSError when it cannot be written, ``files.UnsafeDir`` included)."""
     files.require_state_dir(state_dir)
-    files.write_json(layout.path(state_dir, layout.COUNTERS), counters_record(counters, time.time(), boot_id, source),
-                     compact=True, mode=files.STATE_FILE_MODE)
+    files.write_json(
+        layout.path(state_dir, layout.COUNTERS),
+        counters_record(counters, time.time(), boot_id, source),
+        compact=True,
+        mode=files.STATE_FILE_MODE,
+    )
 
 
 def read_latest(state_dir: str) -> Optional[dict[str, Any]]:
@@ -91,8 +108,9 @@ def write_baseline(state_dir: str, job_id: str, record: Mapping[str, Any]) -> No
     files.prune_oldest(os.path.dirname(p), ".json", keep=MAX_JOB_FILES // 2, over=MAX_JOB_FILES)
 
 
-def baseline_from_latest(state_dir: str, job_id: str, gpus: Optional[Sequence[int]],
-                         boot_id: Optional[str]) -> Optional[str]:
+def baseline_from_latest(
+    state_dir: str, job_id: str, gpus: Optional[Sequence[int]], boot_id: Optional[str]
+) -> Optional[str]:
     """Copy the job GPUs' latest counters into the job's baseline; a reason when there are none."""
     latest, why = read_latest_checked(state_dir)
     if latest is None:
@@ -101,10 +119,15 @@ def baseline_from_latest(state_dir: str, job_id: str, gpus: Optional[Sequence[in
         return "the latest GPU counter reading is from another boot"
     keep = None if gpus is None else {str(g) for g in gpus}
     source = latest.get("source")
-    record = {"v": COUNTERS_VERSION, "job_id": job_id, "time": round(time.time(), 3), "boot_id": boot_id,
-              "source": f"{source if isinstance(source, str) else '?'} reading (fast path)",
-              "reading_time": latest.get("time"),
-              "gpus": {k: v for k, v in latest["gpus"].items() if keep is None or k in keep}}
+    record = {
+        "v": COUNTERS_VERSION,
+        "job_id": job_id,
+        "time": round(time.time(), 3),
+        "boot_id": boot_id,
+        "source": f"{source if isinstance(source, str) else '?'} reading (fast path)",
+        "reading_time": latest.get("time"),
+        "gpus": {k: v for k, v in latest["gpus"].items() if keep is None or k in keep},
+    }
     write_baseline(state_dir, job_id, record)
     return None
 

@@ -57,11 +57,39 @@ if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every 
     T = TypeVar("T")
 
 __all__ = [  # the re-exported names are the directory's and the strict JSON's (see the docstring)
-    "DIR_MODE", "FILE_MODE", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_READ", "STATE_DIR_MODE", "STATE_FILE_MODE",
-    "ShortWrite", "UnsafeDir", "append_line", "check_dir", "dumps", "ensure_dir", "ensure_state_dir",
-    "locked", "parse_json", "prune_oldest", "read_bytes", "read_checked", "read_json", "read_json_checked",
-    "read_object", "read_object_checked", "read_text", "require_state_dir", "require_subdir", "too_deep",
-    "update_json", "why_unreadable", "write_atomic", "write_json", "write_state", "write_state_json",
+    "DIR_MODE",
+    "FILE_MODE",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_READ",
+    "STATE_DIR_MODE",
+    "STATE_FILE_MODE",
+    "ShortWrite",
+    "UnsafeDir",
+    "append_line",
+    "check_dir",
+    "dumps",
+    "ensure_dir",
+    "ensure_state_dir",
+    "locked",
+    "parse_json",
+    "prune_oldest",
+    "read_bytes",
+    "read_checked",
+    "read_json",
+    "read_json_checked",
+    "read_object",
+    "read_object_checked",
+    "read_text",
+    "require_state_dir",
+    "require_subdir",
+    "too_deep",
+    "update_json",
+    "why_unreadable",
+    "write_atomic",
+    "write_json",
+    "write_state",
+    "write_state_json",
 ]
 
 MAX_READ = 1 << 20  # the state files are a few KiB; a larger one is read only this far
@@ -73,6 +101,7 @@ class ShortWrite(OSError):
 
 
 # --- writing -------------------------------------------------------------------------------------
+
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -167,6 +196,7 @@ def append_line(path: str, line: str, mode: int = STATE_FILE_MODE) -> int:
 
 # --- reading -------------------------------------------------------------------------------------
 
+
 def why_unreadable(path: str, exc: OSError) -> str:
     """The reason an open or read of ``path`` failed, in words (a symlink says so)."""
     if exc.errno == _ELOOP:
@@ -249,8 +279,14 @@ def read_object(path: str, limit: int = MAX_READ) -> Optional[dict[str, Any]]:
 
 # --- one update ----------------------------------------------------------------------------------
 
-def update_json(path: str, change: Callable[[Any], T], lock_timeout_s: float,
-                encode: Optional[Callable[[T], Any]] = None, log: Any = None) -> T:
+
+def update_json(
+    path: str,
+    change: Callable[[Any], T],
+    lock_timeout_s: float,
+    encode: Optional[Callable[[T], Any]] = None,
+    log: Any = None,
+) -> T:
     """Re-read ``path`` under its lock, apply ``change``, write the result atomically (0600).
 
     ``change`` gets the strict JSON value (``read_json_checked``; None when the file is absent
@@ -276,6 +312,7 @@ def update_json(path: str, change: Callable[[Any], T], lock_timeout_s: float,
 
 
 # --- the lock and pruning ------------------------------------------------------------------------
+
 
 class locked:
     """``with locked(path, timeout_s) as got:`` holds ``path + '.lock'``; ``got`` is False when the

@@ -91,9 +91,17 @@ class JobRecord(_Record):
     boot_id: Optional[str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": FORMAT_VERSION, "event": self.event, "job_id": self.job_id, "user": self.user,
-                "uid": self.uid, "gpus": list(self.gpus) if self.gpus is not None else None,
-                "node": self.node, "time": round(self.time, 3), "boot_id": self.boot_id}
+        return {
+            "v": FORMAT_VERSION,
+            "event": self.event,
+            "job_id": self.job_id,
+            "user": self.user,
+            "uid": self.uid,
+            "gpus": list(self.gpus) if self.gpus is not None else None,
+            "node": self.node,
+            "time": round(self.time, 3),
+            "boot_id": self.boot_id,
+        }
 
     def line(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
@@ -142,8 +150,16 @@ def from_json(raw: Any) -> Optional[JobRecord]:
     if any(t is not None and not isinstance(t, str) for t in texts):
         return None
     user, node, boot = texts
-    return JobRecord(event=raw["event"], job_id=job, time=when, user=user,
-                     uid=_small_int(raw.get("uid"), 1 << 32), gpus=gpus, node=node, boot_id=boot)
+    return JobRecord(
+        event=raw["event"],
+        job_id=job,
+        time=when,
+        user=user,
+        uid=_small_int(raw.get("uid"), 1 << 32),
+        gpus=gpus,
+        node=node,
+        boot_id=boot,
+    )
 
 
 def parse_line(line: str) -> Optional[JobRecord]:
@@ -230,8 +246,9 @@ def compact(lines: list[str], max_bytes: int) -> list[str]:
     return keep
 
 
-def append(state_dir: str, record: Mapping[str, Any], max_bytes: int,
-           lock_timeout_s: float = LOCK_TIMEOUT_S) -> Optional[str]:
+def append(
+    state_dir: str, record: Mapping[str, Any], max_bytes: int, lock_timeout_s: float = LOCK_TIMEOUT_S
+) -> Optional[str]:
     """Append one record; when the file outgrows ``max_bytes``, keep its newest half.
 
     Appends and compaction take the ledger's lock (``jobs.jsonl.lock``), so a compaction never
@@ -253,8 +270,9 @@ def append(state_dir: str, record: Mapping[str, Any], max_bytes: int,
         if size > max_bytes:
             text = _tail(path, max_bytes)
             if text is not None:
-                files.write_atomic(path, "".join(compact(text.splitlines(keepends=True), max_bytes)),
-                                   files.STATE_FILE_MODE)
+                files.write_atomic(
+                    path, "".join(compact(text.splitlines(keepends=True), max_bytes)), files.STATE_FILE_MODE
+                )
     return None
 
 
@@ -276,8 +294,7 @@ def entries(records: Iterable[JobRecord]) -> tuple[JobEntry, ...]:
     return tuple(JobEntry(job, rec.time, ends.get(job), rec.user, rec.gpus) for job, rec in starts.items())
 
 
-def holding(jobs: Sequence[JobEntry], gpu: Optional[int], at: float,
-            slack_s: float = SLACK_S) -> tuple[JobEntry, ...]:
+def holding(jobs: Sequence[JobEntry], gpu: Optional[int], at: float, slack_s: float = SLACK_S) -> tuple[JobEntry, ...]:
     """The candidates of the one rule for "which job held ``gpu`` at Unix time ``at``".
 
     The jobs running at ``at`` (started at or before it, no end or an end at or after it); when
@@ -299,8 +316,9 @@ def holding(jobs: Sequence[JobEntry], gpu: Optional[int], at: float,
     return tuple(running or recent)
 
 
-def holder(jobs: Sequence[JobEntry], gpu: Optional[int], at: Optional[float],
-           slack_s: float = SLACK_S) -> Optional[str]:
+def holder(
+    jobs: Sequence[JobEntry], gpu: Optional[int], at: Optional[float], slack_s: float = SLACK_S
+) -> Optional[str]:
     """The job that held ``gpu`` at Unix time ``at``; None when unsure. The one rule for it.
 
     A job running at ``at`` wins over one that ended within ``slack_s`` before it. With the
@@ -320,6 +338,9 @@ def of_boot(records: Iterable[JobRecord], boot_id: Optional[str]) -> list[JobRec
 
 def start_time(records: Iterable[JobRecord], job_id: str, boot_id: Optional[str]) -> Optional[float]:
     """The job's latest ``start`` on this boot (records without a boot id count)."""
-    starts = [r.time for r in records if r.event == "start" and r.job_id == job_id
-              and (r.boot_id is None or r.boot_id == boot_id)]
+    starts = [
+        r.time
+        for r in records
+        if r.event == "start" and r.job_id == job_id and (r.boot_id is None or r.boot_id == boot_id)
+    ]
     return starts[-1] if starts else None

@@ -16,8 +16,9 @@ def read_doc(paths: Any, name: str) -> dict[str, Any]:
     return dict(got) if isinstance(got, Mapping) else {}
 
 
-def update_doc(paths: Any, name: str, change: Callable[[dict[str, Any]], dict[str, Any]],
-               lock_timeout_s: float = 0.5) -> dict[str, Any]:
+def update_doc(
+    paths: Any, name: str, change: Callable[[dict[str, Any]], dict[str, Any]], lock_timeout_s: float = 0.5
+) -> dict[str, Any]:
     """Re-read the object under its lock, apply ``change``, write it atomically (0600) through
     ``files.update_json`` (never more than the readers read); OSError when it cannot be written
     (an unsafe directory is one, a document over ``files.MAX_READ`` another)."""

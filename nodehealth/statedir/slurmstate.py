@@ -67,21 +67,36 @@ class DrainRecord:
     gpus: tuple[int, ...] = ()  # the GPUs the fault named (a process drain ends when NVML lists none there)
 
     def to_json(self) -> dict[str, Any]:
-        return {"reason": self.reason, "check": self.check, "action": self.action, "boot_id": self.boot_id,
-                "time": self.time, "phase": self.phase, "job_id": self.job_id, "drains": self.drains,
-                "flapping": self.flapping, "gpus": list(self.gpus)}
+        return {
+            "reason": self.reason,
+            "check": self.check,
+            "action": self.action,
+            "boot_id": self.boot_id,
+            "time": self.time,
+            "phase": self.phase,
+            "job_id": self.job_id,
+            "drains": self.drains,
+            "flapping": self.flapping,
+            "gpus": list(self.gpus),
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> Optional[DrainRecord]:
         if not isinstance(raw, Mapping):
             return None
         try:
-            return cls(reason=str(raw["reason"]), check=str(raw.get("check", "")),
-                       action=str(raw.get("action", "none")), boot_id=_opt_str(raw.get("boot_id")),
-                       time=_finite(raw.get("time", 0.0)), phase=str(raw.get("phase", "")),
-                       job_id=layout.valid_job_id(raw.get("job_id")),
-                       drains=min(max(1, _count(raw.get("drains", 1))), MAX_HISTORY),
-                       flapping=raw.get("flapping") is True, gpus=_gpus(raw.get("gpus")))
+            return cls(
+                reason=str(raw["reason"]),
+                check=str(raw.get("check", "")),
+                action=str(raw.get("action", "none")),
+                boot_id=_opt_str(raw.get("boot_id")),
+                time=_finite(raw.get("time", 0.0)),
+                phase=str(raw.get("phase", "")),
+                job_id=layout.valid_job_id(raw.get("job_id")),
+                drains=min(max(1, _count(raw.get("drains", 1))), MAX_HISTORY),
+                flapping=raw.get("flapping") is True,
+                gpus=_gpus(raw.get("gpus")),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -103,12 +118,20 @@ class State:
     logged: Optional[dict[str, dict[str, str]]] = None  # face/phase -> {check: the line last logged}
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "clean_runs": self.clean_runs, "last_status": self.last_status,
-                "last_run": self.last_run, "boot_id": self.boot_id,
-                "drain": self.drain.to_json() if self.drain else None,
-                "breaker_held": self.breaker_held, "slurm_node": self.slurm_node, "disowned": self.disowned,
-                "history": [e.to_json() for e in self.history[-MAX_HISTORY:]], "orphan": self.orphan,
-                "logged": self.logged}
+        return {
+            "version": STATE_VERSION,
+            "clean_runs": self.clean_runs,
+            "last_status": self.last_status,
+            "last_run": self.last_run,
+            "boot_id": self.boot_id,
+            "drain": self.drain.to_json() if self.drain else None,
+            "breaker_held": self.breaker_held,
+            "slurm_node": self.slurm_node,
+            "disowned": self.disowned,
+            "history": [e.to_json() for e in self.history[-MAX_HISTORY:]],
+            "orphan": self.orphan,
+            "logged": self.logged,
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> State:
@@ -119,27 +142,35 @@ class State:
         last_run = _finite(raw.get("last_run", 0.0))
         held = raw.get("breaker_held")
         node = raw.get("slurm_node")
-        return cls(clean_runs=max(0, clean), last_status=_opt_str(raw.get("last_status")), last_run=last_run,
-                   boot_id=_opt_str(raw.get("boot_id")), drain=DrainRecord.from_json(raw.get("drain")),
-                   breaker_held=dict(held) if isinstance(held, Mapping) else None,
-                   slurm_node=dict(node) if isinstance(node, Mapping) else None,
-                   disowned=_opt_str(raw.get("disowned")), history=_history(raw.get("history")),
-                   orphan=_text(raw.get("orphan")), logged=_logged(raw.get("logged")))
+        return cls(
+            clean_runs=max(0, clean),
+            last_status=_opt_str(raw.get("last_status")),
+            last_run=last_run,
+            boot_id=_opt_str(raw.get("boot_id")),
+            drain=DrainRecord.from_json(raw.get("drain")),
+            breaker_held=dict(held) if isinstance(held, Mapping) else None,
+            slurm_node=dict(node) if isinstance(node, Mapping) else None,
+            disowned=_opt_str(raw.get("disowned")),
+            history=_history(raw.get("history")),
+            orphan=_text(raw.get("orphan")),
+            logged=_logged(raw.get("logged")),
+        )
 
 
 def _history(raw: Any) -> tuple[DrainEvent, ...]:
     """The newest ``MAX_HISTORY`` well-formed drains, oldest first; anything else dropped."""
     if not isinstance(raw, list):
         return ()
-    events = [e for e in (DrainEvent.from_json(x) for x in raw[-4 * MAX_HISTORY:]) if e is not None]
+    events = [e for e in (DrainEvent.from_json(x) for x in raw[-4 * MAX_HISTORY :]) if e is not None]
     return tuple(sorted(events, key=lambda e: e.time)[-MAX_HISTORY:])
 
 
 def _gpus(raw: Any) -> tuple[int, ...]:
     if not isinstance(raw, list):
         return ()
-    return tuple(sorted({g for g in raw[:MAX_GPUS] if isinstance(g, int) and not isinstance(g, bool)
-                         and 0 <= g < 1 << 16}))
+    return tuple(
+        sorted({g for g in raw[:MAX_GPUS] if isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1 << 16})
+    )
 
 
 def _text(raw: Any) -> Optional[str]:
@@ -154,8 +185,11 @@ def _logged(raw: Any) -> Optional[dict[str, dict[str, str]]]:
     for face, lines in list(raw.items())[:8]:
         if not isinstance(face, str) or not 0 < len(face) <= MAX_CHECK_CHARS or not isinstance(lines, Mapping):
             continue
-        out[face] = {k: v[:MAX_LOGGED_CHARS] for k, v in list(lines.items())[:MAX_LOGGED]
-                     if isinstance(k, str) and 0 < len(k) <= MAX_CHECK_CHARS and isinstance(v, str)}
+        out[face] = {
+            k: v[:MAX_LOGGED_CHARS]
+            for k, v in list(lines.items())[:MAX_LOGGED]
+            if isinstance(k, str) and 0 < len(k) <= MAX_CHECK_CHARS and isinstance(v, str)
+        }
     return out or None
 
 
@@ -199,8 +233,9 @@ def update(paths: Any, change: Any, lock_timeout_s: float, log: Any = None) -> O
     try:
         files.require_state_dir(layout.dir_for(paths, FILE_NAME))
         upgrade.upgrade(layout.earlier_path(paths, FILE_NAME), p, lock_timeout_s, log)
-        new: State = files.update_json(p, lambda raw: change(State.from_json(raw)), lock_timeout_s,
-                                       encode=State.to_json, log=log)
+        new: State = files.update_json(
+            p, lambda raw: change(State.from_json(raw)), lock_timeout_s, encode=State.to_json, log=log
+        )
         return new
     except OSError as exc:
         if log is not None:

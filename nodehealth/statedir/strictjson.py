@@ -91,8 +91,9 @@ def parse_json(data: Any, max_depth: int = MAX_DEPTH) -> Any:
     that is not JSON, NaN or infinite numbers, integers of more than ``MAX_INT_DIGITS`` digits,
     or nesting deeper than ``max_depth``."""
     if not _decoder:
-        _decoder.append(json.JSONDecoder(parse_float=_finite_float, parse_int=_bounded_int,
-                                         parse_constant=_no_constant))
+        _decoder.append(
+            json.JSONDecoder(parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant)
+        )
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
     try:
         obj = _decoder[0].decode(text)

@@ -124,8 +124,10 @@ def upgrade(earlier: Optional[str], path: str, lock_timeout_s: float, log: Any =
     refusal is not said again). True when moved. A failed move raises ``OSError`` like the write."""
     moved, why = move_earlier(earlier, path, lock_timeout_s)
     if log is not None and moved:
-        log(f"moved {earlier} to {path} (state that must outlive a reboot now lives in the persistent dir)",
-            notable=True)
+        log(
+            f"moved {earlier} to {path} (state that must outlive a reboot now lives in the persistent dir)",
+            notable=True,
+        )
     elif log is not None and why:
         log(f"not taking {earlier} from before the upgrade, starting afresh in {path}: {why}", notable=True)
     return moved

@@ -45,8 +45,17 @@ class DaemonState:
 
     __slots__ = ("path", "boot_id", "written_at", "age_s", "xid_follower", "report", "round", "pid")
 
-    def __init__(self, path: str, boot_id: str, written_at: float, age_s: float, xid_follower: str,
-                 report: dict[str, Any], round: int = 0, pid: int = 0) -> None:
+    def __init__(
+        self,
+        path: str,
+        boot_id: str,
+        written_at: float,
+        age_s: float,
+        xid_follower: str,
+        report: dict[str, Any],
+        round: int = 0,
+        pid: int = 0,
+    ) -> None:
         self.path = path
         self.boot_id = boot_id
         self.written_at = written_at
@@ -62,17 +71,22 @@ class DaemonState:
         return str(self.report.get("status", "UNKNOWN"))
 
     def __repr__(self) -> str:
-        return (f"DaemonState(status={self.status}, age_s={self.age_s:.1f}, xid={self.xid_follower}, "
-                f"round={self.round})")
+        return f"DaemonState(status={self.status}, age_s={self.age_s:.1f}, xid={self.xid_follower}, round={self.round})"
 
 
 def path_in(state_dir: str) -> str:
     return layout.path(state_dir, FILE_NAME)
 
 
-def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: Optional[float] = None,
-         require_xid: bool = True, procfs_root: str = layout.PROCFS_ROOT,
-         pid_root: str = "/proc") -> tuple[Optional[DaemonState], str]:
+def read(
+    state_dir: str,
+    max_age_s: float,
+    boot_id: Optional[str] = None,
+    now: Optional[float] = None,
+    require_xid: bool = True,
+    procfs_root: str = layout.PROCFS_ROOT,
+    pid_root: str = "/proc",
+) -> tuple[Optional[DaemonState], str]:
     """The daemon's verdict if it may be used now, else ``(None, why)``.
 
     ``boot_id``: this boot's id (read under ``procfs_root`` when None); a verdict from another
@@ -109,9 +123,15 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
     file_boot = raw.get("boot_id")
     xid = raw.get("xid")
     follower = xid.get("follower") if isinstance(xid, dict) else None
-    if (not isinstance(written, (int, float)) or isinstance(written, bool) or not isinstance(report, dict)
-            or not isinstance(report.get("checks"), list) or not isinstance(report.get("status"), str)
-            or not isinstance(file_boot, str) or follower not in XID_STATES):
+    if (
+        not isinstance(written, (int, float))
+        or isinstance(written, bool)
+        or not isinstance(report, dict)
+        or not isinstance(report.get("checks"), list)
+        or not isinstance(report.get("status"), str)
+        or not isinstance(file_boot, str)
+        or follower not in XID_STATES
+    ):
         return None, f"daemon state {path} is incomplete (missing or malformed fields)"
     current_boot = layout.read_boot_id(procfs_root) if boot_id is None else boot_id
     if current_boot is None:
@@ -135,8 +155,7 @@ def read(state_dir: str, max_age_s: float, boot_id: Optional[str] = None, now: O
         return None, "daemon state does not say which daemon process wrote it (pid and start time)"
     if start_ticks(pid, pid_root) != started:
         return None, f"the daemon that wrote the state (pid {pid}) is no longer running"
-    return DaemonState(path, file_boot, float(written), max(0.0, age), follower, report,
-                       rnd, pid), "fresh"
+    return DaemonState(path, file_boot, float(written), max(0.0, age), follower, report, rnd, pid), "fresh"
 
 
 def start_ticks(pid: Union[int, str], pid_root: str = "/proc") -> Optional[int]:
@@ -150,9 +169,17 @@ def start_ticks(pid: Union[int, str], pid_root: str = "/proc") -> Optional[int]:
         return None
 
 
-def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower: str,
-           xid_since: Optional[float] = None, interval_s: float = 0.0, round: int = 0,
-           pid: Optional[int] = None, pid_start: Optional[int] = None) -> str:
+def encode(
+    report: dict[str, Any],
+    boot_id: str,
+    written_at: float,
+    xid_follower: str,
+    xid_since: Optional[float] = None,
+    interval_s: float = 0.0,
+    round: int = 0,
+    pid: Optional[int] = None,
+    pid_start: Optional[int] = None,
+) -> str:
     """The file's text for a Report's JSON (the daemon writes it atomically); ``pid`` and
     ``pid_start`` default to this process's."""
     if xid_follower not in XID_STATES:
@@ -160,7 +187,16 @@ def encode(report: dict[str, Any], boot_id: str, written_at: float, xid_follower
     pid = os.getpid() if pid is None else pid
     if pid_start is None:
         pid_start = start_ticks(pid)
-    obj = {"v": VERSION, "kind": KIND, "boot_id": boot_id, "written_at": written_at, "interval_s": interval_s,
-           "pid": pid, "pid_start": pid_start, "round": round,
-           "xid": {"follower": xid_follower, "since": xid_since}, "report": report}
+    obj = {
+        "v": VERSION,
+        "kind": KIND,
+        "boot_id": boot_id,
+        "written_at": written_at,
+        "interval_s": interval_s,
+        "pid": pid,
+        "pid_start": pid_start,
+        "round": round,
+        "xid": {"follower": xid_follower, "since": xid_since},
+        "report": report,
+    }
     return files.dumps(obj, compact=True) + "\n"

@@ -19,8 +19,7 @@ DT_NULL, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT = 0, 4, 5, 6, 10, 11
 DT_GNU_HASH = 0x6FFFFEF5
 SHN_UNDEF = 0
 STB_GLOBAL, STB_WEAK = 1, 2
-STT_NAMES = {0: "notype", 1: "object", 2: "func", 3: "section", 4: "file", 5: "common", 6: "tls",
-             10: "gnu_ifunc"}
+STT_NAMES = {0: "notype", 1: "object", 2: "func", 3: "section", 4: "file", 5: "common", 6: "tls", 10: "gnu_ifunc"}
 SYM_SIZE = 24  # Elf64_Sym
 
 
@@ -39,7 +38,7 @@ class Symbol:
 
 def _cstr(data: bytes, offset: int) -> str:
     end = data.find(b"\0", offset)
-    return data[offset:end if end >= 0 else len(data)].decode("utf-8", errors="replace")
+    return data[offset : end if end >= 0 else len(data)].decode("utf-8", errors="replace")
 
 
 class _Elf:
@@ -52,8 +51,9 @@ class _Elf:
             raise ElfError(f"unknown ELF byte order {data[5]}")
         self.data = data
         self.e = "<" if data[5] == 1 else ">"
-        (self.phoff, self.shoff, _, _, self.phentsize, self.phnum, self.shentsize, self.shnum,
-         _) = struct.unpack_from(self.e + "QQIHHHHHH", data, 32)
+        (self.phoff, self.shoff, _, _, self.phentsize, self.phnum, self.shentsize, self.shnum, _) = struct.unpack_from(
+            self.e + "QQIHHHHHH", data, 32
+        )
 
     def unpack(self, fmt: str, offset: int) -> tuple[int, ...]:
         try:
@@ -66,8 +66,11 @@ class _Elf:
         for off in range(SYM_SIZE, len(entries) - SYM_SIZE + 1, SYM_SIZE):  # entry 0 is the null symbol
             name_off, info, _other, shndx, value, _size = struct.unpack_from(self.e + "IBBHQQ", entries, off)
             bind = {0: "local", STB_GLOBAL: "global", STB_WEAK: "weak"}.get(info >> 4, str(info >> 4))
-            out.append(Symbol(_cstr(strtab, name_off), STT_NAMES.get(info & 0xF, str(info & 0xF)), bind,
-                              shndx != SHN_UNDEF, value))
+            out.append(
+                Symbol(
+                    _cstr(strtab, name_off), STT_NAMES.get(info & 0xF, str(info & 0xF)), bind, shndx != SHN_UNDEF, value
+                )
+            )
         return out
 
     def from_sections(self) -> Optional[list[Symbol]]:
@@ -79,7 +82,7 @@ class _Elf:
                 if entsize not in (0, SYM_SIZE) or link >= len(sections):
                     raise ElfError("malformed .dynsym section")
                 str_off, str_size = sections[link][4], sections[link][5]
-                return self.symbols(self.data[offset:offset + size], self.data[str_off:str_off + str_size])
+                return self.symbols(self.data[offset : offset + size], self.data[str_off : str_off + str_size])
         return None
 
     def from_dynamic(self) -> list[Symbol]:
@@ -87,7 +90,8 @@ class _Elf:
         dynamic: Optional[tuple[int, int]] = None
         for i in range(self.phnum):
             kind, _flags, offset, vaddr, _paddr, filesz, _memsz, _align = self.unpack(
-                "IIQQQQQQ", self.phoff + i * self.phentsize)
+                "IIQQQQQQ", self.phoff + i * self.phentsize
+            )
             if kind == PT_LOAD:
                 loads.append((vaddr, offset, filesz))
             elif kind == PT_DYNAMIC:
@@ -111,8 +115,8 @@ class _Elf:
             raise ElfError("PT_DYNAMIC has no DT_SYMTAB/DT_STRTAB")
         symtab, strtab = file_offset(tags[DT_SYMTAB]), file_offset(tags[DT_STRTAB])
         count = self._count(tags, file_offset)
-        strings = self.data[strtab:strtab + tags.get(DT_STRSZ, len(self.data) - strtab)]
-        return self.symbols(self.data[symtab:symtab + count * SYM_SIZE], strings)
+        strings = self.data[strtab : strtab + tags.get(DT_STRSZ, len(self.data) - strtab)]
+        return self.symbols(self.data[symtab : symtab + count * SYM_SIZE], strings)
 
     def _count(self, tags: dict[int, int], file_offset: Callable[[int], int]) -> int:
         if DT_HASH in tags:
@@ -145,7 +149,12 @@ def dynamic_symbols(path: str, use_sections: bool = True) -> list[Symbol]:
 
 def exported(path: str, prefix: str = "", use_sections: bool = True) -> list[str]:
     """Sorted names of the defined global or weak functions, objects and TLS variables ``path`` exports."""
-    names = {s.name for s in dynamic_symbols(path, use_sections)
-             if s.defined and s.binding in ("global", "weak") and s.kind in ("func", "object", "gnu_ifunc", "tls")
-             and s.name.startswith(prefix)}
+    names = {
+        s.name
+        for s in dynamic_symbols(path, use_sections)
+        if s.defined
+        and s.binding in ("global", "weak")
+        and s.kind in ("func", "object", "gnu_ifunc", "tls")
+        and s.name.startswith(prefix)
+    }
     return sorted(names)

@@ -68,8 +68,11 @@ def simulated_loader(path: str) -> tuple[Callable[[], Any], tuple[str, ...]]:
 
 def files_in(out_fd: int) -> list[str]:
     """The report's list of files: the plain files in the ``--out`` directory, and the report itself."""
-    files = [f for f in os.listdir(out_fd) if not f.startswith(".")
-             and stat.S_ISREG(os.stat(f, dir_fd=out_fd, follow_symlinks=False).st_mode)]
+    files = [
+        f
+        for f in os.listdir(out_fd)
+        if not f.startswith(".") and stat.S_ISREG(os.stat(f, dir_fd=out_fd, follow_symlinks=False).st_mode)
+    ]
     return sorted(set(files) | {"report.json", "report.md"})
 
 
@@ -105,8 +108,9 @@ def _symbols(out_fd: int, recording: record.Recording) -> dict[str, Any]:
         except elf.ElfError as exc:
             doc["error"] = str(exc)
     else:
-        doc["error"] = ("no libnvidia-ml.so* was mapped in the recording process"
-                        + (f" (NVML module {recording.meta.get('module')})" if recording.meta.get("module") else ""))
+        doc["error"] = "no libnvidia-ml.so* was mapped in the recording process" + (
+            f" (NVML module {recording.meta.get('module')})" if recording.meta.get("module") else ""
+        )
     _put(out_fd, SYMBOLS_FILE, json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -131,12 +135,17 @@ def _host_evidence(out_fd: int, simulated: bool, kmsg_path: str, smi: Optional[s
         _put(out_fd, SMI_FILE, text)
         notes[SMI_FILE] = f"{program} -q: exit {out.rc}{', ' + out.error if out.error else ''}"
     log = kernel_lines(lambda line: bool(KERNEL_LINE.search(line)), kmsg_path)
-    _put(out_fd, NVRM_FILE, f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
-                            f"{' (the last ones only)' if log.truncated else ''}\n"
-                            + "".join(f"# {note}\n" for note in log.notes)
-                            + "".join(line + "\n" for line in log.lines))
-    notes[NVRM_FILE] = (f"{len(log.lines)} line(s) from {log.source}" if log.source
-                        else "kernel log not read: " + "; ".join(log.notes))
+    _put(
+        out_fd,
+        NVRM_FILE,
+        f"# source: {log.source or 'none'}; {len(log.lines)} NVRM/Xid/nvidia line(s)"
+        f"{' (the last ones only)' if log.truncated else ''}\n"
+        + "".join(f"# {note}\n" for note in log.notes)
+        + "".join(line + "\n" for line in log.lines),
+    )
+    notes[NVRM_FILE] = (
+        f"{len(log.lines)} line(s) from {log.source}" if log.source else "kernel log not read: " + "; ".join(log.notes)
+    )
     return notes
 
 
@@ -148,9 +157,16 @@ def _value(calls: list[record.Call], fn: str) -> Any:
     return next((c.value for c in calls if c.fn == fn and c.returned and c.rc == 0), None)
 
 
-def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, replay: bool = True,
-        sysfs_root: str = "/sys", kmsg_path: str = "/dev/kmsg", nvidia_smi: Optional[str] = None,
-        date: Optional[datetime.datetime] = None) -> dict[str, Any]:
+def run(
+    out_dir: str,
+    simulate: Optional[str] = None,
+    timeout_s: float = 60.0,
+    replay: bool = True,
+    sysfs_root: str = "/sys",
+    kmsg_path: str = "/dev/kmsg",
+    nvidia_smi: Optional[str] = None,
+    date: Optional[datetime.datetime] = None,
+) -> dict[str, Any]:
     """Validate this node's NVML (or, with ``simulate``, a scenario's) into ``out_dir``; the report.
 
     ``out_dir`` must be a directory of our own, or not exist (it is made): a link, another user's
@@ -166,10 +182,18 @@ def run(out_dir: str, simulate: Optional[str] = None, timeout_s: float = 60.0, r
         os.close(out_fd)
 
 
-def _run(out_fd: int, out_dir: str, simulate: Optional[str],
-         source: Optional[tuple[Callable[[], Any], tuple[str, ...]]], timeout_s: float, replay: bool,
-         sysfs_root: str, kmsg_path: str, nvidia_smi: Optional[str],
-         date: Optional[datetime.datetime]) -> dict[str, Any]:
+def _run(
+    out_fd: int,
+    out_dir: str,
+    simulate: Optional[str],
+    source: Optional[tuple[Callable[[], Any], tuple[str, ...]]],
+    timeout_s: float,
+    replay: bool,
+    sysfs_root: str,
+    kmsg_path: str,
+    nvidia_smi: Optional[str],
+    date: Optional[datetime.datetime],
+) -> dict[str, Any]:
     from nodehealth import __version__
 
     when = (date or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -189,20 +213,31 @@ def _run(out_fd: int, out_dir: str, simulate: Optional[str],
     driver_version = _value(calls, "nvmlSystemGetDriverVersion")
     doc: dict[str, Any] = {
         "run": {
-            "date_utc": when, "host": os.uname().nodename, "mode": "simulated" if simulate else "real",
-            "scenario": simulate, "driver_version": driver_version,
+            "date_utc": when,
+            "host": os.uname().nodename,
+            "mode": "simulated" if simulate else "real",
+            "scenario": simulate,
+            "driver_version": driver_version,
             "cuda_driver_version": _value(calls, "nvmlSystemGetCudaDriverVersion"),
-            "gpu_models": _models(calls), "gpu_count": _value(calls, "nvmlDeviceGetCount"),
+            "gpu_models": _models(calls),
+            "gpu_count": _value(calls, "nvmlDeviceGetCount"),
             "pynvml_version": recording.meta.get("pynvml_version"),
-            "pynvml_path": recording.meta.get("pynvml_path"), "nvml_module": recording.meta.get("module"),
-            "library": symbols.get("library"), "timeout_s": timeout_s, "outcome": done.outcome,
-            "message": done.message, "elapsed_s": round(done.elapsed_s, 3), "nodehealth": __version__,
+            "pynvml_path": recording.meta.get("pynvml_path"),
+            "nvml_module": recording.meta.get("module"),
+            "library": symbols.get("library"),
+            "timeout_s": timeout_s,
+            "outcome": done.outcome,
+            "message": done.message,
+            "elapsed_s": round(done.elapsed_s, 3),
+            "nodehealth": __version__,
         },
         "record": {"pci_bus_ids": list(pci)},  # what the replay needs beside calls.jsonl and symbols.json
         "files": files_in(out_fd),
         "timing": report.timing(calls),
-        "symbols": {"status": "the simulator's symbol table comes with nodehealth-sim (the replay)",
-                    "library": symbols.get("library")},
+        "symbols": {
+            "status": "the simulator's symbol table comes with nodehealth-sim (the replay)",
+            "library": symbols.get("library"),
+        },
         "scenario_notes": [],
         "scenario_error": None,
         "replay": None,
@@ -212,8 +247,10 @@ def _run(out_fd: int, out_dir: str, simulate: Optional[str],
     try:
         sim_replay: Any = importlib.import_module(SIM_REPLAY)
     except ImportError:
-        doc["replay"] = {"skipped": f"the simulator is not installed here ({INSTALL_SIM}); replay this directory "
-                                    f"where it is: nodehealth-sim replay {out_dir}"}
+        doc["replay"] = {
+            "skipped": f"the simulator is not installed here ({INSTALL_SIM}); replay this directory "
+            f"where it is: nodehealth-sim replay {out_dir}"
+        }
         report.write(out_fd, doc)
         return doc
     return dict(sim_replay.complete(out_fd, out_dir, doc, replay=replay))
@@ -229,8 +266,13 @@ class KernelLog:
     truncated: bool = False
 
 
-def kernel_lines(keep: Callable[[str], bool], kmsg_path: str = "/dev/kmsg", timeout_s: float = 10.0,
-                 max_bytes: int = evidence.MAX_OUTPUT_BYTES, max_lines: int = 20000) -> KernelLog:
+def kernel_lines(
+    keep: Callable[[str], bool],
+    kmsg_path: str = "/dev/kmsg",
+    timeout_s: float = 10.0,
+    max_bytes: int = evidence.MAX_OUTPUT_BYTES,
+    max_lines: int = 20000,
+) -> KernelLog:
     """The kernel log lines ``keep`` accepts (the last ``max_lines``): the backlog of ``kmsg_path``
     through the one kmsg reader (never waiting for new records), else ``dmesg``."""
     from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader

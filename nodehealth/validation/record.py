@@ -43,11 +43,36 @@ from typing import Any, Callable, Optional, Union
 from nodehealth.platform import ground
 
 # A name made of these words changes the GPU or the driver's state: never called.
-MUTATING_WORDS = frozenset({
-    "Set", "Clear", "Reset", "Register", "Unregister", "Enable", "Disable", "Create", "Destroy",
-    "Modify", "Remove", "Discover", "Freeze", "Flush", "Write", "Activate", "Force", "Update",
-    "Unload", "Repair", "Inject", "Alloc", "Free", "Start", "Stop", "Kill",
-})
+MUTATING_WORDS = frozenset(
+    {
+        "Set",
+        "Clear",
+        "Reset",
+        "Register",
+        "Unregister",
+        "Enable",
+        "Disable",
+        "Create",
+        "Destroy",
+        "Modify",
+        "Remove",
+        "Discover",
+        "Freeze",
+        "Flush",
+        "Write",
+        "Activate",
+        "Force",
+        "Update",
+        "Unload",
+        "Repair",
+        "Inject",
+        "Alloc",
+        "Free",
+        "Start",
+        "Stop",
+        "Kill",
+    }
+)
 # Raw access to the library would go around the wrapper.
 RAW_ACCESS = ("_nvml", "nvmlLib")
 
@@ -91,9 +116,14 @@ def pynvml_path() -> Optional[str]:
 
 
 def _meta(nv: Any) -> dict[str, Any]:
-    return {"type": "meta", "module": None if nv is None else getattr(nv, "__name__", type(nv).__name__),
-            "path": None if nv is None else getattr(nv, "__file__", None), "pynvml_version": pynvml_version(),
-            "pynvml_path": pynvml_path(), "pid": os.getpid()}
+    return {
+        "type": "meta",
+        "module": None if nv is None else getattr(nv, "__name__", type(nv).__name__),
+        "path": None if nv is None else getattr(nv, "__file__", None),
+        "pynvml_version": pynvml_version(),
+        "pynvml_path": pynvml_path(),
+        "pid": os.getpid(),
+    }
 
 
 # --------------------------------------------------------------------------- JSON rendering
@@ -167,15 +197,16 @@ def _arg_repr(arg: Any, gpu: Optional[int]) -> str:
 class RecordingNvml:
     """pynvml's surface, with every ``nvml*`` call recorded through ``sink`` and mutations refused."""
 
-    def __init__(self, nv: Any, sink: Callable[[dict[str, Any]], None],
-                 on_init: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self, nv: Any, sink: Callable[[dict[str, Any]], None], on_init: Optional[Callable[[], None]] = None
+    ) -> None:
         self._nv = nv
         self._sink = sink
         self._on_init = on_init
         self._handles: list[tuple[Any, int]] = []
         self._seq = 0
         self._wrapped: dict[str, Callable[..., Any]] = {}
-        codes = {getattr(nv, n): n[len("NVML_ERROR_"):] for n in dir(nv) if n.startswith("NVML_ERROR_")}
+        codes = {getattr(nv, n): n[len("NVML_ERROR_") :] for n in dir(nv) if n.startswith("NVML_ERROR_")}
         self._code_names: dict[Any, str] = codes
 
     def __getattr__(self, name: str) -> Any:
@@ -216,11 +247,16 @@ class RecordingNvml:
             seq = self._seq
             gpus = [self.gpu_of(a) for a in args]
             gpu = next((g for g in gpus if g is not None), None)
-            self._sink({
-                "type": "start", "seq": seq, "fn": name, "gpu": gpu,
-                "args": [_arg_repr(a, g) for a, g in zip(args, gpus)] + [f"{k}={v!r}" for k, v in kwargs.items()],
-                "argv": [render(a, self.gpu_of) for a in args],
-            })
+            self._sink(
+                {
+                    "type": "start",
+                    "seq": seq,
+                    "fn": name,
+                    "gpu": gpu,
+                    "args": [_arg_repr(a, g) for a, g in zip(args, gpus)] + [f"{k}={v!r}" for k, v in kwargs.items()],
+                    "argv": [render(a, self.gpu_of) for a in args],
+                }
+            )
             rc: Any = 0
             error: Optional[str] = None
             value: Any = None
@@ -239,12 +275,20 @@ class RecordingNvml:
                 if rc == 0 and name == "nvmlDeviceGetHandleByIndex" and args and isinstance(args[0], int):
                     self._handles.append((value, args[0]))
                 outs = [render(a._obj) for a in args if type(a).__name__ == "CArgObject" and hasattr(a, "_obj")]
-                self._sink({
-                    "type": "return", "seq": seq, "fn": name, "gpu": gpu, "rc": rc, "error": error,
-                    "value": render(value, self.gpu_of) if rc == 0 else None,
-                    "value_type": type(value).__name__ if rc == 0 else None,
-                    "out": outs if rc == 0 else [], "us": us,
-                })
+                self._sink(
+                    {
+                        "type": "return",
+                        "seq": seq,
+                        "fn": name,
+                        "gpu": gpu,
+                        "rc": rc,
+                        "error": error,
+                        "value": render(value, self.gpu_of) if rc == 0 else None,
+                        "value_type": type(value).__name__ if rc == 0 else None,
+                        "out": outs if rc == 0 else [],
+                        "us": us,
+                    }
+                )
                 if rc == 0 and name.startswith("nvmlInit") and self._on_init is not None:
                     self._on_init()
             return value
@@ -346,11 +390,28 @@ def _record(dir_fd: int, loader: Callable[[], Any], timeout_s: float) -> Recorde
     except FileNotFoundError:  # the child died before it made the file
         ground.create_new(dir_fd, CALLS_FILE, b"", 0o644)
         calls = []
-    tail = [json.dumps({"type": "never_returned", "seq": call.seq, "fn": call.fn, "gpu": call.gpu,
-                        "waited_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n"
-            for call in calls if not call.returned]
-    tail.append(json.dumps({"type": "end", "outcome": state, "message": message,
-                            "elapsed_s": round(outcome.elapsed_s, 3)}, sort_keys=True) + "\n")
+    tail = [
+        json.dumps(
+            {
+                "type": "never_returned",
+                "seq": call.seq,
+                "fn": call.fn,
+                "gpu": call.gpu,
+                "waited_s": round(outcome.elapsed_s, 3),
+            },
+            sort_keys=True,
+        )
+        + "\n"
+        for call in calls
+        if not call.returned
+    ]
+    tail.append(
+        json.dumps(
+            {"type": "end", "outcome": state, "message": message, "elapsed_s": round(outcome.elapsed_s, 3)},
+            sort_keys=True,
+        )
+        + "\n"
+    )
     ground.append_own(dir_fd, CALLS_FILE, "".join(tail).encode())
     return Recorded(state, message, outcome.elapsed_s, read_at(dir_fd, CALLS_FILE).calls)
 

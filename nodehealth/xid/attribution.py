@@ -56,8 +56,9 @@ def gpu_at(pci: Optional[str], gpus: GpuMap) -> Optional[tuple[int, Optional[str
     return gpus.get(normalize_pci(pci))
 
 
-def attribute(event: XidEvent, gpus: GpuMap, ledger: Sequence[JobLedgerEntry] = (),
-              at: Optional[float] = None) -> XidEvent:
+def attribute(
+    event: XidEvent, gpus: GpuMap, ledger: Sequence[JobLedgerEntry] = (), at: Optional[float] = None
+) -> XidEvent:
     """A copy of ``event`` with GPU index, UUID and job filled in where they can be told.
 
     What the event already carries is kept (a job found from the live process when the

@@ -108,9 +108,7 @@ class Catalog:
         return xid in self.entries
 
 
-def load_catalog(
-    path: Union[str, Path, None] = None, overrides: Mapping[int, str] = _EMPTY
-) -> Catalog:
+def load_catalog(path: Union[str, Path, None] = None, overrides: Mapping[int, str] = _EMPTY) -> Catalog:
     """Read and validate the catalog; ``overrides`` maps an XID to the severity to use instead.
 
     Raises ValueError naming the XID (and field) for any invalid entry or override.
@@ -157,11 +155,11 @@ def catalog_from_mapping(
         severity = _severity(value, f"XID {xid}: severity override")
         base = entries.get(xid)
         if base is None:
-            base = CatalogEntry(xid, "UNKNOWN", "Not in nodehealth's XID catalog.", "",
-                                severity, unknown_action, known=False)
+            base = CatalogEntry(
+                xid, "UNKNOWN", "Not in nodehealth's XID catalog.", "", severity, unknown_action, known=False
+            )
         # An override is the site's verdict: it replaces the Fatal refinement too.
-        entries[xid] = replace(base, severity=severity, fatal_severity=None, fatal_action=None,
-                               overridden=True)
+        entries[xid] = replace(base, severity=severity, fatal_severity=None, fatal_action=None, overridden=True)
 
     return Catalog(
         source=meta["source"],
@@ -372,16 +370,18 @@ def application_xid_bursts(
         if best is None:
             continue
         count, first = best
-        window = times[first:first + count]
-        bursts.append(ApplicationXidBurst(
-            pci=pci,
-            count=count,
-            max_events=max_events,
-            window_s=window_s,
-            first_s=window[0][0],
-            last_s=window[-1][0],
-            xids=tuple(sorted({x for _, x in window})),
-        ))
+        window = times[first : first + count]
+        bursts.append(
+            ApplicationXidBurst(
+                pci=pci,
+                count=count,
+                max_events=max_events,
+                window_s=window_s,
+                first_s=window[0][0],
+                last_s=window[-1][0],
+                xids=tuple(sorted({x for _, x in window})),
+            )
+        )
     return bursts
 
 
@@ -391,7 +391,7 @@ def parse_overrides(items: Iterable[str]) -> dict[int, str]:
     for item in items:
         xid, sep, severity = item.partition("=")
         if not sep or not xid.strip().isdigit():
-            raise ValueError(f"severity override {item!r}: expected \"XID=severity\", e.g. \"63=drain\"")
+            raise ValueError(f'severity override {item!r}: expected "XID=severity", e.g. "63=drain"')
         out[int(xid.strip())] = severity.strip()
     return out
 

@@ -61,7 +61,6 @@ class FilePosition:
         return {"dev": self.dev, "ino": self.ino, "offset": self.offset, "tail": self.tail}
 
 
-
 @dataclass
 class StoreState:
     """The store file's content, in memory."""
@@ -76,9 +75,15 @@ class StoreState:
     file_position: Optional[FilePosition] = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "boot_id": self.boot_id, "kmsg_seq": self.kmsg_seq,
-                "last_clear": self.last_clear, "dropped": self.dropped, "events": self.events,
-                "file": self.file_position.to_json() if self.file_position is not None else None}
+        return {
+            "format": FORMAT,
+            "boot_id": self.boot_id,
+            "kmsg_seq": self.kmsg_seq,
+            "last_clear": self.last_clear,
+            "dropped": self.dropped,
+            "events": self.events,
+            "file": self.file_position.to_json() if self.file_position is not None else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> tuple[StoreState, list[str]]:
@@ -89,8 +94,10 @@ class StoreState:
             ignored.append("boot_id")
         seq = data.get("kmsg_seq")
         if seq is not None and _integer(seq, 0, MAX_SEQ) is None:
-            ignored.append(f"kmsg_seq {printable(repr(seq), 40)} is not a kmsg sequence number: reading this "
-                           "boot's kernel log from its beginning")
+            ignored.append(
+                f"kmsg_seq {printable(repr(seq), 40)} is not a kmsg sequence number: reading this "
+                "boot's kernel log from its beginning"
+            )
             seq = None
         clear = _number(data.get("last_clear"))
         if clear is None and data.get("last_clear") is not None:
@@ -116,8 +123,9 @@ class StoreState:
         position = _file_position(data.get("file"))
         if position is None and data.get("file") is not None:
             ignored.append("file (the recorded log's position): reading it from its beginning")
-        return cls(boot_id=boot, kmsg_seq=seq, last_clear=clear, dropped=dropped or 0, events=events,
-                   file_position=position), ignored
+        return cls(
+            boot_id=boot, kmsg_seq=seq, last_clear=clear, dropped=dropped or 0, events=events, file_position=position
+        ), ignored
 
 
 def _number(value: Any) -> Optional[float]:
@@ -201,7 +209,8 @@ def stored_event(d: dict[str, Any]) -> XidEvent:
     """The (unjudged) event a stored dict describes."""
     kw = {k: d.get(k) for k in _EVENT_KEYS}
     return XidEvent(
-        xid=int(d["xid"]), pci=kw["pci"] if isinstance(kw["pci"], str) else None,
+        xid=int(d["xid"]),
+        pci=kw["pci"] if isinstance(kw["pci"], str) else None,
         kind=kw["kind"] if isinstance(kw["kind"], str) else "xid",
         pid=kw["pid"] if isinstance(kw["pid"], int) else None,
         process=kw["process"] if isinstance(kw["process"], str) else None,
@@ -248,8 +257,12 @@ def roll_boot(state: StoreState, current_boot: str, catalog: Catalog) -> int:
     return cleared
 
 
-def add_events(state: StoreState, events: Iterable[tuple[XidEvent, Optional[float], float]],
-               catalog: Catalog, max_events: int = DEFAULT_MAX_EVENTS) -> int:
+def add_events(
+    state: StoreState,
+    events: Iterable[tuple[XidEvent, Optional[float], float]],
+    catalog: Catalog,
+    max_events: int = DEFAULT_MAX_EVENTS,
+) -> int:
     """Append ``(event, at, recorded_at)`` to this boot's events; returns how many were new.
 
     An event with a kmsg sequence number at or below the stored position, or one this boot's
@@ -262,24 +275,31 @@ def add_events(state: StoreState, events: Iterable[tuple[XidEvent, Optional[floa
     added = 0
     seen = {d.get("seq") for d in state.events if d["boot_id"] == state.boot_id and d.get("seq") is not None}
     for event, at, recorded_at in events:
-        if event.seq is not None and (event.seq in seen or (state.kmsg_seq is not None
-                                                            and event.seq <= state.kmsg_seq)):
+        if event.seq is not None and (
+            event.seq in seen or (state.kmsg_seq is not None and event.seq <= state.kmsg_seq)
+        ):
             continue
         ev = enrich(event, catalog)
         seen.add(ev.seq)
-        state.events.append({
-            "boot_id": state.boot_id,
-            "at": at,
-            "recorded_at": recorded_at,
-            "xid": ev.xid, "pci": ev.pci, "kind": ev.kind, "pid": ev.pid,
-            "process": printable(ev.process, MAX_PROCESS_CHARS) if ev.process is not None else None,
-            "job_id": printable(ev.job_id) if ev.job_id is not None else None,
-            "message": printable(ev.message, MAX_MESSAGE_CHARS),
-            "time": printable(ev.time) if ev.time is not None else None,
-            "uptime_s": ev.uptime_s, "seq": ev.seq,
-            "severity": ev.severity.value if ev.severity else None,
-            "action": ev.action.value if ev.action else None,
-        })
+        state.events.append(
+            {
+                "boot_id": state.boot_id,
+                "at": at,
+                "recorded_at": recorded_at,
+                "xid": ev.xid,
+                "pci": ev.pci,
+                "kind": ev.kind,
+                "pid": ev.pid,
+                "process": printable(ev.process, MAX_PROCESS_CHARS) if ev.process is not None else None,
+                "job_id": printable(ev.job_id) if ev.job_id is not None else None,
+                "message": printable(ev.message, MAX_MESSAGE_CHARS),
+                "time": printable(ev.time) if ev.time is not None else None,
+                "uptime_s": ev.uptime_s,
+                "seq": ev.seq,
+                "severity": ev.severity.value if ev.severity else None,
+                "action": ev.action.value if ev.action else None,
+            }
+        )
         added += 1
     _bound(state, catalog, max_events)
     return added

@@ -67,7 +67,7 @@ def _stamp(prefix: str) -> _Stamp:
         seq = int(m.group("seq"))
         usec = int(m.group("usec"))
         uptime_text = f"{usec // 1_000_000}.{usec % 1_000_000:06d}"
-        prefix = head[m.end():]
+        prefix = head[m.end() :]
     mono = patterns.MONOTONIC.regex.search(prefix)
     if mono and uptime_text is None:
         uptime_text = mono.group("t")
@@ -190,7 +190,7 @@ def _event(pattern: Pattern, line: str, m: re.Match[str]) -> XidEvent:
             name = p.group("name")
             if name and name not in ("<unknown>", "'<unknown>'"):
                 process = printable(name, MAX_PROCESS_CHARS)
-            payload = payload[p.end():]
+            payload = payload[p.end() :]
     xid = groups.get("xid")
     pci = groups.get("pci")
     # The time is in the text before the match (the driver's "NVRM: " tag is not searched).
@@ -311,8 +311,11 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
                 at = start.end()
                 found = _driver_event(text, at)
                 if found is None:
-                    g = _NVIDIA_GPU.regex.match(text, at) if all(needle in text for needle in _NVIDIA_GPU.needles) \
+                    g = (
+                        _NVIDIA_GPU.regex.match(text, at)
+                        if all(needle in text for needle in _NVIDIA_GPU.needles)
                         else None
+                    )
                     if g:
                         nvidia_gpu_pci = g.group("pci").lower()
                         nvidia_gpu_line = form_line = n

@@ -62,17 +62,24 @@ GPUD_XID119_LOG = _GPUD + "components/accelerator/nvidia/xid/testdata/dmesg-with
 GPUD_KMSG_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_test.go"
 GPUD_KMSG_EXTENDED_TEST = _GPUD + "components/accelerator/nvidia/xid/kmsg_extended_test.go"
 GPUD_PSTORE = _GPUD + "pkg/pstore/testdata/7530486857247/dmesg.txt"
-NVIDIA_GA100 = ("NVIDIA/open-gpu-kernel-modules@448d5cc65624d3aa69015efa0d3fb50fd9729f41:"
-                "src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c (doc comment of _gpuGenerateErrorLog_GA100)")
-ML_ENGINEERING = ("stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:"
-                  "compute/accelerator/nvidia/debug.md")
+NVIDIA_GA100 = (
+    "NVIDIA/open-gpu-kernel-modules@448d5cc65624d3aa69015efa0d3fb50fd9729f41:"
+    "src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c (doc comment of _gpuGenerateErrorLog_GA100)"
+)
+ML_ENGINEERING = "stas00/ml-engineering@744d01e18b79512572f64a6bbd8b5f4a725203a7:compute/accelerator/nvidia/debug.md"
 M4_CHRONICLES = "huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr-190-80b/chronicles.md"
-M4_JEANZAY = ("huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr_141-hanging/"
-              "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/dmesg.txt")
-OGKM_1150 = ("https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150 (comment by jed-hacker, 2026-05-18; "
-             "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
-NVIDIA_XID_DOC = ("https://docs.nvidia.com/deploy/xid-errors/index.html (\"Viewing Xid Error Messages\"; "
-                  "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)")
+M4_JEANZAY = (
+    "huggingface/m4-logs@6034608cda9b5c55f55a0559bcffabc7880c1dec:tr_141-hanging/"
+    "tr_141_cm409xPMD01_scale_leap_of_faith_v5_num_workers_0-try3/dmesg.txt"
+)
+OGKM_1150 = (
+    "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150 (comment by jed-hacker, 2026-05-18; "
+    "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)"
+)
+NVIDIA_XID_DOC = (
+    'https://docs.nvidia.com/deploy/xid-errors/index.html ("Viewing Xid Error Messages"; '
+    "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)"
+)
 TESTS = "tests/test_xid_parser.py (the driver's format, written by hand)"
 CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action names per driver)"
 
@@ -89,8 +96,10 @@ MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dm
 CTIME_CLOCK = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
 RELTIME_CLOCK = r"\[(?:[A-Z][a-z]{2} ?[ \d]\d \d\d:\d\d|\s*\+\s*\d+\.\d+)\]"  # dmesg -e
 ISO_CLOCK = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-SYSLOG_CLOCK = (r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
-                 r"(?:\.\d+)?")
+SYSLOG_CLOCK = (
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
+    r"(?:\.\d+)?"
+)
 KMSG_PREFIX = r"\d{1,4},\d{1,20},\d{1,20},[^;]{0,16};"
 HOST_KERNEL = r"[ \t]+\S+[ \t]+kernel:"  # syslog and journalctl: the host, then the kernel's tag
 # journalctl --no-hostname (and -o short-iso --no-hostname): the kernel's tag right after the clock

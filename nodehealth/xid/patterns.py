@@ -90,9 +90,13 @@ XID_LINE = Pattern(
     "(`message_start`); the GPU is `PCI:dddd:bb:dd` (old drivers: "
     "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number; redacted by a reporter: "
     "`PCI:...` or `PCI:…`, the XID with the GPU unknown). Only the first Xid counts: "
-    "payloads name other XIDs (\"caused by previous Xid 149\"); the number must end at a comma or the line",
+    'payloads name other XIDs ("caused by previous Xid 149"); the number must end at a comma or the line',
     regex=re.compile(
-        DRIVER_TAG + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>" + PCI + r")(?:\.[0-7])?(?:\s[^)]*)?|" + REDACTED_PCI
+        DRIVER_TAG
+        + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>"
+        + PCI
+        + r")(?:\.[0-7])?(?:\s[^)]*)?|"
+        + REDACTED_PCI
         + r")\):\s*"
         r"(?P<xid>\d{1,5})(?:\s*,\s*(?P<payload>.*)|\s*$)",
         re.DOTALL,
@@ -101,55 +105,146 @@ XID_LINE = Pattern(
     kind=KIND_XID,
     blames=True,
     samples=(
-        gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
-               "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) "
-               "(0x2081 0x4).", GPUD_XID119_LOG + " (line 3)",
-               xid=119, pci="0000:9b:00", pid=2024380, process="nvidia-smi", time="Sun Feb 23 16:24:18 2025"),
-        gives("[Sun Feb 23 16:27:12 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1263500, name=cache_mgr_main, "
-               "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
-               "(0x20801813 0x4c).", GPUD_XID119_LOG + " (line 42)",
-               xid=119, pci="0000:9b:00", pid=1263500, process="cache_mgr_main"),
-        gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
-               "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)", GPUD_KMSG_TEST,
-               xid=149, pci="0009:01:00", pid=None, uptime_s=171167.620236,
-               message="NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 "
-               "0x00000000 0x00000000)"),
-        gives("[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) "
-               "to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
-               xid=154, pci="0009:01:00",
-               message="GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)"),
-        gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
-               "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-               GPUD_KMSG_EXTENDED_TEST, xid=145, pci="0018:01:00", pid=876767, process="ray::WorkerDict",
-               time=None),
-        gives("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, "
-               "D-RST: No", NVIDIA_GA100, xid=94, pci="0000:01:00", pid=7194, process=None,
-               message="Contained: CE User Channel (0x9). RST: No, D-RST: No"),
-        gives("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
-               "to activate.", ML_ENGINEERING + " (line 25)", xid=63, pci="0000:10:1c", pid=1896),
-        gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850, Row Remapper: New row marked for "
-               "remapping, reset gpu to activate", M4_CHRONICLES + " (line 80)",
-               xid=63, pci="0000:10:1c", time="May 19 07:08:57", uptime_s=680111.646286),
-        gives("[  123.456789] NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a097 00001b0c 00000001 00000000",
-               TESTS, xid=13, pci="0000:03:00", pid=None),
-        gives("NVRM: Xid (PCI:0000:b3:00.0): 79, pid=12345, GPU has fallen off the bus.", TESTS,
-               xid=79, pci="0000:b3:00", kind=KIND_XID),
-        gives("NVRM: Xid (PCI:0009:0A:00): 74, pid=55, name=nccl, NVLink: fatal error detected on link 3", TESTS,
-               xid=74, pci="0009:0a:00"),
-        gives("[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous "
-               "Xid 149", TESTS, xid=155),
+        gives(
+            "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
+            "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) "
+            "(0x2081 0x4).",
+            GPUD_XID119_LOG + " (line 3)",
+            xid=119,
+            pci="0000:9b:00",
+            pid=2024380,
+            process="nvidia-smi",
+            time="Sun Feb 23 16:24:18 2025",
+        ),
+        gives(
+            "[Sun Feb 23 16:27:12 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1263500, name=cache_mgr_main, "
+            "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
+            "(0x20801813 0x4c).",
+            GPUD_XID119_LOG + " (line 42)",
+            xid=119,
+            pci="0000:9b:00",
+            pid=1263500,
+            process="cache_mgr_main",
+        ),
+        gives(
+            "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+            "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            GPUD_KMSG_TEST,
+            xid=149,
+            pci="0009:01:00",
+            pid=None,
+            uptime_s=171167.620236,
+            message="NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 "
+            "0x00000000 0x00000000)",
+        ),
+        gives(
+            "[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) "
+            "to 0x4 (Drain and Reset)",
+            GPUD_KMSG_TEST,
+            xid=154,
+            pci="0009:01:00",
+            message="GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        ),
+        gives(
+            "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
+            "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+            GPUD_KMSG_EXTENDED_TEST,
+            xid=145,
+            pci="0018:01:00",
+            pid=876767,
+            process="ray::WorkerDict",
+            time=None,
+        ),
+        gives(
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+            NVIDIA_GA100,
+            xid=94,
+            pci="0000:01:00",
+            pid=7194,
+            process=None,
+            message="Contained: CE User Channel (0x9). RST: No, D-RST: No",
+        ),
+        gives(
+            "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu "
+            "to activate.",
+            ML_ENGINEERING + " (line 25)",
+            xid=63,
+            pci="0000:10:1c",
+            pid=1896,
+        ),
+        gives(
+            "Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+            "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850, Row Remapper: New row marked for "
+            "remapping, reset gpu to activate",
+            M4_CHRONICLES + " (line 80)",
+            xid=63,
+            pci="0000:10:1c",
+            time="May 19 07:08:57",
+            uptime_s=680111.646286,
+        ),
+        gives(
+            "[  123.456789] NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a097 00001b0c 00000001 00000000",
+            TESTS,
+            xid=13,
+            pci="0000:03:00",
+            pid=None,
+        ),
+        gives(
+            "NVRM: Xid (PCI:0000:b3:00.0): 79, pid=12345, GPU has fallen off the bus.",
+            TESTS,
+            xid=79,
+            pci="0000:b3:00",
+            kind=KIND_XID,
+        ),
+        gives(
+            "NVRM: Xid (PCI:0009:0A:00): 74, pid=55, name=nccl, NVLink: fatal error detected on link 3",
+            TESTS,
+            xid=74,
+            pci="0009:0a:00",
+        ),
+        gives(
+            "[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous Xid 149",
+            TESTS,
+            xid=155,
+        ),
         gives("NVRM: Xid (PCI:0000:01:00): 62", TESTS, xid=62, message=""),
-        gives("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
-               "Xid 149", OGKM_1150, xid=45, pci="0000:dc:00", pid=1818990, process="python3", time=None),
-        gives("[\u2026] NVRM: Xid (0000:03:00): 14, Channel 00000001", NVIDIA_XID_DOC, xid=14, pci="0000:03:00",
-               time=None, message="Channel 00000001"),
-        gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout",
-               TESTS, xid=119, pci="0000:9b:00", time="Feb 23 16:24:18"),
-        gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS, xid=79,
-               pci="0000:3b:00"),
-        gives("[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.", TESTS,
-               xid=79, pci=None, pid=1234),
+        gives(
+            "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+            OGKM_1150,
+            xid=45,
+            pci="0000:dc:00",
+            pid=1818990,
+            process="python3",
+            time=None,
+        ),
+        gives(
+            "[\u2026] NVRM: Xid (0000:03:00): 14, Channel 00000001",
+            NVIDIA_XID_DOC,
+            xid=14,
+            pci="0000:03:00",
+            time=None,
+            message="Channel 00000001",
+        ),
+        gives(
+            "Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout",
+            TESTS,
+            xid=119,
+            pci="0000:9b:00",
+            time="Feb 23 16:24:18",
+        ),
+        gives(
+            "[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            TESTS,
+            xid=79,
+            pci="0000:3b:00",
+        ),
+        gives(
+            "[  123.456789] NVRM: Xid (PCI:...): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+            TESTS,
+            xid=79,
+            pci=None,
+            pid=1234,
+        ),
         gives("NVRM: Xid (PCI:\u2026): 48, pid=7, name=a.out, DBE", TESTS, xid=48, pci=None),
         no_match("NVRM: Xid (PCI:redacted): 79, pid=1", TESTS),
         no_match("NVRM: Xid (PCI:0000:66:00): abc, pid=2280636", TESTS),
@@ -157,23 +252,41 @@ XID_LINE = Pattern(
         no_match("kernel_failure_pattern='NVRM: Xid|CTX SWITCH TIMEOUT|NV_ERR_NO_MEMORY'", TESTS),
         no_match("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
         # Driver lines quoted inside other kernel records: a name the user chose (docs/xid.md).
-        no_match("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
-                 "GPU has fallen off the bus.' with NULL argv: empty string added", TESTS),
-        no_match("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
-                 "apparmor=\"DENIED\" operation=\"open\" profile=\"/usr/bin/man\" "
-                 "name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\" pid=2411 comm=\"man\" requested_mask=\"r\" "
-                 "denied_mask=\"r\" fsuid=1000 ouid=1000", TESTS),
-        no_match("[ 5123.456789] EXT4-fs warning (device nvme0n1p1): ext4_dx_add_entry:2604: inode #1835009: comm "
-                 "python3: Directory index full! name 'NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
-        no_match("[Sun Feb 23 16:24:18 2025] audit: type=1326 audit(1740327858.123:77): auid=1000 uid=1000 gid=1000 "
-                 "ses=3 pid=4242 comm=\"python3\" exe=\"/home/u/NVRM: Xid (PCI:0000:3b:00): 79, x\" sig=31 "
-                 "arch=c000003e syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0", TESTS),
-        no_match("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
-                 "with NULL argv: empty string added", TESTS),
-        no_match("[   12.345678] NVRM: API mismatch: the client has the version Xid (PCI:0000:3b:00): 79, x, but",
-              TESTS),
-        no_match("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off "
-                 "the bus.", TESTS),
+        no_match(
+            "4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
+            "GPU has fallen off the bus.' with NULL argv: empty string added",
+            TESTS,
+        ),
+        no_match(
+            "May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+            'apparmor="DENIED" operation="open" profile="/usr/bin/man" '
+            'name="/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE" pid=2411 comm="man" requested_mask="r" '
+            'denied_mask="r" fsuid=1000 ouid=1000',
+            TESTS,
+        ),
+        no_match(
+            "[ 5123.456789] EXT4-fs warning (device nvme0n1p1): ext4_dx_add_entry:2604: inode #1835009: comm "
+            "python3: Directory index full! name 'NVRM: Xid (PCI:0000:3b:00): 79, x'",
+            TESTS,
+        ),
+        no_match(
+            "[Sun Feb 23 16:24:18 2025] audit: type=1326 audit(1740327858.123:77): auid=1000 uid=1000 gid=1000 "
+            'ses=3 pid=4242 comm="python3" exe="/home/u/NVRM: Xid (PCI:0000:3b:00): 79, x" sig=31 '
+            "arch=c000003e syscall=165 compat=0 ip=0x7f5e4d1e0b3a code=0x0",
+            TESTS,
+        ),
+        no_match(
+            "process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+            "with NULL argv: empty string added",
+            TESTS,
+        ),
+        no_match(
+            "[   12.345678] NVRM: API mismatch: the client has the version Xid (PCI:0000:3b:00): 79, x, but", TESTS
+        ),
+        no_match(
+            "May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            TESTS,
+        ),
         no_match("               NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.", TESTS),
     ),
 )
@@ -181,7 +294,7 @@ XID_LINE = Pattern(
 FALLEN_OFF_BUS = Pattern(
     name="fallen_off_bus",
     role=EVENT,
-    about="\"GPU has fallen off the bus\" without an Xid line, reported as XID 79: the driver's message "
+    about='"GPU has fallen off the bus" without an Xid line, reported as XID 79: the driver\'s message '
     "starts with those words or with the GPU they are about (`GPU <pci>:`, `GPU at PCI:<pci>:`, the "
     "three-line `The NVIDIA GPU <pci>` form in one record; dmesg prints that form as three lines: "
     "`nvidia_gpu` below), after at most a function name",
@@ -190,46 +303,90 @@ FALLEN_OFF_BUS = Pattern(
         DRIVER_TAG + r"[ \t]*(?P<payload>(?:[A-Za-z_]\w*:[ \t]+)?"
         r"(?:(?:The[ \t]+NVIDIA[ \t]+)?GPU[ \t]+(?:at[ \t]+)?(?:PCI:)?(?P<pci>" + PCI + r")(?:\.[0-7])?"
         r"(?::?[ \t]+(?:GPU[ \t]+)?has[ \t]+"
-        r"|" + NEWLINE + DRIVER_TAG + r"[ \t]*\(PCI ID:[^)\\\n]{0,40}\)[^\\\n]{0,80}?has" + NEWLINE
-        + DRIVER_TAG + r"[ \t]*))?" + FALLEN_TEXT + r".*)",
+        r"|"
+        + NEWLINE
+        + DRIVER_TAG
+        + r"[ \t]*\(PCI ID:[^)\\\n]{0,40}\)[^\\\n]{0,80}?has"
+        + NEWLINE
+        + DRIVER_TAG
+        + r"[ \t]*))?"
+        + FALLEN_TEXT
+        + r".*)",
         re.DOTALL,
     ),
     needles=(DRIVER_TAG, FALLEN_TEXT),
     kind=KIND_FALLEN_OFF_BUS,
     xid=FALLEN_OFF_BUS_XID,
     samples=(
-        gives("[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.", TESTS,
-               xid=79, pci="0000:01:00", kind=KIND_FALLEN_OFF_BUS, uptime_s=1843.308145,
-               message="GPU 0000:01:00.0: GPU has fallen off the bus."),
+        gives(
+            "[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+            TESTS,
+            xid=79,
+            pci="0000:01:00",
+            kind=KIND_FALLEN_OFF_BUS,
+            uptime_s=1843.308145,
+            message="GPU 0000:01:00.0: GPU has fallen off the bus.",
+        ),
         gives("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", TESTS, xid=79, pci="0000:3b:00"),
         gives("NVRM: GPU at 0000:01:00.0 has fallen off the bus", TESTS, xid=79, pci="0000:01:00"),
         # One /dev/kmsg record of the driver's three-line message (newlines escaped as \x0a).
-        gives("2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
-               "this system has\\x0aNVRM: fallen off the bus and is not responding to commands.", TESTS,
-               xid=79, pci="0000:b3:00", seq=512, uptime_s=1843.308145),
+        gives(
+            "2,512,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in "
+            "this system has\\x0aNVRM: fallen off the bus and is not responding to commands.",
+            TESTS,
+            xid=79,
+            pci="0000:b3:00",
+            seq=512,
+            uptime_s=1843.308145,
+        ),
         # The journal keeps the record's newlines.
-        gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this "
-               "system has\nNVRM: fallen off the bus and is not responding to commands.", TESTS,
-               xid=79, pci="0000:b3:00", uptime_s=1843.308145),
-        gives("NVRM: fallen off the bus and is not responding to commands.", TESTS,
-               xid=79, pci=None, message="fallen off the bus and is not responding to commands."),
+        gives(
+            "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this "
+            "system has\nNVRM: fallen off the bus and is not responding to commands.",
+            TESTS,
+            xid=79,
+            pci="0000:b3:00",
+            uptime_s=1843.308145,
+        ),
+        gives(
+            "NVRM: fallen off the bus and is not responding to commands.",
+            TESTS,
+            xid=79,
+            pci=None,
+            message="fallen off the bus and is not responding to commands.",
+        ),
         # A continuation line alone: dmesg's third line of the three-line form (``scan`` reads it
         # after its first line), or a newline in a name another record quoted.
         no_match("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
         no_match("usb 1-1: device has fallen off the bus", TESTS),
-        no_match("6,2212,5123456790,-;process 'python3' launched 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.' "
-                 "with NULL argv: empty string added", TESTS),
-        no_match("[   12.345678] NVRM: API mismatch: the client has the version GPU has fallen off the bus, but",
-                 TESTS),
+        no_match(
+            "6,2212,5123456790,-;process 'python3' launched 'NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.' "
+            "with NULL argv: empty string added",
+            TESTS,
+        ),
+        no_match(
+            "[   12.345678] NVRM: API mismatch: the client has the version GPU has fallen off the bus, but", TESTS
+        ),
         no_match("NVRM: Xid 79, GPU has fallen off the bus.", TESTS),
-        no_match("[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
-              GPUD_XID119_LOG + " (line 1)"),
-        no_match("[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
-                 "(printing 1 of every 30).  The GPU likely needs to be reset.", GPUD_XID119_LOG + " (line 41)"),
-        no_match("[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
-                 "0x0000000000002081 0x0000000000000004.", GPUD_XID119_LOG + " (line 4)"),
-        no_match("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
-                 "UTC 2024", GPUD_PSTORE + " (line 341)"),
+        no_match(
+            "[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+            GPUD_XID119_LOG + " (line 1)",
+        ),
+        no_match(
+            "[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 "
+            "(printing 1 of every 30).  The GPU likely needs to be reset.",
+            GPUD_XID119_LOG + " (line 41)",
+        ),
+        no_match(
+            "[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
+            "0x0000000000002081 0x0000000000000004.",
+            GPUD_XID119_LOG + " (line 4)",
+        ),
+        no_match(
+            "<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 "
+            "UTC 2024",
+            GPUD_PSTORE + " (line 341)",
+        ),
         no_match("[   12.345678] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1489)", TESTS),
     ),
 )
@@ -239,7 +396,7 @@ FALLEN_OFF_BUS = Pattern(
 NVIDIA_GPU = Pattern(
     name="nvidia_gpu",
     role=CONTEXT,
-    about="first line of the three-line \"fallen off the bus\" message in dmesg; `scan` gives its GPU to a "
+    about='first line of the three-line "fallen off the bus" message in dmesg; `scan` gives its GPU to a '
     "`fallen_off_bus` line without one that follows within 3 lines",
     regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + PCI + r")(?:\.[0-7])?"),
     needles=(DRIVER_TAG + " The NVIDIA GPU",),
@@ -256,20 +413,32 @@ PROCESS = Pattern(
     role=PART,
     about="the blamed process at the start of an Xid payload: `pid=<n>[, name=<name>], `; "
     "`pid='<unknown>'` and `name=<unknown>` name nobody",
-    regex=re.compile(
-        r"^pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)(?:name=(?P<name>[^,]*?)\s*(?:,\s*|$))?"
-    ),
+    regex=re.compile(r"^pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)(?:name=(?P<name>[^,]*?)\s*(?:,\s*|$))?"),
     samples=(
-        gives("pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
-               GPUD_XID119_LOG + " (line 3)", pid="2024380", name="nvidia-smi"),
-        gives("pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13", GPUD_KMSG_EXTENDED_TEST,
-               pid="876767", name="ray::WorkerDict"),
-        gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194",
-               name=None),
-        gives("pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)", TESTS,
-               pid=None, name="<unknown>"),
-        no_match("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
-                 "0x00000000)", GPUD_KMSG_TEST),
+        gives(
+            "pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
+            GPUD_XID119_LOG + " (line 3)",
+            pid="2024380",
+            name="nvidia-smi",
+        ),
+        gives(
+            "pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13",
+            GPUD_KMSG_EXTENDED_TEST,
+            pid="876767",
+            name="ray::WorkerDict",
+        ),
+        gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194", name=None),
+        gives(
+            "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)",
+            TESTS,
+            pid=None,
+            name="<unknown>",
+        ),
+        no_match(
+            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+            "0x00000000)",
+            GPUD_KMSG_TEST,
+        ),
     ),
 )
 
@@ -284,14 +453,30 @@ RECOVERY_ACTION = Pattern(
         re.IGNORECASE,
     ),
     samples=(
-        gives("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", GPUD_KMSG_TEST,
-               old="0x0", new="0x4", new_name="Drain and Reset"),
-        gives("GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)", GPUD_KMSG_TEST,
-               old="0x4", old_name="Drain and Reset", new="0x1", new_name="GPU Reset Required"),
-        gives("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", CATALOG_NOTES,
-               new="0x2", new_name="Node Reboot Required"),
-        gives("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES,
-               new="0x1", new_name="PF FLR"),
+        gives(
+            "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+            GPUD_KMSG_TEST,
+            old="0x0",
+            new="0x4",
+            new_name="Drain and Reset",
+        ),
+        gives(
+            "GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
+            GPUD_KMSG_TEST,
+            old="0x4",
+            old_name="Drain and Reset",
+            new="0x1",
+            new_name="GPU Reset Required",
+        ),
+        gives(
+            "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+            CATALOG_NOTES,
+            new="0x2",
+            new_name="Node Reboot Required",
+        ),
+        gives(
+            "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES, new="0x1", new_name="PF FLR"
+        ),
         no_match("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01", GPUD_KMSG_TEST),
     ),
 )
@@ -303,10 +488,15 @@ FATAL = Pattern(
     "catalog's fatal severity applies",
     regex=re.compile(r"\bFatal\b"),
     samples=(
-        gives("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
-               "0x00000000)", GPUD_KMSG_TEST),
-        no_match("RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 "
-                 "0x00000004)", GPUD_KMSG_EXTENDED_TEST),
+        gives(
+            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
+            "0x00000000)",
+            GPUD_KMSG_TEST,
+        ),
+        no_match(
+            "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+            GPUD_KMSG_EXTENDED_TEST,
+        ),
     ),
 )
 
@@ -325,62 +515,144 @@ MESSAGE_START = Pattern(
     "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
     "another program than the kernel logged",
     regex=re.compile(
-        r"^(?P<prefix>" + KMSG_PREFIX
-        + r"|(?:" + DMESG_LEVEL + r")?(?:<\d{1,3}>)?(?:(?:" + MONO_CLOCK + r"|\[" + CTIME_CLOCK + r"\]|"
-        + RELTIME_CLOCK + "|" + ISO_CLOCK + "|" + ELIDED_CLOCK + r")(?:" + MAYBE_HOST_KERNEL + r")?"
-        + KERNEL_STAMP + r")?"
-        + r"|(?:<\d{1,3}>)?" + KERNEL_TAG + KERNEL_STAMP
-        + r"|(?:<\d{1,3}>)?(?![ \t])" + PLAIN_WORDS + r"(?:" + SYSLOG_CLOCK + "|" + ISO_CLOCK + r")"
-        + MAYBE_HOST_KERNEL + KERNEL_STAMP + r")(?=" + DRIVER_TAG + r")"
+        r"^(?P<prefix>"
+        + KMSG_PREFIX
+        + r"|(?:"
+        + DMESG_LEVEL
+        + r")?(?:<\d{1,3}>)?(?:(?:"
+        + MONO_CLOCK
+        + r"|\["
+        + CTIME_CLOCK
+        + r"\]|"
+        + RELTIME_CLOCK
+        + "|"
+        + ISO_CLOCK
+        + "|"
+        + ELIDED_CLOCK
+        + r")(?:"
+        + MAYBE_HOST_KERNEL
+        + r")?"
+        + KERNEL_STAMP
+        + r")?"
+        + r"|(?:<\d{1,3}>)?"
+        + KERNEL_TAG
+        + KERNEL_STAMP
+        + r"|(?:<\d{1,3}>)?(?![ \t])"
+        + PLAIN_WORDS
+        + r"(?:"
+        + SYSLOG_CLOCK
+        + "|"
+        + ISO_CLOCK
+        + r")"
+        + MAYBE_HOST_KERNEL
+        + KERNEL_STAMP
+        + r")(?="
+        + DRIVER_TAG
+        + r")"
     ),
     samples=(
-        gives("4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off "
-               "the bus.", TESTS, prefix="4,1834,94571234,-;"),
-        gives("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
-               GPUD_XID119_LOG + " (line 3)", prefix="[Sun Feb 23 16:24:18 2025] "),
-        gives("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST,
-               prefix="[171167.620236] "),
-        gives("<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03", GPUD_PSTORE
-               + " (line 341)", prefix="<4>[ 1126.635824] "),
-        gives("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
-               GPUD_KMSG_EXTENDED_TEST, prefix=""),
-        gives("Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-               "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850", M4_CHRONICLES + " (line 80)",
-               prefix="Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-               "[680111.646286] "),
-        gives("Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
-               prefix="Feb 23 16:24:18 gpu017 kernel: "),
-        gives("2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1", TESTS,
-               prefix="2025-02-23T16:24:18+0000 gpu017 kernel: "),
-        gives("2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout", TESTS,
-               prefix="2025-02-23T16:24:18,123456+00:00 "),
-        gives("kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
-               prefix="kern  :warn  : [   94.571234] "),
+        gives(
+            "4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+            TESTS,
+            prefix="4,1834,94571234,-;",
+        ),
+        gives(
+            "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
+            GPUD_XID119_LOG + " (line 3)",
+            prefix="[Sun Feb 23 16:24:18 2025] ",
+        ),
+        gives(
+            "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST, prefix="[171167.620236] "
+        ),
+        gives(
+            "<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03",
+            GPUD_PSTORE + " (line 341)",
+            prefix="<4>[ 1126.635824] ",
+        ),
+        gives(
+            "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
+            GPUD_KMSG_EXTENDED_TEST,
+            prefix="",
+        ),
+        gives(
+            "Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+            "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850",
+            M4_CHRONICLES + " (line 80)",
+            prefix="Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
+            "[680111.646286] ",
+        ),
+        gives(
+            "Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380",
+            TESTS,
+            prefix="Feb 23 16:24:18 gpu017 kernel: ",
+        ),
+        gives(
+            "2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1",
+            TESTS,
+            prefix="2025-02-23T16:24:18+0000 gpu017 kernel: ",
+        ),
+        gives(
+            "2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout",
+            TESTS,
+            prefix="2025-02-23T16:24:18,123456+00:00 ",
+        ),
+        gives(
+            "kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
+            TESTS,
+            prefix="kern  :warn  : [   94.571234] ",
+        ),
         gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
-        gives("[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS,
-               prefix="[   94.571234] gpu017 kernel: "),
-        gives("kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous "
-               "Xid 145", OGKM_1150, prefix="kernel: "),
-        gives("[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7", NVIDIA_XID_DOC,
-               prefix="[\u2026] "),
-        gives("Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380", TESTS,
-               prefix="Feb 23 16:24:18 kernel: "),
-        gives("kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012", TESTS,
-               prefix="kernel: [16450076.435595] "),
+        gives(
+            "[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
+            TESTS,
+            prefix="[   94.571234] gpu017 kernel: ",
+        ),
+        gives(
+            "kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145",
+            OGKM_1150,
+            prefix="kernel: ",
+        ),
+        gives(
+            "[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7",
+            NVIDIA_XID_DOC,
+            prefix="[\u2026] ",
+        ),
+        gives(
+            "Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380",
+            TESTS,
+            prefix="Feb 23 16:24:18 kernel: ",
+        ),
+        gives(
+            "kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012",
+            TESTS,
+            prefix="kernel: [16450076.435595] ",
+        ),
         gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
         no_match("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
         no_match("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
         no_match("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
-        no_match("4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
-                 "empty string added", TESTS),
-        no_match("May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
-                 "apparmor=\"DENIED\" operation=\"open\" name=\"/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE\"", TESTS),
-        no_match("process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
-                 "with NULL argv: empty string added", TESTS),
+        no_match(
+            "4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
+            "empty string added",
+            TESTS,
+        ),
+        no_match(
+            "May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
+            'apparmor="DENIED" operation="open" name="/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE"',
+            TESTS,
+        ),
+        no_match(
+            "process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
+            "with NULL argv: empty string added",
+            TESTS,
+        ),
         no_match("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
         no_match("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
-        no_match("               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
-                 "(PCI:0000:3b:00): 79, x", TESTS),
+        no_match(
+            "               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
+            "(PCI:0000:3b:00): 79, x",
+            TESTS,
+        ),
         no_match("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
     ),
 )
@@ -389,8 +661,18 @@ MESSAGE_START = Pattern(
 
 # A new event, context or part pattern: its entry above and its name here. A new prefix: prefixes.py.
 PATTERNS: tuple[Pattern, ...] = (
-    XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU, PROCESS, RECOVERY_ACTION, FATAL,
-) + RECORDS + (MESSAGE_START,) + CLOCKS
+    (
+        XID_LINE,
+        FALLEN_OFF_BUS,
+        NVIDIA_GPU,
+        PROCESS,
+        RECOVERY_ACTION,
+        FATAL,
+    )
+    + RECORDS
+    + (MESSAGE_START,)
+    + CLOCKS
+)
 
 EVENTS = tuple(p for p in PATTERNS if p.role == EVENT)  # tried in this order; the first match wins
 WALL_CLOCKS = tuple(p for p in PATTERNS if p.role == WALL_CLOCK)  # likewise

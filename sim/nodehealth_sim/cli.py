@@ -19,13 +19,21 @@ from typing import Optional, Sequence
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nodehealth-sim", description="Simulated NVIDIA GPUs for nodehealth.")
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("replay", help="write the scenario of a validate-nvml record, replay it, report differences",
-                       description="Complete a directory written by `nodehealth validate-nvml` on a node without "
-                       "the simulator: scenario.toml (the node as a scenario), replay/ (that scenario recorded "
-                       "through the simulator) and report.md/report.json (where the simulator disagrees).")
+    r = sub.add_parser(
+        "replay",
+        help="write the scenario of a validate-nvml record, replay it, report differences",
+        description="Complete a directory written by `nodehealth validate-nvml` on a node without "
+        "the simulator: scenario.toml (the node as a scenario), replay/ (that scenario recorded "
+        "through the simulator) and report.md/report.json (where the simulator disagrees).",
+    )
     r.add_argument("dir", metavar="DIR", help="the directory validate-nvml wrote (--out)")
-    r.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="deadline for the replay, in seconds (default: the recording's own)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="deadline for the replay, in seconds (default: the recording's own)",
+    )
     return p
 
 
@@ -46,8 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if result.get("error"):
         print(f"replay: not done: {result['error']}")
     else:
-        print(f"replay: {len(result['differences'])} difference(s) between the node and the simulator "
-              f"(see {os.path.join(args.dir, 'report.md')})")
+        print(
+            f"replay: {len(result['differences'])} difference(s) between the node and the simulator "
+            f"(see {os.path.join(args.dir, 'report.md')})"
+        )
     differs = bool(result.get("differences")) or bool(result.get("error"))
     return 1 if differs or doc["run"].get("outcome") != "complete" else 0
 

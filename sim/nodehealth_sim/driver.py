@@ -21,8 +21,19 @@ from typing import Optional
 # the commits); the build at install time (fakenvml_build) and the loader share them.
 from nodehealth_sim.fakenvml_build import BRANCHES, SONAME
 
-__all__ = ["BRANCHES", "SONAME", "SPEC_ENV", "LOG_ENV", "BUILD_DIR", "FakeDriverMissing", "branch_for",
-           "library_path", "preload", "Call", "read_log"]
+__all__ = [
+    "BRANCHES",
+    "SONAME",
+    "SPEC_ENV",
+    "LOG_ENV",
+    "BUILD_DIR",
+    "FakeDriverMissing",
+    "branch_for",
+    "library_path",
+    "preload",
+    "Call",
+    "read_log",
+]
 SPEC_ENV = "NODEHEALTH_FAKE_NVML_SPEC"
 LOG_ENV = "NODEHEALTH_FAKE_NVML_LOG"
 BUILD_DIR = pathlib.Path(__file__).resolve().parent / "fakenvml" / "build"
@@ -51,9 +62,11 @@ def library_path(branch: int) -> pathlib.Path:
         raise ValueError(f"{branch} is not a simulated driver branch (one of: {', '.join(map(str, BRANCHES))})")
     path = BUILD_DIR / str(branch) / SONAME
     if not path.is_file():
-        raise FakeDriverMissing(f"the simulated NVIDIA driver for branch {branch} is not built ({path} is missing): "
-                                "install nodehealth-sim again (pip install ./sim in the source tree, `make fakenvml` "
-                                "for the dev venv; needs a C compiler, cc)")
+        raise FakeDriverMissing(
+            f"the simulated NVIDIA driver for branch {branch} is not built ({path} is missing): "
+            "install nodehealth-sim again (pip install ./sim in the source tree, `make fakenvml` "
+            "for the dev venv; needs a C compiler, cc)"
+        )
     return path
 
 
@@ -66,8 +79,10 @@ def preload(branch: int) -> ctypes.CDLL:
         return _preloaded[branch]
     if _preloaded:
         (other,) = _preloaded
-        raise RuntimeError(f"the simulated driver of branch {other} is already loaded in this process; "
-                           f"branch {branch} needs a new process")
+        raise RuntimeError(
+            f"the simulated driver of branch {other} is already loaded in this process; "
+            f"branch {branch} needs a new process"
+        )
     path = library_path(branch)
     lib = ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
     _preloaded[branch] = lib

@@ -57,7 +57,8 @@ def compiler() -> list[str]:
         raise BuildError(
             f"nodehealth-sim compiles the simulated NVIDIA driver (a small C library) when it is installed and "
             f"needs a C compiler: {argv[0] if argv else 'cc'!r} was not found (Debian/Ubuntu: apt-get install gcc; "
-            f"RHEL: dnf install gcc; or set CC)")
+            f"RHEL: dnf install gcc; or set CC)"
+        )
     return argv
 
 
@@ -82,13 +83,23 @@ def build(out_dir: Path, branches: Sequence[int] = BRANCHES, source_dir: Path = 
             built.append(lib)
             continue
         tmp = where / f".{SONAME}.tmp"
-        argv = [*cc, f"-DNVML_BRANCH={branch}", *CFLAGS, f"-Wl,-soname,{SONAME}",
-                f"-Wl,--version-script={script}", "-o", str(tmp), *map(str, sources)]
+        argv = [
+            *cc,
+            f"-DNVML_BRANCH={branch}",
+            *CFLAGS,
+            f"-Wl,-soname,{SONAME}",
+            f"-Wl,--version-script={script}",
+            "-o",
+            str(tmp),
+            *map(str, sources),
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise BuildError(f"building the simulated driver for branch {branch} failed:\n{shlex.join(argv)}\n"
-                             f"{proc.stdout}{proc.stderr}")
+            raise BuildError(
+                f"building the simulated driver for branch {branch} failed:\n{shlex.join(argv)}\n"
+                f"{proc.stdout}{proc.stderr}"
+            )
         os.replace(tmp, lib)
         built.append(lib)
     return built

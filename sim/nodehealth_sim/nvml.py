@@ -28,34 +28,79 @@ else:  # pragma: no cover
 
 # nvmlReturn_t (nvml.h), by the names a scenario uses.
 ERROR_CODES = {
-    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4,
-    "ALREADY_INITIALIZED": 5, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "INSUFFICIENT_POWER": 8,
-    "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "IRQ_ISSUE": 11, "LIBRARY_NOT_FOUND": 12,
-    "FUNCTION_NOT_FOUND": 13, "CORRUPTED_INFOROM": 14, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16,
-    "OPERATING_SYSTEM": 17, "LIB_RM_VERSION_MISMATCH": 18, "IN_USE": 19, "MEMORY": 20, "NO_DATA": 21,
-    "VGPU_ECC_NOT_SUPPORTED": 22, "INSUFFICIENT_RESOURCES": 23, "FREQ_NOT_SUPPORTED": 24,
-    "ARGUMENT_VERSION_MISMATCH": 25, "DEPRECATED": 26, "NOT_READY": 27, "GPU_NOT_FOUND": 28,
-    "INVALID_STATE": 29, "RESET_TYPE_NOT_SUPPORTED": 30, "UNKNOWN": 999,
+    "UNINITIALIZED": 1,
+    "INVALID_ARGUMENT": 2,
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "ALREADY_INITIALIZED": 5,
+    "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7,
+    "INSUFFICIENT_POWER": 8,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "IRQ_ISSUE": 11,
+    "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13,
+    "CORRUPTED_INFOROM": 14,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "OPERATING_SYSTEM": 17,
+    "LIB_RM_VERSION_MISMATCH": 18,
+    "IN_USE": 19,
+    "MEMORY": 20,
+    "NO_DATA": 21,
+    "VGPU_ECC_NOT_SUPPORTED": 22,
+    "INSUFFICIENT_RESOURCES": 23,
+    "FREQ_NOT_SUPPORTED": 24,
+    "ARGUMENT_VERSION_MISMATCH": 25,
+    "DEPRECATED": 26,
+    "NOT_READY": 27,
+    "GPU_NOT_FOUND": 28,
+    "INVALID_STATE": 29,
+    "RESET_TYPE_NOT_SUPPORTED": 30,
+    "UNKNOWN": 999,
 }
 # [faults] nvml: how nvmlInit fails. library_not_found: the simulated library is not loaded
 # at all, so pynvml's own loader fails as on a node without the driver.
-NVML_STATES = {"ok": None, "library_not_found": None, "driver_not_loaded": ERROR_CODES["DRIVER_NOT_LOADED"],
-               "init_error": ERROR_CODES["UNKNOWN"], "no_permission": ERROR_CODES["NO_PERMISSION"]}
-THROTTLE_BITS = {
-    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80, "display_clocks": 0x100,
+NVML_STATES = {
+    "ok": None,
+    "library_not_found": None,
+    "driver_not_loaded": ERROR_CODES["DRIVER_NOT_LOADED"],
+    "init_error": ERROR_CODES["UNKNOWN"],
+    "no_permission": ERROR_CODES["NO_PERMISSION"],
 }
-RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4,
-                    "recover_imex_domain": 5, "bus_reset": 6, "system_reboot": 7}
+THROTTLE_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks": 0x100,
+}
+RECOVERY_ACTIONS = {
+    "none": 0,
+    "gpu_reset": 1,
+    "node_reboot": 2,
+    "drain_p2p": 3,
+    "drain_and_reset": 4,
+    "recover_imex_domain": 5,
+    "bus_reset": 6,
+    "system_reboot": 7,
+}
 FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # Calls whose data the probe reads through nvmlDeviceGetFieldValues (one call for many
 # values): a fault on one of them is a fault on that call, and "unsupported" removes the data.
 FIELD_CALLS = {
-    "nvmlDeviceGetTotalEccErrors": "ecc", "nvmlDeviceGetRetiredPages": "retired_pages",
-    "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages", "nvmlDeviceGetRemappedRows": "remapped_rows",
-    "nvmlDeviceGetNvLinkState": "nvlink", "nvmlDeviceGetNvLinkErrorCounter": "nvlink",
+    "nvmlDeviceGetTotalEccErrors": "ecc",
+    "nvmlDeviceGetRetiredPages": "retired_pages",
+    "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages",
+    "nvmlDeviceGetRemappedRows": "remapped_rows",
+    "nvmlDeviceGetNvLinkState": "nvlink",
+    "nvmlDeviceGetNvLinkErrorCounter": "nvlink",
 }
 
 
@@ -99,21 +144,46 @@ class Scenario:
 
 
 _GPU_KEYS: dict[str, Any] = {
-    "model": str, "name": str, "uuid": str, "pci_bus_id": str, "missing": bool,
-    "temperature_c": int, "slowdown_c": int, "shutdown_c": int, "gpu_max_c": int, "mem_max_c": int,
-    "memory_temp_c": int, "mig_mode": bool, "init_ms": float,
-    "power_w": float, "power_limit_w": float,
-    "utilization_gpu_pct": int, "utilization_memory_pct": int,
-    "memory_total_mib": int, "memory_used_mib": int,
-    "ecc_enabled": bool, "ecc_pending_enabled": bool,
-    "ecc": {"volatile_corrected": int, "volatile_uncorrected": int,
-            "aggregate_corrected": int, "aggregate_uncorrected": int},
+    "model": str,
+    "name": str,
+    "uuid": str,
+    "pci_bus_id": str,
+    "missing": bool,
+    "temperature_c": int,
+    "slowdown_c": int,
+    "shutdown_c": int,
+    "gpu_max_c": int,
+    "mem_max_c": int,
+    "memory_temp_c": int,
+    "mig_mode": bool,
+    "init_ms": float,
+    "power_w": float,
+    "power_limit_w": float,
+    "utilization_gpu_pct": int,
+    "utilization_memory_pct": int,
+    "memory_total_mib": int,
+    "memory_used_mib": int,
+    "ecc_enabled": bool,
+    "ecc_pending_enabled": bool,
+    "ecc": {
+        "volatile_corrected": int,
+        "volatile_uncorrected": int,
+        "aggregate_corrected": int,
+        "aggregate_uncorrected": int,
+    },
     "retired_pages": {"sbe": int, "dbe": int, "pending": bool},
     "remapped_rows": {"correctable": int, "uncorrectable": int, "pending": bool, "failure": bool},
     "pcie": {"gen": int, "max_gen": int, "width": int, "max_width": int},
-    "nvlink": {"links": int, "down": [int], "counters": bool, "replay": int, "recovery": int, "crc_flit": int,
-               "crc_data": int,
-               "errors": [{"link": int, "replay": int, "recovery": int, "crc_flit": int, "crc_data": int}]},
+    "nvlink": {
+        "links": int,
+        "down": [int],
+        "counters": bool,
+        "replay": int,
+        "recovery": int,
+        "crc_flit": int,
+        "crc_data": int,
+        "errors": [{"link": int, "replay": int, "recovery": int, "crc_flit": int, "crc_data": int}],
+    },
     "fabric": {"state": str, "status": int, "health_mask": int, "health_summary": int},
     "processes": [{"pid": int, "used_memory_mib": int}],
     "throttle_reasons": [str],
@@ -125,19 +195,40 @@ _GPU_KEYS: dict[str, Any] = {
 # An idle, healthy H100 SXM5 80GB (HGX): the built-in defaults, used as is when
 # nodehealth_sim.models (values from published nvidia-smi output) has no entry.
 _H100 = {
-    "name": "NVIDIA H100 80GB HBM3", "temperature_c": 34, "slowdown_c": 87, "shutdown_c": 92,
-    "power_w": 71.5, "power_limit_w": 700.0, "utilization_gpu_pct": 0, "utilization_memory_pct": 0,
-    "memory_total_mib": 81559, "memory_used_mib": 0, "ecc_enabled": True, "ecc_pending_enabled": True,
-    "ecc": {"volatile_corrected": 0, "volatile_uncorrected": 0, "aggregate_corrected": 0,
-            "aggregate_uncorrected": 0},
+    "name": "NVIDIA H100 80GB HBM3",
+    "temperature_c": 34,
+    "slowdown_c": 87,
+    "shutdown_c": 92,
+    "power_w": 71.5,
+    "power_limit_w": 700.0,
+    "utilization_gpu_pct": 0,
+    "utilization_memory_pct": 0,
+    "memory_total_mib": 81559,
+    "memory_used_mib": 0,
+    "ecc_enabled": True,
+    "ecc_pending_enabled": True,
+    "ecc": {"volatile_corrected": 0, "volatile_uncorrected": 0, "aggregate_corrected": 0, "aggregate_uncorrected": 0},
     "retired_pages": {"sbe": 0, "dbe": 0, "pending": False},
     "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
     "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-    "nvlink": {"links": 18, "down": [], "counters": True, "replay": 0, "recovery": 0, "crc_flit": 0,
-               "crc_data": 0, "errors": []},
+    "nvlink": {
+        "links": 18,
+        "down": [],
+        "counters": True,
+        "replay": 0,
+        "recovery": 0,
+        "crc_flit": 0,
+        "crc_data": 0,
+        "errors": [],
+    },
     "fabric": {"state": "completed", "status": 0},
-    "processes": [], "throttle_reasons": ["gpu_idle"], "persistence_mode": True, "recovery_action": "none",
-    "mig_mode": False, "init_ms": 0.0, "unsupported": [],
+    "processes": [],
+    "throttle_reasons": ["gpu_idle"],
+    "persistence_mode": True,
+    "recovery_action": "none",
+    "mig_mode": False,
+    "init_ms": 0.0,
+    "unsupported": [],
 }
 
 
@@ -160,8 +251,20 @@ def model_defaults(model: str) -> Optional[dict[str, Any]]:
     if entry is None:
         return None
     out: dict[str, Any] = {}
-    for key in ("name", "temperature_c", "slowdown_c", "shutdown_c", "gpu_max_c", "mem_max_c", "memory_temp_c",
-                "power_w", "power_limit_w", "memory_total_mib", "ecc_enabled", "persistence_mode"):
+    for key in (
+        "name",
+        "temperature_c",
+        "slowdown_c",
+        "shutdown_c",
+        "gpu_max_c",
+        "mem_max_c",
+        "memory_temp_c",
+        "power_w",
+        "power_limit_w",
+        "memory_total_mib",
+        "ecc_enabled",
+        "persistence_mode",
+    ):
         if entry.get(key) is not None:
             out[key] = entry[key]
     if isinstance(entry.get("pcie"), dict):
@@ -174,9 +277,12 @@ def model_defaults(model: str) -> Optional[dict[str, Any]]:
     out["unsupported"] = unsupported
     nvlink = entry.get("nvlink") or {}
     links = int(nvlink.get("links", 0) or 0)
-    out["nvlink"] = {"links": links, "counters": bool(nvlink.get("counters", True)),
-                     # PCIe cards with NVLink hardware report their links down without a bridge.
-                     "down": list(range(links)) if entry.get("form_factor") in ("pcie", "nvl") else []}
+    out["nvlink"] = {
+        "links": links,
+        "counters": bool(nvlink.get("counters", True)),
+        # PCIe cards with NVLink hardware report their links down without a bridge.
+        "down": list(range(links)) if entry.get("form_factor") in ("pcie", "nvl") else [],
+    }
     if entry.get("fabric"):
         out["fabric"] = {"state": str(entry["fabric"])}
     return out
@@ -214,8 +320,10 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     if branch is None:
         branch = simdriver.branch_for(driver)
     elif _typed(branch, int, "node.driver_branch", err) not in simdriver.BRANCHES:
-        raise err("node.driver_branch", f"{branch} is not a simulated branch "
-                  f"(one of: {', '.join(str(b) for b in simdriver.BRANCHES)})")
+        raise err(
+            "node.driver_branch",
+            f"{branch} is not a simulated branch (one of: {', '.join(str(b) for b in simdriver.BRANCHES)})",
+        )
     user_defaults = raw.get("defaults", {})
     _check_gpu(user_defaults, "defaults.", err)
     gpu_tables = raw.get("gpu", [])
@@ -235,15 +343,17 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             if known is None:
                 from nodehealth_sim import models
 
-                raise err(f"{where}model" if "model" in table else "defaults.model",
-                          f"unknown GPU model {model!r} (known: {', '.join(sorted(models.MODELS))})")
+                raise err(
+                    f"{where}model" if "model" in table else "defaults.model",
+                    f"unknown GPU model {model!r} (known: {', '.join(sorted(models.MODELS))})",
+                )
             base = _overlay(_H100, known)
         values: dict[str, Any] = _overlay(_overlay(base, user_defaults), table)
         values.setdefault("uuid", f"GPU-{i:08x}-5151-4e4f-8d48-{i:012x}")
         values.setdefault("pci_bus_id", f"0000:{0x18 + 0x11 * i:02x}:00.0")
         bus = str(values["pci_bus_id"]).lower()
         if not _PCI_BUS_ID.match(bus):
-            raise err(f"gpu[{i}].pci_bus_id", f"{bus!r} is not a PCI address like \"0000:18:00.0\"")
+            raise err(f"gpu[{i}].pci_bus_id", f'{bus!r} is not a PCI address like "0000:18:00.0"')
         if bus in seen_bus:
             raise err(f"gpu[{i}].pci_bus_id", f"{bus} is used by another GPU")
         seen_bus.add(bus)
@@ -252,8 +362,10 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             if name not in THROTTLE_BITS:
                 raise err(f"{where}throttle_reasons", f"unknown reason {name!r} (known: {', '.join(THROTTLE_BITS)})")
         if values.get("recovery_action") not in RECOVERY_ACTIONS:
-            raise err(f"{where}recovery_action", f"unknown action {values.get('recovery_action')!r} "
-                      f"(known: {', '.join(RECOVERY_ACTIONS)})")
+            raise err(
+                f"{where}recovery_action",
+                f"unknown action {values.get('recovery_action')!r} (known: {', '.join(RECOVERY_ACTIONS)})",
+            )
         if values["fabric"].get("state", "completed") not in FABRIC_STATES:
             raise err(f"{where}fabric.state", f"unknown state (known: {', '.join(FABRIC_STATES)})")
         for call in values.get("unsupported", []):
@@ -277,8 +389,9 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
         call = _call_name(e, f"faults.errors[{i}].call", err)
         code_name = e.get("error")
         if code_name not in ERROR_CODES:
-            raise err(f"faults.errors[{i}].error", f"{code_name!r} is not an NVML error "
-                      f"(one of: {', '.join(ERROR_CODES)})")
+            raise err(
+                f"faults.errors[{i}].error", f"{code_name!r} is not an NVML error (one of: {', '.join(ERROR_CODES)})"
+            )
         errors.append((call, _gpu_ref(e, f"faults.errors[{i}].gpu", err), ERROR_CODES[code_name]))
     hangs = []
     for i, h in enumerate(_tables(faults.get("hangs", []), "faults.hangs", err)):
@@ -300,11 +413,23 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             raise err(f"faults.fields[{i}].field", f"expected a field id (NVML_FI_DEV_*, e.g. 230), got {fid!r}")
         code_name = f.get("error")
         if code_name not in ERROR_CODES:
-            raise err(f"faults.fields[{i}].error", f"{code_name!r} is not an NVML error "
-                      f"(one of: {', '.join(ERROR_CODES)})")
+            raise err(
+                f"faults.fields[{i}].error", f"{code_name!r} is not an NVML error (one of: {', '.join(ERROR_CODES)})"
+            )
         fields.append((fid, _gpu_ref(f, f"faults.fields[{i}].gpu", err), ERROR_CODES[code_name]))
-    return Scenario(path, driver, cuda, state, tuple(gpus), tuple(errors), tuple(hangs), delay_ms / 1000.0,
-                    branch=int(branch), slow=tuple(slow), field_errors=tuple(fields))
+    return Scenario(
+        path,
+        driver,
+        cuda,
+        state,
+        tuple(gpus),
+        tuple(errors),
+        tuple(hangs),
+        delay_ms / 1000.0,
+        branch=int(branch),
+        slow=tuple(slow),
+        field_errors=tuple(fields),
+    )
 
 
 def _overlay(base: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
@@ -365,7 +490,7 @@ def _tables(value: Any, key: str, err: Any) -> list[dict[str, Any]]:
 def _call_name(table: dict[str, Any], key: str, err: Any) -> str:
     call = table.get("call")
     if not isinstance(call, str) or not call.startswith("nvml"):
-        raise err(key, f"expected an NVML function name such as \"nvmlDeviceGetTemperature\", got {call!r}")
+        raise err(key, f'expected an NVML function name such as "nvmlDeviceGetTemperature", got {call!r}')
     from nodehealth.probes.nvml_h import NVML_FUNCTIONS
 
     if call not in NVML_FUNCTIONS and call not in FIELD_CALLS:

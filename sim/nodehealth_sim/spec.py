@@ -25,8 +25,11 @@ def nvml_bus_id(bus: str) -> str:
 
 def compile_spec(scenario: Scenario) -> str:
     """The scenario as the fake libnvidia-ml.so.1 reads it (docs/fake-nvml.md)."""
-    lines = ["version 1", f"driver_version {scenario.driver_version}",
-             f"cuda_driver_version {scenario.cuda_driver_version}"]
+    lines = [
+        "version 1",
+        f"driver_version {scenario.driver_version}",
+        f"cuda_driver_version {scenario.cuda_driver_version}",
+    ]
     code = NVML_STATES[scenario.nvml]
     if code is not None:
         lines.append(f"init_error {code}")
@@ -58,38 +61,65 @@ def _gpu_lines(gpu: SimGpu) -> list[str]:
     if "nvmlDeviceGetGpuFabricInfo" in gpu.unsupported or "nvmlDeviceGetGpuFabricInfoV" in gpu.unsupported:
         gone.add("fabric")
     out = [f"name {v['name']}", f"uuid {v['uuid']}", f"pci_bus_id {nvml_bus_id(v['pci_bus_id'])}"]
-    for key, spec_key in (("temperature_c", "temperature_c"), ("slowdown_c", "slowdown_c"),
-                          ("shutdown_c", "shutdown_c"), ("gpu_max_c", "gpu_max_c"), ("mem_max_c", "mem_max_c"),
-                          ("memory_temp_c", "memory_temp_c")):
+    for key, spec_key in (
+        ("temperature_c", "temperature_c"),
+        ("slowdown_c", "slowdown_c"),
+        ("shutdown_c", "shutdown_c"),
+        ("gpu_max_c", "gpu_max_c"),
+        ("mem_max_c", "mem_max_c"),
+        ("memory_temp_c", "memory_temp_c"),
+    ):
         if v.get(key) is not None:
             out.append(f"{spec_key} {int(v[key])}")
-    out += [f"power_mw {int(round(v['power_w'] * 1000))}", f"power_limit_mw {int(round(v['power_limit_w'] * 1000))}",
-            f"util_gpu {v['utilization_gpu_pct']}", f"util_memory {v['utilization_memory_pct']}",
-            f"memory_total {v['memory_total_mib'] << 20}", f"memory_used {v['memory_used_mib'] << 20}",
-            f"ecc_current {int(v['ecc_enabled'])}", f"ecc_pending {int(v['ecc_pending_enabled'])}"]
+    out += [
+        f"power_mw {int(round(v['power_w'] * 1000))}",
+        f"power_limit_mw {int(round(v['power_limit_w'] * 1000))}",
+        f"util_gpu {v['utilization_gpu_pct']}",
+        f"util_memory {v['utilization_memory_pct']}",
+        f"memory_total {v['memory_total_mib'] << 20}",
+        f"memory_used {v['memory_used_mib'] << 20}",
+        f"ecc_current {int(v['ecc_enabled'])}",
+        f"ecc_pending {int(v['ecc_pending_enabled'])}",
+    ]
     if "ecc" not in gone:
         e = v["ecc"]
-        out += [f"ecc_vol_corrected {e.get('volatile_corrected', 0)}",
-                f"ecc_vol_uncorrected {e.get('volatile_uncorrected', 0)}",
-                f"ecc_agg_corrected {e.get('aggregate_corrected', 0)}",
-                f"ecc_agg_uncorrected {e.get('aggregate_uncorrected', 0)}"]
+        out += [
+            f"ecc_vol_corrected {e.get('volatile_corrected', 0)}",
+            f"ecc_vol_uncorrected {e.get('volatile_uncorrected', 0)}",
+            f"ecc_agg_corrected {e.get('aggregate_corrected', 0)}",
+            f"ecc_agg_uncorrected {e.get('aggregate_uncorrected', 0)}",
+        ]
     if "retired_pages" not in gone:
         r = v["retired_pages"]
-        out += [f"retired_sbe {r.get('sbe', 0)}", f"retired_dbe {r.get('dbe', 0)}",
-                f"retired_pending {int(bool(r.get('pending')))}"]
+        out += [
+            f"retired_sbe {r.get('sbe', 0)}",
+            f"retired_dbe {r.get('dbe', 0)}",
+            f"retired_pending {int(bool(r.get('pending')))}",
+        ]
     if "remapped_rows" not in gone:
         m = v["remapped_rows"]
-        out += [f"remap_corrected {m.get('correctable', 0)}", f"remap_uncorrected {m.get('uncorrectable', 0)}",
-                f"remap_pending {int(bool(m.get('pending')))}", f"remap_failure {int(bool(m.get('failure')))}"]
+        out += [
+            f"remap_corrected {m.get('correctable', 0)}",
+            f"remap_uncorrected {m.get('uncorrectable', 0)}",
+            f"remap_pending {int(bool(m.get('pending')))}",
+            f"remap_failure {int(bool(m.get('failure')))}",
+        ]
     p = v["pcie"]
-    out += [f"pcie_gen {p['gen']}", f"pcie_max_gen {p['max_gen']}", f"pcie_width {p['width']}",
-            f"pcie_max_width {p['max_width']}"]
+    out += [
+        f"pcie_gen {p['gen']}",
+        f"pcie_max_gen {p['max_gen']}",
+        f"pcie_width {p['width']}",
+        f"pcie_max_width {p['max_width']}",
+    ]
     nv = v["nvlink"]
     links = int(nv.get("links", 0))
     if links and "nvlink" not in gone:
         down = [n for n in nv.get("down", []) if 0 <= n < links]
-        out += [f"nvlink_links {links}", f"nvlink_down {','.join(str(n) for n in down) or '-'}",
-                f"nvlink_counters {int(bool(nv.get('counters', True)))}"]
+        out += [
+            f"nvlink_links {links}",
+            f"nvlink_down {','.join(str(n) for n in down) or '-'}",
+            f"nvlink_counters {int(bool(nv.get('counters', True)))}",
+        ]
         per_link = {e["link"]: e for e in nv.get("errors", [])}
         for link in range(links):
             e = per_link.get(link, {})
@@ -106,9 +136,13 @@ def _gpu_lines(gpu: SimGpu) -> list[str]:
     bits = 0
     for name in v.get("throttle_reasons", []):
         bits |= THROTTLE_BITS[name]
-    out += [f"throttle {bits:#x}", f"persistence {int(bool(v['persistence_mode']))}",
-            f"recovery_action {RECOVERY_ACTIONS[v['recovery_action']]}",
-            f"mig_current {int(bool(v.get('mig_mode')))}", f"mig_pending {int(bool(v.get('mig_mode')))}"]
+    out += [
+        f"throttle {bits:#x}",
+        f"persistence {int(bool(v['persistence_mode']))}",
+        f"recovery_action {RECOVERY_ACTIONS[v['recovery_action']]}",
+        f"mig_current {int(bool(v.get('mig_mode')))}",
+        f"mig_pending {int(bool(v.get('mig_mode')))}",
+    ]
     procs = ",".join(f"{int(pr['pid'])}:{int(pr.get('used_memory_mib', 0)) << 20}" for pr in v["processes"])
     out.append(f"processes {procs or '-'}")
     if v.get("init_ms"):

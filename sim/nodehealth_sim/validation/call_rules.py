@@ -22,32 +22,61 @@ FEATURE_ENABLED = 1
 DRIVER_SHAPE_CODES = frozenset({FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH})
 INIT_STATES = {9: "driver_not_loaded", 4: "no_permission", 12: "library_not_found", 999: "init_error"}
 THRESHOLD_KEYS = {0: "shutdown_c", 1: "slowdown_c", 2: "mem_max_c", 3: "gpu_max_c"}
-ECC_KEYS = {(0, 0): "volatile_corrected", (1, 0): "volatile_uncorrected", (0, 1): "aggregate_corrected",
-            (1, 1): "aggregate_uncorrected"}  # (error type, counter type)
+ECC_KEYS = {
+    (0, 0): "volatile_corrected",
+    (1, 0): "volatile_uncorrected",
+    (0, 1): "aggregate_corrected",
+    (1, 1): "aggregate_uncorrected",
+}  # (error type, counter type)
 NVLINK_COUNTERS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 THROTTLE_BITS = {
-    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80, "display_clocks": 0x100,
+    "gpu_idle": 0x1,
+    "applications_clocks": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks": 0x100,
 }
-RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
-                    5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 # nvmlDeviceGetFieldValues: field id -> (scenario key, conversion). Per-link fields (scopeId =
 # link) are in LINK_FIELDS. The function a field stands for in ``unsupported`` is FIELD_CALL.
 FIELD_KEYS: dict[int, tuple[str, Callable[[Any], Any]]] = {
-    3: ("ecc.volatile_corrected", int), 4: ("ecc.volatile_uncorrected", int),
-    5: ("ecc.aggregate_corrected", int), 6: ("ecc.aggregate_uncorrected", int),
-    29: ("retired_pages.sbe", int), 30: ("retired_pages.dbe", int), 31: ("retired_pages.pending", bool),
-    82: ("memory_temp_c", int), 91: ("nvlink.links", int),
-    142: ("remapped_rows.correctable", int), 143: ("remapped_rows.uncorrectable", int),
-    144: ("remapped_rows.pending", bool), 145: ("remapped_rows.failure", bool),
+    3: ("ecc.volatile_corrected", int),
+    4: ("ecc.volatile_uncorrected", int),
+    5: ("ecc.aggregate_corrected", int),
+    6: ("ecc.aggregate_uncorrected", int),
+    29: ("retired_pages.sbe", int),
+    30: ("retired_pages.dbe", int),
+    31: ("retired_pages.pending", bool),
+    82: ("memory_temp_c", int),
+    91: ("nvlink.links", int),
+    142: ("remapped_rows.correctable", int),
+    143: ("remapped_rows.uncorrectable", int),
+    144: ("remapped_rows.pending", bool),
+    145: ("remapped_rows.failure", bool),
     230: ("recovery_action", lambda v: RECOVERY_ACTIONS.get(int(v), f"unknown({int(v)})")),
 }
 LINK_FIELDS = {165: "state", 161: "replay", 162: "recovery", 163: "crc_flit"}
-FIELD_CALL = {"ecc": "nvmlDeviceGetTotalEccErrors", "retired_pages": "nvmlDeviceGetRetiredPages",
-              "remapped_rows": "nvmlDeviceGetRemappedRows", "nvlink": "nvmlDeviceGetNvLinkState"}
+FIELD_CALL = {
+    "ecc": "nvmlDeviceGetTotalEccErrors",
+    "retired_pages": "nvmlDeviceGetRetiredPages",
+    "remapped_rows": "nvmlDeviceGetRemappedRows",
+    "nvlink": "nvmlDeviceGetNvLinkState",
+}
 
 
 @dataclass
@@ -100,6 +129,7 @@ def pair(value: Any) -> tuple[Any, Any]:
     if isinstance(value, (list, tuple)) and len(value) >= 2:
         return value[0], value[1]
     return value, value
+
 
 # --------------------------------------------------------------------------- the call rules
 
@@ -195,8 +225,7 @@ def _fields(g: GpuTables, c: Call, notes: list[str], where: str) -> None:
     for asked, got in zip(wanted, c.value or []):
         if not isinstance(got, dict):
             continue
-        asked_id, asked_scope = ((asked[0], asked[1] if len(asked) > 1 else 0) if isinstance(asked, list)
-                                 else (asked, 0))
+        asked_id, asked_scope = (asked[0], asked[1] if len(asked) > 1 else 0) if isinstance(asked, list) else (asked, 0)
         fid = int(got["fieldId"] if got.get("fieldId") is not None else asked_id)
         scope = int(got["scopeId"] if got.get("scopeId") is not None else asked_scope or 0)
         rc = int(got.get("nvmlReturn", 0))
@@ -238,8 +267,9 @@ def _fields(g: GpuTables, c: Call, notes: list[str], where: str) -> None:
 CALL_RULES: dict[str, Callable[[GpuTables, Call], None]] = {
     "nvmlDeviceGetName": lambda g, c: g.set("name", str(c.value)),
     "nvmlDeviceGetUUID": lambda g, c: g.set("uuid", str(c.value)),
-    "nvmlDeviceGetPciInfo": lambda g, c: g.set("pci_bus_id", sysfs_bus_id(
-        (c.value or {}).get("busId") or (c.value or {}).get("busIdLegacy"))),
+    "nvmlDeviceGetPciInfo": lambda g, c: g.set(
+        "pci_bus_id", sysfs_bus_id((c.value or {}).get("busId") or (c.value or {}).get("busIdLegacy"))
+    ),
     "nvmlDeviceGetTemperature": _temperature,
     "nvmlDeviceGetTemperatureThreshold": _threshold,
     "nvmlDeviceGetPowerUsage": lambda g, c: g.set("power_w", watts(c.value)),
@@ -249,8 +279,9 @@ CALL_RULES: dict[str, Callable[[GpuTables, Call], None]] = {
     "nvmlDeviceGetEccMode": _ecc_mode,
     "nvmlDeviceGetTotalEccErrors": _ecc_errors,
     "nvmlDeviceGetRetiredPages": _retired,
-    "nvmlDeviceGetRetiredPagesPendingStatus": lambda g, c: g.set("retired_pages.pending",
-                                                                 int(c.value) == FEATURE_ENABLED),
+    "nvmlDeviceGetRetiredPagesPendingStatus": lambda g, c: g.set(
+        "retired_pages.pending", int(c.value) == FEATURE_ENABLED
+    ),
     "nvmlDeviceGetRemappedRows": _remapped,
     "nvmlDeviceGetCurrPcieLinkGeneration": lambda g, c: g.set("pcie.gen", int(c.value)),
     "nvmlDeviceGetMaxPcieLinkGeneration": lambda g, c: g.set("pcie.max_gen", int(c.value)),

@@ -61,8 +61,9 @@ def nearest_branch(driver_version: Optional[str], branches: list[int]) -> Option
     return max(older) if older else min(branches)
 
 
-def compare_symbols(exported: Optional[list[str]], driver_version: Optional[str],
-                    table_path: Optional[Path] = None) -> dict[str, Any]:
+def compare_symbols(
+    exported: Optional[list[str]], driver_version: Optional[str], table_path: Optional[Path] = None
+) -> dict[str, Any]:
     """The exported NVML symbols against the simulator's table, for the functions it implements."""
     path = table_path or default_symbol_table()
     out: dict[str, Any] = {"table": str(path)}
@@ -80,14 +81,19 @@ def compare_symbols(exported: Optional[list[str]], driver_version: Optional[str]
     branch = nearest_branch(driver_version, branches)
     have = set(exported)
     in_branch = {s for s, bs in table.items() if branch in bs}
-    out.update({
-        "status": "compared", "branch": branch, "branches": branches, "implemented": len(table),
-        "exported_nvml": len(have),
-        "simulator_only": sorted(in_branch - have),  # the simulator exports it, the driver does not
-        "driver_only": sorted((set(table) - in_branch) & have),  # the driver exports it, the simulator's branch not
-        "agree": len((in_branch & have) | (set(table) - in_branch - have)),
-        "not_implemented": len(have - set(table)),
-    })
+    out.update(
+        {
+            "status": "compared",
+            "branch": branch,
+            "branches": branches,
+            "implemented": len(table),
+            "exported_nvml": len(have),
+            "simulator_only": sorted(in_branch - have),  # the simulator exports it, the driver does not
+            "driver_only": sorted((set(table) - in_branch) & have),  # the driver exports it, the simulator's branch not
+            "agree": len((in_branch & have) | (set(table) - in_branch - have)),
+            "not_implemented": len(have - set(table)),
+        }
+    )
     return out
 
 
@@ -121,13 +127,22 @@ def deep_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return []
 
 
-def _entry(kind: str, rec: Optional[Call], rep: Optional[Call], path: str = "", a: Any = None,
-           b: Any = None) -> dict[str, Any]:
+def _entry(
+    kind: str, rec: Optional[Call], rep: Optional[Call], path: str = "", a: Any = None, b: Any = None
+) -> dict[str, Any]:
     base = rec or rep
     assert base is not None
-    return {"kind": kind, "fn": base.fn, "gpu": base.gpu, "args": base.args,
-            "seq": rec.seq if rec else None, "replay_seq": rep.seq if rep else None,
-            "path": path, "recorded": a, "replayed": b}
+    return {
+        "kind": kind,
+        "fn": base.fn,
+        "gpu": base.gpu,
+        "args": base.args,
+        "seq": rec.seq if rec else None,
+        "replay_seq": rep.seq if rep else None,
+        "path": path,
+        "recorded": a,
+        "replayed": b,
+    }
 
 
 def _outcome(c: Call) -> str:
@@ -139,8 +154,7 @@ def _outcome(c: Call) -> str:
 def diff_calls(recorded: list[Call], replayed: list[Call]) -> list[dict[str, Any]]:
     """Every difference between two recordings, call by call, in the recording's order."""
     out: list[dict[str, Any]] = []
-    matcher = difflib.SequenceMatcher(a=[_key(c) for c in recorded], b=[_key(c) for c in replayed],
-                                      autojunk=False)
+    matcher = difflib.SequenceMatcher(a=[_key(c) for c in recorded], b=[_key(c) for c in replayed], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             for rec, rep in zip(recorded[i1:i2], replayed[j1:j2]):
@@ -160,8 +174,9 @@ def diff_calls(recorded: list[Call], replayed: list[Call]) -> list[dict[str, Any
 def _compare(rec: Call, rep: Call) -> list[dict[str, Any]]:
     if rec.returned != rep.returned or rec.rc != rep.rc:
         return [_entry("return", rec, rep, "rc", _outcome(rec), _outcome(rep))]
-    out = [_entry("value", rec, rep, f"value.{p}" if p else "value", a, b)
-           for p, a, b in deep_diff(rec.value, rep.value)]
+    out = [
+        _entry("value", rec, rep, f"value.{p}" if p else "value", a, b) for p, a, b in deep_diff(rec.value, rep.value)
+    ]
     out += [_entry("value", rec, rep, f"out.{p}" if p else "out", a, b) for p, a, b in deep_diff(rec.out, rep.out)]
     return out
 
@@ -173,8 +188,10 @@ def summarise_differences(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for d in diffs:
         path = re.sub(r"\[\d+\]", "[]", d["path"])
-        g = groups.setdefault((d["kind"], d["fn"], path), {"kind": d["kind"], "fn": d["fn"], "path": path,
-                                                            "count": 0, "gpus": set(), "example": d})
+        g = groups.setdefault(
+            (d["kind"], d["fn"], path),
+            {"kind": d["kind"], "fn": d["fn"], "path": path, "count": 0, "gpus": set(), "example": d},
+        )
         g["count"] += 1
         if d["gpu"] is not None:
             g["gpus"].add(d["gpu"])

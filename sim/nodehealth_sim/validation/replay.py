@@ -49,10 +49,15 @@ def _replay(out_fd: int, scenario_path: str, calls: list[record.Call], limit: fl
     finally:
         os.close(replay_fd)
     diffs = compare.diff_calls(calls, replayed.calls)
-    return {"dir": REPLAY_DIR, "outcome": again.outcome, "recorded_calls": len(calls),
-            "replayed_calls": len(replayed.calls), "differences": diffs,
-            "summary": compare.summarise_differences(diffs),
-            "library": replayed.libraries[0] if replayed.libraries else None}
+    return {
+        "dir": REPLAY_DIR,
+        "outcome": again.outcome,
+        "recorded_calls": len(calls),
+        "replayed_calls": len(replayed.calls),
+        "differences": diffs,
+        "summary": compare.summarise_differences(diffs),
+        "library": replayed.libraries[0] if replayed.libraries else None,
+    }
 
 
 def _symbols_doc(out_fd: int) -> dict[str, Any]:
@@ -68,8 +73,9 @@ def _symbols_doc(out_fd: int) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def complete(out_fd: int, out_dir: str, doc: dict[str, Any], replay: bool = True,
-             timeout_s: Optional[float] = None) -> dict[str, Any]:
+def complete(
+    out_fd: int, out_dir: str, doc: dict[str, Any], replay: bool = True, timeout_s: Optional[float] = None
+) -> dict[str, Any]:
     """Write ``scenario.toml`` from the record in ``out_fd`` (the directory ``out_dir``), replay it unless
     ``replay`` is false, compare, and write the report again; the completed report.
 
@@ -83,9 +89,11 @@ def complete(out_fd: int, out_dir: str, doc: dict[str, Any], replay: bool = True
     pci = list((doc.get("record") or {}).get("pci_bus_ids") or [])
     built = scenario_writer.scenario_from_calls(calls, pci, tuple(unavailable) if unavailable else None)
     simulate = run.get("scenario")
-    header = (f"The node {run.get('host')} as nodehealth validate-nvml recorded it on {run.get('date_utc')}\n"
-              f"({'simulated: ' + simulate if simulate else 'real NVML'}; {len(calls)} NVML calls, "
-              f"recording {run.get('outcome')}).\nReplay: nodehealth validate-nvml --simulate scenario.toml --out DIR")
+    header = (
+        f"The node {run.get('host')} as nodehealth validate-nvml recorded it on {run.get('date_utc')}\n"
+        f"({'simulated: ' + simulate if simulate else 'real NVML'}; {len(calls)} NVML calls, "
+        f"recording {run.get('outcome')}).\nReplay: nodehealth validate-nvml --simulate scenario.toml --out DIR"
+    )
     scenario_path = os.path.join(out_dir, SCENARIO_FILE)
     try:
         notes = built.notes + scenario_writer.write(scenario_path, built, header, dir_fd=out_fd)
@@ -93,23 +101,38 @@ def complete(out_fd: int, out_dir: str, doc: dict[str, Any], replay: bool = True
     except Exception as exc:  # noqa: BLE001 - the evidence stands without a checked scenario
         notes = built.notes
         scenario_error = f"{type(exc).__name__}: {exc}"
-        ground.replace_own(out_fd, SCENARIO_FILE, scenario_writer.to_toml(
-            built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}").encode(), 0o644)
+        ground.replace_own(
+            out_fd,
+            SCENARIO_FILE,
+            scenario_writer.to_toml(built, header + f"\nNOT ACCEPTED by the simulator: {scenario_error}").encode(),
+            0o644,
+        )
 
     replay_doc: Optional[dict[str, Any]] = None
     if replay:
         if scenario_error is not None:
             replay_doc = {"error": f"the scenario was not accepted ({scenario_error})"}
         else:
-            replay_doc = _replay(out_fd, scenario_path, calls,
-                                 limit if run.get("outcome") == "complete" else min(limit, REPLAY_AFTER_HANG_S))
+            replay_doc = _replay(
+                out_fd,
+                scenario_path,
+                calls,
+                limit if run.get("outcome") == "complete" else min(limit, REPLAY_AFTER_HANG_S),
+            )
     symbols = _symbols_doc(out_fd)
     driver_version = run.get("driver_version")
-    symbol_cmp = compare.compare_symbols(symbols.get("exported"),
-                                         None if driver_version is None else str(driver_version))
+    symbol_cmp = compare.compare_symbols(
+        symbols.get("exported"), None if driver_version is None else str(driver_version)
+    )
     symbol_cmp["library"] = symbols.get("library")
-    doc = dict(doc, symbols=symbol_cmp, scenario_notes=notes, scenario_error=scenario_error, replay=replay_doc,
-               files=kit.files_in(out_fd))
+    doc = dict(
+        doc,
+        symbols=symbol_cmp,
+        scenario_notes=notes,
+        scenario_error=scenario_error,
+        replay=replay_doc,
+        files=kit.files_in(out_fd),
+    )
     report.write(out_fd, doc)
     return doc
 

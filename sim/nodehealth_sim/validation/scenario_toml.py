@@ -16,11 +16,36 @@ from typing import Any, Callable, Optional
 
 # The order keys are written in (one [[gpu]] table); a key not listed goes last.
 GPU_KEY_ORDER = (
-    "name", "uuid", "pci_bus_id", "missing", "temperature_c", "slowdown_c", "shutdown_c", "gpu_max_c", "mem_max_c",
-    "memory_temp_c", "power_w", "power_limit_w", "utilization_gpu_pct", "utilization_memory_pct",
-    "memory_total_mib", "memory_used_mib", "ecc_enabled", "ecc_pending_enabled", "ecc", "retired_pages",
-    "remapped_rows", "pcie", "nvlink", "fabric", "processes", "throttle_reasons", "persistence_mode", "mig_mode",
-    "recovery_action", "unsupported",
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "missing",
+    "temperature_c",
+    "slowdown_c",
+    "shutdown_c",
+    "gpu_max_c",
+    "mem_max_c",
+    "memory_temp_c",
+    "power_w",
+    "power_limit_w",
+    "utilization_gpu_pct",
+    "utilization_memory_pct",
+    "memory_total_mib",
+    "memory_used_mib",
+    "ecc_enabled",
+    "ecc_pending_enabled",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "pcie",
+    "nvlink",
+    "fabric",
+    "processes",
+    "throttle_reasons",
+    "persistence_mode",
+    "mig_mode",
+    "recovery_action",
+    "unsupported",
 )
 
 
@@ -32,7 +57,6 @@ class Built:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     faults: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
 
 
 # --------------------------------------------------------------------------- TOML
@@ -53,8 +77,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }" \
-            if value else "{}"
+        return (
+            "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        )
     raise ValueError(f"no TOML for {type(value).__name__}")
 
 
@@ -133,8 +158,14 @@ def _drop(built: Built, key: str, msg: str) -> bool:
     return True
 
 
-def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[str], Any]] = None,
-          max_drops: int = 100, dir_fd: Optional[int] = None) -> list[str]:
+def write(
+    path: str,
+    built: Built,
+    header: str = "",
+    parse: Optional[Callable[[str], Any]] = None,
+    max_drops: int = 100,
+    dir_fd: Optional[int] = None,
+) -> list[str]:
     """Write ``built`` to ``path`` as TOML that ``parse`` (default: the simulator's) accepts.
 
     The file is a fresh temp name renamed over ``path``'s last component (``ground.replace_own``),
@@ -147,8 +178,11 @@ def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[s
 
         parse = simnvml.parse
     dropped: list[str] = []
-    own_fd = dir_fd if dir_fd is not None else os.open(os.path.dirname(os.path.abspath(path)),
-                                                       os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    own_fd = (
+        dir_fd
+        if dir_fd is not None
+        else os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    )
     try:
         return _write(path, built, header, parse, max_drops, own_fd, dropped)
     finally:
@@ -156,8 +190,9 @@ def write(path: str, built: Built, header: str = "", parse: Optional[Callable[[s
             os.close(own_fd)
 
 
-def _write(path: str, built: Built, header: str, parse: Callable[[str], Any], max_drops: int, dir_fd: int,
-           dropped: list[str]) -> list[str]:
+def _write(
+    path: str, built: Built, header: str, parse: Callable[[str], Any], max_drops: int, dir_fd: int, dropped: list[str]
+) -> list[str]:
     from nodehealth.platform import ground
     from nodehealth_sim.nvml import ScenarioError
 
@@ -168,7 +203,7 @@ def _write(path: str, built: Built, header: str, parse: Callable[[str], Any], ma
             return dropped
         except ScenarioError as exc:
             text = str(exc)
-            rest = text[len(path) + 2:] if text.startswith(path + ": ") else text
+            rest = text[len(path) + 2 :] if text.startswith(path + ": ") else text
             m = _ERROR_KEY.match(rest)
             if not m or not _drop(built, m.group("key"), m.group("msg")):
                 raise

@@ -49,8 +49,9 @@ def _driver_branch(version: str) -> Optional[int]:
         return None
 
 
-def scenario_from_calls(calls: list[Call], pci_bus_ids: Optional[list[str]] = None,
-                        unavailable: Optional[tuple[str, str]] = None) -> Built:
+def scenario_from_calls(
+    calls: list[Call], pci_bus_ids: Optional[list[str]] = None, unavailable: Optional[tuple[str, str]] = None
+) -> Built:
     """The scenario tables that make the simulator answer ``calls`` as the node did."""
     built = Built()
     gpus: dict[int, GpuTables] = {}
@@ -87,8 +88,10 @@ def scenario_from_calls(calls: list[Call], pci_bus_ids: Optional[list[str]] = No
                 built.notes.append(f"{where}: {c.fn}: no scenario key answers this call (not reproduced)")
             continue
         if not isinstance(c.rc, int):
-            built.notes.append(f"{where}: {c.fn} raised {c.rc} ({c.error}): the wheel and driver disagree; "
-                               "modelled by the driver branch, not by a fault")
+            built.notes.append(
+                f"{where}: {c.fn} raised {c.rc} ({c.error}): the wheel and driver disagree; "
+                "modelled by the driver branch, not by a fault"
+            )
             continue
         if c.fn.startswith("nvmlInit"):
             if c.rc in INIT_STATES:
