@@ -37,6 +37,11 @@ carrying on are not fatal (``Failed to open libibverbs.so[.1]`` on a node withou
 ignoring``). Error unwinding lines (``net.cc:79 -> 3``) alone are not fatal: NCCL prints them
 when it tries a plugin that is not there and moves on.
 
+A fatal line that names its subsystem decides the transport, since that is the one that broke: the
+network in its message (``NET/IB : Got completion ...``, ``NET/Socket : ...``) or the NCCL source file
+of the WARN prefix (``transport/net_ib.cc``, ``misc/ibvwrap.cc``, ``transport/net_socket.cc``,
+``transport/shm.cc``, ``transport/p2p.cc``); ``misc/socket.cc`` is the bootstrap's and names none.
+
 Lines are found wherever they sit in a physical line, so every prefix seen in real logs works:
 ``host:pid:tid [dev] NCCL INFO``, an empty hostname, ``[1,0]<stdout>:``, ``[rank0]:``, ``[0] ``,
 RFC 3339 timestamps, log-collector lines.
@@ -45,7 +50,7 @@ RFC 3339 timestamps, log-collector lines.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 from nodehealth.nccl.results import TransportResult
 
@@ -94,6 +99,10 @@ _FATAL_LINE_WORDS = (
     "NCCL error in:",
     "Watchdog caught collective operation timeout",
 )
+# The subsystem of a failure: the network in its message, or the NCCL source file of its WARN prefix.
+_FAILING_NET_RE = re.compile(r"NET/([A-Za-z][\w.-]*)")
+_FAILING_FILE_RE = re.compile(r"(?<![\w.])(net_ib|ibvwrap|net_socket|coll_net|shm|p2p)\.(?:cc|cu|c):\d")
+_FAILING_FILES = {"net_ib": "ib", "ibvwrap": "ib", "coll_net": "ib", "net_socket": "socket", "shm": "p2p", "p2p": "p2p"}
 _TCP_NETS = ("socket", "fastsocket", "gpudirecttcpx", "tcpx", "tcp", "fastrak")
 
 
@@ -123,7 +132,8 @@ def _net_path(rest: str) -> tuple[str, str]:
 
 def _p2p_path(kind: str, rest: str) -> str:
     if kind == "SHM":
-        return "SHM/" + rest.split()[0] if rest else "SHM"
+        words = rest.split()  # empty for a rest of only other white space (\v, \f)
+        return "SHM/" + words[0] if words else "SHM"
     if kind == "COLLNET":
         return "COLLNET/" + rest.split("/", 1)[0]
     parts = [p for p in rest.split("/") if p and not p[0].isdigit()]
@@ -151,9 +161,9 @@ def _has_nvls(text: str) -> bool:
     pos = text.find(" nvls channels")
     while pos >= 0:
         start = pos
-        while start > 0 and text[start - 1].isdigit():
+        while start > 0 and "0" <= text[start - 1] <= "9":  # ASCII only: str.isdigit takes "²", int() does not
             start -= 1
-        if start < pos and int(text[start:pos]) > 0:
+        if text[start:pos].strip("0"):  # N > 0 without int(): a 5,000-digit N is over int()'s limit
             return True
         pos = text.find(" nvls channels", pos + 1)
     return False
@@ -170,6 +180,28 @@ def _first_fatal_line(text: str) -> int:
                 break
             pos = text.find(word, pos + 1)
     return best
+
+
+def _failing(lines: list[tuple[int, str]], kind_of: Callable[[str], str]) -> Optional[tuple[str, Optional[str], str]]:
+    """``(kind, network name or None, line)`` of the first fatal line that names its subsystem; None when none does.
+
+    ``NET/<name>`` in the message (``NET/IB : Got completion from peer ...``, ``NET/Socket : Connect to ...
+    failed``, ``NET/OFI ...``) names the network; else the source file of NCCL's WARN prefix does
+    (``transport/net_ib.cc:1296``, ``misc/ibvwrap.cc:268``, ``transport/net_socket.cc:404``,
+    ``transport/shm.cc``, ``transport/p2p.cc``), or a verbs call (``Call to ibv_create_qp failed``).
+    ``misc/socket.cc`` names nothing: the bootstrap's TCP socket fails whatever carries the data.
+    """
+    for _, line in lines:
+        for net in _FAILING_NET_RE.finditer(line):
+            kind = kind_of(net.group(1))
+            if kind != "unknown":
+                return kind, net.group(1), line
+        source = _FAILING_FILE_RE.search(line)
+        if source:
+            return _FAILING_FILES[source.group(1)], None, line
+        if "Call to ibv_" in line:
+            return "ib", None, line
+    return None
 
 
 def classify(text: str) -> TransportResult:
@@ -248,19 +280,23 @@ def classify(text: str) -> TransportResult:
     elif channel_nets:
         network = list(channel_nets)[0]
     elif init_nets and transport != "unknown":
-        network = next(n for n in init_nets if kind_of(n) == transport)
+        # None when the transport did not come from the init lines (p2p beside a NET/IB device list)
+        network = next((n for n in init_nets if kind_of(n) == transport), None)
 
     errors: list[str] = []
     seen: set[str] = set()
     fatal_pos = -1
+    fatal_lines: list[tuple[int, str]] = []  # (position, line) of each fatal line, in the text's order
     for m in _WARN_RE.finditer(text):
         msg = m.group(1).strip()
         line = _line_at(text, m.start())
         if line not in seen and len(errors) < _MAX_ERRORS:
             seen.add(line)
             errors.append(line)
-        if fatal_pos < 0 and _FATAL_WARN_RE.search(msg) and not _BENIGN_WARN_RE.search(msg):
-            fatal_pos = m.start()
+        if len(fatal_lines) < _MAX_ERRORS and _FATAL_WARN_RE.search(msg) and not _BENIGN_WARN_RE.search(msg):
+            if fatal_pos < 0:
+                fatal_pos = m.start()
+            fatal_lines.append((m.start(), line))
     app_pos = _first_fatal_line(text)
     if app_pos >= 0:
         line = _line_at(text, app_pos)
@@ -269,6 +305,18 @@ def classify(text: str) -> TransportResult:
             errors.append(line)
         if fatal_pos < 0 or app_pos < fatal_pos:
             fatal_pos = app_pos
+        fatal_lines.append((app_pos, line))
+
+    # A failure names its subsystem (NET/IB, net_socket.cc ...): that transport is the one that broke,
+    # whatever the channel lines beside it say (SHM inside the node while the socket to the peer failed).
+    failing = _failing(sorted(fatal_lines), kind_of)
+    if failing is not None and failing[0] != transport:
+        kind, failing_net, line = failing
+        transport, evidence = kind, [line]
+        if failing_net is not None:
+            network = failing_net
+        elif network is not None and kind_of(network) != kind:
+            network = next((n for n in init_nets if kind_of(n) == kind), None)
 
     version: Optional[str] = None
     vm = _VERSION_RE.search(text)
