@@ -1,39 +1,21 @@
 """The one explicit, ordered list of checks.
 
-A check is a module (``Settings`` + ``evaluate``) and one line here. Order is the order of
+A check is a module (``Settings`` + ``evaluate`` + ``REASON``, its drain-reason code) and one line
+here, which names the module by string: it is imported when a run, the config or a command first
+needs it, so ``import nodehealth.registry`` costs no check module. Order is the order of
 the report. ``needs`` names the probes (``nodehealth.probes.PROBES``) whose observations the
 check judges; the runner gathers only what the enabled checks need.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from nodehealth.checks import (
-    gpu_count,
-    gpu_driver,
-    gpu_ecc,
-    gpu_fabric,
-    gpu_nvlink,
-    gpu_pcie,
-    gpu_persistence,
-    gpu_processes,
-    gpu_recovery_action,
-    gpu_remapped_rows,
-    gpu_retired_pages,
-    gpu_temperature,
-    gpu_xid,
-    host_infiniband,
-    host_memory,
-    host_mounts,
-    host_shared_dir,
-    job_forensics,
-    nccl_selftest,
-    nvml,
-)
-from nodehealth.checks.base import CheckSettings
+if TYPE_CHECKING:
+    from nodehealth.checks.base import CheckSettings
 
 # The phases, in order: a face runs one. Their budgets are config (``config.schema.Phases``, one field
 # per name here, ``[phases.<name>] budget_s``); the registry names them so a check can say where it runs.
@@ -54,7 +36,7 @@ class CheckSpec:
     """
 
     name: str
-    module: ModuleType
+    module_name: str  # under nodehealth.checks; imported on first use, so a run pays only for its checks
     needs: tuple[str, ...]
     phases: frozenset[str]
     default_enabled: bool
@@ -64,6 +46,17 @@ class CheckSpec:
     # them runs: gpu_xid names the GPU of an XID from NVML, but NVML's deadline is the GPU
     # checks' timeout_s, not gpu_xid's (alone, the check's own timeout_s applies).
     uses: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> ModuleType:
+        """The check's module (``nodehealth.checks.<module_name>``), imported now if not yet."""
+        return importlib.import_module(f"nodehealth.checks.{self.module_name}")
+
+    @property
+    def reason(self) -> tuple[str, str]:
+        """The drain reason's code and its meaning (the module's ``REASON``: docs/operations.md's table)."""
+        code, meaning = self.module.REASON
+        return str(code), str(meaning)
 
     @property
     def settings_class(self) -> type[CheckSettings]:
@@ -85,28 +78,28 @@ _GPU = ("nvml", "pci_gpus", "slurm_node")
 CHECKS: tuple[CheckSpec, ...] = (
     #         name                   module               needs          phases  default cost
     # The epilog's judgement of the job that just ended (first in its report, as its summary names the job).
-    CheckSpec("job_forensics", job_forensics, ("job", "xid"), EPILOG, True, "cheap", uses=("nvml",)),
-    CheckSpec("nvml", nvml, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_count", gpu_count, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_driver", gpu_driver, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_temperature", gpu_temperature, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_ecc", gpu_ecc, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_retired_pages", gpu_retired_pages, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_remapped_rows", gpu_remapped_rows, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_pcie", gpu_pcie, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_nvlink", gpu_nvlink, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_fabric", gpu_fabric, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_recovery_action", gpu_recovery_action, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_persistence", gpu_persistence, _GPU, ALL, True, "cheap"),
-    CheckSpec("gpu_processes", gpu_processes, _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
-    CheckSpec("gpu_xid", gpu_xid, ("xid",), ALL, True, "cheap", uses=("nvml",)),
-    CheckSpec("host_memory", host_memory, ("memory",), ALL, True, "cheap"),
-    CheckSpec("host_mounts", host_mounts, ("mounts",), ALL, True, "cheap"),
+    CheckSpec("job_forensics", "job_forensics", ("job", "xid"), EPILOG, True, "cheap", uses=("nvml",)),
+    CheckSpec("nvml", "nvml", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_count", "gpu_count", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_driver", "gpu_driver", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_temperature", "gpu_temperature", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_ecc", "gpu_ecc", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_retired_pages", "gpu_retired_pages", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_remapped_rows", "gpu_remapped_rows", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_pcie", "gpu_pcie", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_nvlink", "gpu_nvlink", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_fabric", "gpu_fabric", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_recovery_action", "gpu_recovery_action", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_persistence", "gpu_persistence", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_processes", "gpu_processes", _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
+    CheckSpec("gpu_xid", "gpu_xid", ("xid",), ALL, True, "cheap", uses=("nvml",)),
+    CheckSpec("host_memory", "host_memory", ("memory",), ALL, True, "cheap"),
+    CheckSpec("host_mounts", "host_mounts", ("mounts",), ALL, True, "cheap"),
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
-    CheckSpec("host_shared_dir", host_shared_dir, ("shared_dirs",), ALL, True, "cheap"),
-    CheckSpec("host_infiniband", host_infiniband, ("infiniband",), ALL, True, "cheap"),
+    CheckSpec("host_shared_dir", "host_shared_dir", ("shared_dirs",), ALL, True, "cheap"),
+    CheckSpec("host_infiniband", "host_infiniband", ("infiniband",), ALL, True, "cheap"),
     # Off by default (seconds, the GPUs busy): enabled = true runs it in the epilog and `nodehealth check`.
-    CheckSpec("nccl_selftest", nccl_selftest, ("nccl",), SELFTEST, False, "slow", uses=("nvml",)),
+    CheckSpec("nccl_selftest", "nccl_selftest", ("nccl",), SELFTEST, False, "slow", uses=("nvml",)),
 )
 
 BY_NAME: dict[str, CheckSpec] = {spec.name: spec for spec in CHECKS}

@@ -419,7 +419,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("platform", ("platform", "slurm.client", "slurm.reboot", "slurm.observe", "nccl.runner")),
     ("probes", ("probes",)),
     ("runner", ("runner", "config.use")),  # config.use: the faces' and the daemon's recipe
-    ("results", ("slurm.policy", "slurm.act", "metrics", "render")),
+    ("results", ("slurm.policy", "slurm.reasons", "slurm.act", "slurm.stores", "metrics", "render")),
     ("faces", ("faces", "daemon", "commands", "preflight", "validation", "nccl.builtin", "nccl.cli_parse")),
     ("cli", ("cli", "__main__")),
 )

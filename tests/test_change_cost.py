@@ -29,11 +29,11 @@ else:  # pragma: no cover - Python 3.9, 3.10
     import tomli as tomllib
 
 # Files a change touches, besides tests and generated docs:
-# gpu_check: checks/<name>.py, registry.py, and its drain-reason code in slurm/nodes.py (REASON_CODES);
+# gpu_check: checks/<name>.py (with its drain-reason code, ``REASON``) and its line in registry.py;
 # face: faces/<face>.py, faces/table.py (2 in the package), pyproject.toml and packaging/rpm/nodehealth.spec;
 # metric: metrics/families.py, metrics/renderers.py;
 # kernel_log_pattern: xid/patterns.py (the store keeps the kinds of the event patterns).
-CHANGE_COST = {"gpu_check": 3, "face": 4, "metric": 2, "kernel_log_pattern": 1}
+CHANGE_COST = {"gpu_check": 2, "face": 4, "metric": 2, "kernel_log_pattern": 1}
 # The cost table's rows in docs/architecture.md, by their leading words.
 DOC_ROWS = {
     "gpu_check": "a new GPU check",
@@ -149,6 +149,8 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+REASON = ("mig", "MIG mode on where Slurm hands out whole GPUs")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):
@@ -171,10 +173,13 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
 '''
 
 REASON_RULE = """
-from nodehealth.registry import CHECKS
-from nodehealth.slurm.nodes import REASON_CODES
 import json
-print(json.dumps(sorted({spec.name for spec in CHECKS} ^ set(REASON_CODES))))
+from nodehealth.model import CheckResult, Status
+from nodehealth.registry import CHECKS
+from nodehealth.slurm import reasons
+codes = reasons.reason_codes()
+print(json.dumps([sorted({spec.name for spec in CHECKS} ^ set(codes)), codes["gpu_mig"][0],
+                  reasons.format_reason(CheckResult("gpu_mig", Status.WARN, "GPU 2: MIG mode on", gpu=2))]))
 """
 
 
@@ -182,27 +187,19 @@ def test_a_new_gpu_check(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
     pkg = tree / "nodehealth"
     (pkg / "checks" / "gpu_mig.py").write_text(GPU_MIG, encoding="utf-8")
-    insert(pkg / "registry.py", "    gpu_fabric,\n", "    gpu_mig,\n")
     insert(
         pkg / "registry.py",
-        """gpu_persistence,     _GPU,          ALL,    True,   "cheap"),\n""",
-        """    CheckSpec("gpu_mig",             gpu_mig,             _GPU,          ALL,    True,   "cheap"),\n""",
+        """    CheckSpec("gpu_persistence", "gpu_persistence", _GPU, ALL, True, "cheap"),\n""",
+        """    CheckSpec("gpu_mig", "gpu_mig", _GPU, ALL, True, "cheap"),\n""",
     )
     assert changed(tree) == {"nodehealth/checks/gpu_mig.py", "nodehealth/registry.py"}
-    assert_runs_the_copy(tree)
-    # The recipe's two files are not the whole change: every registered check has its own drain-reason
-    # code (tests/test_slurm_policy.py, test_every_registered_check_has_its_own_code).
-    rule = run_copy(tree, code=REASON_RULE)
-    assert rule.returncode == 0 and json.loads(rule.stdout) == ["gpu_mig"], rule.stdout + rule.stderr
-    insert(
-        pkg / "slurm" / "nodes.py",
-        """    "gpu_persistence": ("persist", "persistence mode off"),\n""",
-        """    "gpu_mig": ("mig", "MIG mode on where Slurm hands out whole GPUs"),\n""",
-    )
-    rule = run_copy(tree, code=REASON_RULE)
-    assert rule.returncode == 0 and rule.stdout.strip() == "[]", rule.stdout + rule.stderr
-
     assert len(changed(tree)) == CHANGE_COST["gpu_check"], sorted(changed(tree))
+    assert_runs_the_copy(tree)
+    # Its drain-reason code is its module's REASON, read through the registry: every registered check
+    # has a code (tests/test_slurm_policy.py) and a drain for it starts with its own.
+    rule = run_copy(tree, code=REASON_RULE)
+    assert rule.returncode == 0, rule.stdout + rule.stderr
+    assert json.loads(rule.stdout) == [[], "mig", "nh:mig GPU2 gpu_mig: GPU 2: MIG mode on"], rule.stdout
     listed = json_of(run_copy(tree, "list-checks", "--format", "json"))
     assert "gpu_mig" in [row["name"] for row in listed]
     defaults = run_copy(tree, "config", "defaults")

@@ -25,10 +25,8 @@ PENDING: set[str] = {  # modules being split after the tree was formatted whole;
     "nodehealth/nccl/parse.py",
     "nodehealth/metrics/families.py",
     "bench/slurm_rpc.py",
-    "nodehealth/slurm/policy.py",
     "nodehealth/daemon/http.py",
     "nodehealth/daemon/core.py",
-    "nodehealth/slurm/act.py",
 }
 
 

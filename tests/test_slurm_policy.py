@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodehealth.model import Action, CheckResult, Report, Status
-from nodehealth.slurm import jobenv, policy
+from nodehealth.slurm import jobenv, policy, reasons
 from nodehealth.slurm import nodes as sn
 from nodehealth.statedir import slurmstate
 
@@ -220,8 +221,9 @@ def test_every_registered_check_has_its_own_code() -> None:
     from nodehealth.registry import CHECKS
 
     names = {spec.name for spec in CHECKS}
-    assert set(sn.REASON_CODES) == names
-    codes = [code for code, _ in sn.REASON_CODES.values()] + list(sn.STATE_CODES)
+    assert set(reasons.reason_codes()) == names
+    codes = [code for code, _ in reasons.reason_codes().values()] + list(reasons.STATE_CODES)
+    assert all(re.fullmatch(r"[a-z][a-z0-9]{0,15}", code) for code in codes), codes  # what a code may hold
     assert len(set(codes)) == len(codes) and not any(c.startswith("xid") and c != "xid" for c in codes)
     for name in names:  # the longest head: code, XID number, a two-digit GPU
         head = policy.reason_head(CheckResult(name, Status.FAIL, "x", gpu=15, details={"xid": 154}))
@@ -237,8 +239,8 @@ CODES_GOLDEN = Path(__file__).parent / "golden" / "reason-codes.txt"
 
 def test_published_codes_keep_their_meaning(request: pytest.FixtureRequest) -> None:
     published = dict(line.split() for line in CODES_GOLDEN.read_text().splitlines() if line.strip())
-    now = {code: check for check, (code, _) in sn.REASON_CODES.items()}
-    now.update({code: "-" for code in sn.STATE_CODES})
+    now = {code: check for check, (code, _) in reasons.reason_codes().items()}
+    now.update({code: "-" for code in reasons.STATE_CODES})
     changed = {code: (check, now.get(code)) for code, check in published.items() if now.get(code) != check}
     assert not changed, f"published codes changed or gone (code: (was, now)): {changed}"
     new = sorted(set(now) - set(published))
@@ -253,7 +255,7 @@ def test_operations_md_reason_codes_table_is_the_codes() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
     section = doc.split("\n## Reason codes\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `nh:")]
-    assert rows == sn.reason_codes_table()[2:]
+    assert rows == reasons.reason_codes_table()[2:]
 
 
 def test_an_old_shape_drain_is_still_owned_and_counted() -> None:
@@ -515,3 +517,13 @@ def test_a_clean_run_clears_a_breaker_hold_a_fault_keeps_it() -> None:
     held = slurmstate.State(breaker_held={"time": 1.0, "reason": REASON})
     assert policy.after_run(held, report(res("gpu_count", Status.OK)), "pass", 5.0, "b").breaker_held is None
     assert policy.after_run(held, report(FAULT), "pass", 5.0, "b").breaker_held is not None
+
+
+def test_a_check_declares_its_code_in_its_own_module() -> None:
+    """The code is read from the check's module (``REASON``), not from a table in the slurm layer."""
+    from nodehealth.registry import BY_NAME
+
+    spec = BY_NAME["gpu_temperature"]
+    assert spec.reason == spec.module.REASON == ("temp", reasons.reason_codes()["gpu_temperature"][1])
+    assert reasons.reason_code("gpu_temperature") == "temp"
+    assert not hasattr(sn, "REASON_CODES")  # slurm.nodes, below the registry, holds no copy

@@ -16,6 +16,9 @@ from nodehealth.checks.base import (
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, PciGpus
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("gpucount", "not the GPUs the node should have (config, Slurm's Gres or the PCI bus)")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

@@ -8,6 +8,9 @@ from nodehealth.checks.base import CheckSettings, Context, gpus_expected, nvml_g
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("driver", "an NVIDIA driver the site does not allow")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

@@ -10,6 +10,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("ecc", "ECC off, uncorrectable errors, or error totals over thresholds")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("fabric", "the GPU not registered with the NVSwitch fabric")
+
 # NVML_GPU_FABRIC_STATE_* (nvml.h)
 NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS, COMPLETED = 0, 1, 2, 3
 _STATE_NAMES = {NOT_STARTED: "not started", IN_PROGRESS: "in progress", COMPLETED: "completed"}

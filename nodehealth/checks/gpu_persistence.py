@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("persist", "persistence mode off")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

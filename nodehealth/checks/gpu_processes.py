@@ -19,6 +19,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, GpuProcess, JobObservation, NodeJobs, NvmlSnapshot, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("procs", "a compute process no job owns (a stray), or one where the GPUs must be idle")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

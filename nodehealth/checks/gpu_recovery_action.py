@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("recovery", "the driver's own recovery verdict (reset, reboot, drain)")
+
 # NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks for, our action)
 RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
     0: ("none", Action.NONE),

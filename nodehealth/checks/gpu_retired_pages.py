@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("retired", "page retirement pending or over its limit (before Ampere)")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gp
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("temp", "GPU or memory temperature past NVML's thresholds, slowdowns in force")
+
 # nvmlClocksEventReason* bits (nvml.h); the software reasons (idle, power cap, sync boost,
 # application clocks) are normal operation and are not judged.
 HW_SLOWDOWN = 0x08

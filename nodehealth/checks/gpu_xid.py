@@ -23,6 +23,9 @@ from nodehealth.xid.history import DEFAULT_MAX_EVENTS
 from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.text import printable
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("xid", "xidN: a drain-class XID number N; xid alone: the kernel log not read (policy.unknown = fail)")
+
 DETAIL_EVENTS = 50  # the most recent events listed in the result's details
 
 CHECK = "gpu_xid"  # the check, and its config table [checks.gpu_xid]

@@ -8,6 +8,9 @@ from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import IbPort, Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("ib", "an InfiniBand port not active, down or below its rate")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

@@ -8,6 +8,9 @@ from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import MemoryObservation, Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("memory", "less physical or available memory than the node should have")
+
 GIB = 1 << 30
 
 

@@ -9,6 +9,9 @@ from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import CheckResult, Finding, Status, fold
 from nodehealth.observations import MountObservation, Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("mount", "a required file system missing, of the wrong type, read-only or full")
+
 GIB = 1 << 30
 
 

@@ -8,6 +8,9 @@ from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("shareddir", "a shared directory not answering its round trip in time")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

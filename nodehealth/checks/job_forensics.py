@@ -16,6 +16,9 @@ from nodehealth.checks.base import CheckSettings, Context
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import COUNTER_KEYS, JobObservation, Observations, ProbeError, gpu_counters
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("jobecc", "an uncorrectable ECC increment during the job that just ended; xidN: XID N during it")
+
 NAME = "job_forensics"  # the result's name, and so the drain reason's ``nh:<code> GPU<i> job_forensics: ...``
 FORENSICS = NAME
 

@@ -29,6 +29,9 @@ from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.nccl import floors
 from nodehealth.observations import NcclObservation, NcclRun, NvmlSnapshot, Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("nccl", "the NCCL self-test below its bandwidth floor or on the wrong transport")
+
 MODES = ("nvlink", "ib_loopback")
 # nccl-tests' exit statuses (src/common.h testResult_t).
 EXIT_USAGE = 6  # testInvalidUsage

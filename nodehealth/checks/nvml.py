@@ -8,6 +8,9 @@ from nodehealth.checks.base import CheckSettings, Context, gpus_expected, result
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
 
+# The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
+REASON = ("nvml", "NVML missing, failing or not answering in time")
+
 
 @dataclass(frozen=True)
 class Settings(CheckSettings):

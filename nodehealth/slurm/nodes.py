@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 from nodehealth.observations.slurm import HANDS_OFF_FLAGS as HANDS_OFF_FLAGS
 from nodehealth.observations.slurm import REBOOT_FLAGS as REBOOT_FLAGS
@@ -25,71 +25,8 @@ from nodehealth.observations.slurm import parse_state as parse_state
 PREFIX = "nh:"  # the start of every drain reason nodehealth sets: ``nh:<code>[ GPU<i>] <check>: <summary>``
 OLD_PREFIX = "nodehealth:"  # the start of the reasons of versions before the codes: still recognised as ours
 
-# ----------------------------------------------------------------------------- reason codes
-
-# One short code per check, first in the drain reason, so that the 20 characters ``sinfo -R`` shows
-# say what and where (``nh:rowremap GPU2 ...``). Stable: a code never changes meaning and is never
-# reused for another check; a new check gets a new code. The table of docs/operations.md ("Reason
-# codes") is this one (tests/test_slurm_policy.py compares them). An XID finding's code is ``xid``
-# and its number (``nh:xid79``), from the result's ``details["xid"]``.
-REASON_CODES: Mapping[str, tuple[str, str]] = {
-    "job_forensics": ("jobecc", "an uncorrectable ECC increment during the job that just ended; xidN: XID N during it"),
-    "nvml": ("nvml", "NVML missing, failing or not answering in time"),
-    "gpu_count": ("gpucount", "not the GPUs the node should have (config, Slurm's Gres or the PCI bus)"),
-    "gpu_driver": ("driver", "an NVIDIA driver the site does not allow"),
-    "gpu_temperature": ("temp", "GPU or memory temperature past NVML's thresholds, slowdowns in force"),
-    "gpu_ecc": ("ecc", "ECC off, uncorrectable errors, or error totals over thresholds"),
-    "gpu_retired_pages": ("retired", "page retirement pending or over its limit (before Ampere)"),
-    "gpu_remapped_rows": ("rowremap", "row remapping pending (reset) or failed (inspect)"),
-    "gpu_pcie": ("pcie", "PCIe link below its width or generation"),
-    "gpu_nvlink": ("nvlink", "NVLink links inactive or error counters over thresholds"),
-    "gpu_fabric": ("fabric", "the GPU not registered with the NVSwitch fabric"),
-    "gpu_recovery_action": ("recovery", "the driver's own recovery verdict (reset, reboot, drain)"),
-    "gpu_persistence": ("persist", "persistence mode off"),
-    "gpu_processes": ("procs", "a compute process no job owns (a stray), or one where the GPUs must be idle"),
-    "gpu_xid": ("xid", "xidN: a drain-class XID number N; xid alone: the kernel log not read (policy.unknown = fail)"),
-    "host_memory": ("memory", "less physical or available memory than the node should have"),
-    "host_mounts": ("mount", "a required file system missing, of the wrong type, read-only or full"),
-    "host_shared_dir": ("shareddir", "a shared directory not answering its round trip in time"),
-    "host_infiniband": ("ib", "an InfiniBand port not active, down or below its rate"),
-    "nccl_selftest": ("nccl", "the NCCL self-test below its bandwidth floor or on the wrong transport"),
-}
-# Codes that stand for a state of the drain instead of the check (the check's name still follows them).
-STATE_CODES: Mapping[str, str] = {
-    "flap": "the check drained the node too often ([resume] flap_drains within flap_window_s): held for a "
-    "person, never resumed by nodehealth",
-    "inspect": "[slurm] reboot_max reboots within reboot_window_s did not clear the check's fault ([slurm] reboot = "
-    '"asap"): held for a person, no more reboots, never resumed by nodehealth',
-}
-XID_CODE_CHECKS = frozenset({"gpu_xid", "job_forensics"})  # checks whose result may name an XID number
-_CODE = re.compile(r"[a-z][a-z0-9]{0,15}")
-
-
-def reason_code(check: str, xid: Optional[int] = None) -> str:
-    """The code of ``check``'s drain reason: the table's, ``xid<N>`` for an XID finding.
-
-    A check missing from the table (none is: a test says so) gets its name, lower-cased and
-    stripped to what a code may hold.
-    """
-    if check in XID_CODE_CHECKS and isinstance(xid, int) and not isinstance(xid, bool) and 0 <= xid < 100000:
-        return f"xid{xid}"
-    known = REASON_CODES.get(check)
-    if known is not None:
-        return known[0]
-    code = "".join(ch for ch in check.lower() if ch.isascii() and ch.isalnum())[:16]
-    return code if _CODE.fullmatch(code) else "check"
-
-
-def reason_codes_table() -> list[str]:
-    """The codes as the Markdown table of docs/operations.md ("Reason codes")."""
-    rows = ["| code | check | what it means |", "|---|---|---|"]
-    for check, (code, meaning) in REASON_CODES.items():
-        shown = f"`nh:{code}`" + (" / `nh:xidN`" if check in XID_CODE_CHECKS else "")
-        rows.append(f"| {shown} | `{check}` | {meaning} |")
-    for code, meaning in STATE_CODES.items():
-        rows.append(f"| `nh:{code}` | any | {meaning} |")
-    return rows
-
+# Drain-reason codes are the checks' own (``REASON`` in each check module), read through the registry
+# by ``nodehealth.slurm.reasons``, which is above the registry; this module only knows their shape.
 
 # ----------------------------------------------------------------------------- node states
 

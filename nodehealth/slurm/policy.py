@@ -16,47 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
 
 from nodehealth.model import Action, CheckResult, Report, Status
-from nodehealth.slurm.jobenv import sanitize
-from nodehealth.slurm.nodes import PREFIX, NodeInfo, reason_code
+from nodehealth.slurm.nodes import NodeInfo
+from nodehealth.slurm.reasons import REASON_MAX as REASON_MAX
+from nodehealth.slurm.reasons import flap_reason as flap_reason
+from nodehealth.slurm.reasons import format_reason as format_reason
+from nodehealth.slurm.reasons import reason_head as reason_head
+from nodehealth.slurm.reasons import span as span
 from nodehealth.statedir.slurmstate import MAX_HISTORY, MAX_LOGGED_CHARS, DrainEvent, DrainRecord, State
-
-REASON_MAX = 200
-
-
-def reason_head(result: CheckResult) -> str:
-    """What and where, first in the reason: ``nh:ecc GPU6``, ``nh:xid79 GPU3``, ``nh:gpucount``.
-
-    The code is the check's (``nodes.REASON_CODES``), ``xid<N>`` when the result names the XID of
-    its worst finding (``details["xid"]``); the GPU is the result's ``gpu`` (the NVML index of the
-    worst finding's GPU), absent when the result is about the node.
-    """
-    xid = result.details.get("xid") if isinstance(result.details, Mapping) else None
-    head = PREFIX + reason_code(result.name, xid if isinstance(xid, int) else None)
-    gpu = result.gpu
-    if isinstance(gpu, int) and not isinstance(gpu, bool) and 0 <= gpu < 10000:
-        head += f" GPU{gpu}"
-    return head
-
-
-def format_reason(result: CheckResult, limit: int = REASON_MAX, more: int = 0) -> str:
-    """``nh:<code>[ GPU<i>] <check>: <summary>`` (plus ``(+N more)``), sanitised and capped.
-
-    The first 20 characters (what ``sinfo -R`` shows) are the code and the GPU. A summary of
-    several findings (``; ``-separated, most severe first) keeps as many *whole* findings as fit
-    and says how many were left out; only a first finding too long by itself is cut.
-    """
-    head = reason_head(result)
-    extra = f" (+{more} more)" if more > 0 else ""
-    findings = result.summary.split("; ")
-    for keep in range(len(findings), 0, -1):
-        left = len(findings) - keep
-        tail = (f" (+{left} more finding{'s' if left > 1 else ''})" if left else "") + extra
-        text = sanitize(f"{head} {result.name}: {' / '.join(findings[:keep])}", limit) + tail  # ';' is dropped
-        if len(text) <= limit and not text[: len(text) - len(tail)].endswith("..."):
-            return text
-    body = sanitize(f"{result.name}: {' / '.join(findings)}", limit)
-    text = sanitize(f"{head} {body}", limit - len(extra)) + extra
-    return text[:limit]
 
 
 def worst_failure(report: Report, unknown_policy: str = "pass") -> Optional[CheckResult]:
@@ -266,30 +232,6 @@ def clean_runs_needed(base: int, drains: int, cap: int) -> int:
     """The backoff: the Nth drain within the window needs ``base`` x 2^(N-1) clean runs, at most ``cap``
     (never fewer than ``base``)."""
     return min(max(base, cap), base << max(0, min(drains, MAX_HISTORY) - 1))
-
-
-def span(seconds: float) -> str:
-    """``6 h``, ``90 min``, ``45 s``: a window as people say it."""
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:.0f} h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:g} s"
-
-
-FLAP_CODE = "flap"
-
-
-def flap_summary(fault: CheckResult, drains: int, window_s: float) -> str:
-    return f"flapping: {drains} drains in {span(window_s)}, resume by hand; {fault.summary}"
-
-
-def flap_reason(fault: CheckResult, drains: int, window_s: float, limit: int = REASON_MAX, more: int = 0) -> str:
-    """The reason of a drain held for a person: ``nh:flap[ GPU<i>] <check>: flapping: N drains in W /
-    resume by hand / <the fault's findings>`` (``format_reason``'s shape, the code ``flap``)."""
-    text = format_reason(replace(fault, summary=flap_summary(fault, drains, window_s)), limit - len(FLAP_CODE), more)
-    own = reason_head(fault).split(" ", 1)[0]  # nh:<code>
-    return PREFIX + FLAP_CODE + text[len(own) :] if text.startswith(own) else text
 
 
 # ----------------------------------------------------------------------------- quiet logs
