@@ -22,7 +22,6 @@ PENDING: set[str] = {  # modules being split after the tree was formatted whole;
     "nodehealth/probes/xid_store.py",
     "nodehealth/validation/record.py",
     "nodehealth/nccl/runner.py",
-    "nodehealth/nccl/parse.py",
     "nodehealth/metrics/families.py",
     "bench/slurm_rpc.py",
     "nodehealth/daemon/http.py",

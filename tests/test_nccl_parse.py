@@ -490,7 +490,7 @@ def test_command_non_utf8_file(tmp_path):
 
 
 def test_rows_built_in_place_equal_the_dataclass():
-    from nodehealth.nccl.parse import _new_row
+    from nodehealth.nccl.perf_table import new_row as _new_row
     from nodehealth.nccl.results import PerfRow
 
     values = (8, 2, "float", "sum", 1.0, 2.0, 3.0, 0, 4.0, 5.0, 6.0, 1)
