@@ -10,30 +10,46 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from nodehealth.commands import (
-    check,
-    completion,
-    config_cmd,
-    daemon,
-    list_checks,
-    nccl,
-    preflight,
-    status,
-    validate,
-    xid,
-)
 from nodehealth.commands.options import ExitCode
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = ExitCode.OK, ExitCode.FAULT, ExitCode.USAGE, ExitCode.INTERNAL
 
-# Each command module: register(subparsers) adds its parser and sets func=(args) -> int.
-COMMANDS = (check, status, list_checks, config_cmd, xid, daemon, validate, nccl, preflight, completion)
+# Each command module (``nodehealth.commands.<module>``): register(subparsers) adds its parser and sets
+# func=(args) -> int. Named by string, with the word that selects it: a run imports only its own command's
+# module (``import nodehealth.cli`` imports none), so ``check`` pays nothing for ``xid`` or ``status``.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("check", "check"),
+    ("status", "status"),
+    ("list-checks", "list_checks"),
+    ("config", "config_cmd"),
+    ("xid", "xid"),
+    ("daemon", "daemon"),
+    ("validate-nvml", "validate"),
+    ("nccl", "nccl"),
+    ("preflight", "preflight"),
+    ("completion", "completion"),
+)
+WHOLE = frozenset({"completion"})  # commands that describe the whole command line: every command registered
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        """A value outside ``choices`` (a phase, a face, a command) is a usage error naming every choice,
+        with the nearest one as ``--only`` names a check's."""
+        try:
+            super()._check_value(action, value)  # type: ignore[misc]
+        except argparse.ArgumentError as exc:
+            import difflib
+
+            choices = [c for c in (action.choices or ()) if isinstance(c, str)]
+            near = difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+            if not near:
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message} (did you mean {near[0]}?)") from None
 
 
 class _Version(argparse.Action):
@@ -50,7 +66,17 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Optional[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """The commands to register: the one ``argv`` names first, else (help, a typo, none) all of them."""
+    if argv is None:
+        return COMMANDS
+    word = next((a for a in argv if not a.startswith("-")), None)
+    named = tuple(c for c in COMMANDS if c[0] == word and c[0] not in WHOLE)
+    return named or COMMANDS
+
+
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``argv``, only the command it names (when it names one)."""
     parser = _Parser(prog="nodehealth", description="Health checks for GPU nodes of a Slurm cluster.")
     parser.add_argument(
         "--version",
@@ -60,13 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.set_defaults(root_parser=parser)  # for `completion`, which describes the whole parser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in COMMANDS:
-        module.register(sub)
+    import importlib
+
+    for _, module in _chosen(argv):
+        importlib.import_module(f"nodehealth.commands.{module}").register(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
