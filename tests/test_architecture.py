@@ -416,7 +416,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checks", ("checks",)),
     ("registry", ("registry",)),
     ("config", ("config",)),
-    ("platform", ("platform", "slurm.client", "slurm.reboot", "slurm.observe", "nccl.runner")),
+    ("platform", ("platform", "slurm.client", "slurm.reboot", "slurm.observe", "nccl.runner", "nccl.plan")),
     ("probes", ("probes",)),
     ("runner", ("runner", "config.use")),  # config.use: the faces' and the daemon's recipe
     ("results", ("slurm.policy", "slurm.reasons", "slurm.act", "slurm.stores", "metrics", "render")),

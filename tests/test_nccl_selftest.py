@@ -21,6 +21,7 @@ from nodehealth.checks.base import Context
 from nodehealth.config.loader import ConfigError, resolve
 from nodehealth.model import Action, Status
 from nodehealth.nccl import floors
+from nodehealth.nccl import plan as nccl_plan
 from nodehealth.nccl import runner as nccl_runner
 from nodehealth.observations import NcclObservation, NcclRun, Observations
 from nodehealth.registry import BY_NAME
@@ -202,7 +203,7 @@ def test_modes_set_their_environment_and_json_when_the_binary_has_it(fake_env, m
 
 def test_no_json_for_a_binary_without_it_and_no_second_g(fake_env, monkeypatch):
     _fake(FAKE_NCCL="old")
-    nccl_runner._json_cache.clear()
+    nccl_plan.json_cache.clear()
     run = nccl_runner.run_mode("nvlink", _plan(args=("-b", "1G", "-e", "1G", "-g", "8")), 8, 10.0)
     argv = json.loads((fake_env / "argv.json").read_text())["argv"]
     assert "-J" not in argv and argv.count("-g") == 1
@@ -210,7 +211,7 @@ def test_no_json_for_a_binary_without_it_and_no_second_g(fake_env, monkeypatch):
 
 
 def test_a_missing_binary_is_skipped_with_auto_and_unknown_when_asked_for(tmp_path, monkeypatch):
-    monkeypatch.setattr(nccl_runner, "builtin_available", lambda backend: False)
+    monkeypatch.setattr(nccl_plan, "builtin_available", lambda backend: False)
     missing = str(tmp_path / "nope" / "all_reduce_perf")
     obs = nccl_runner.gather(_plan(all_reduce_perf=missing), 8, 5.0)
     res = _judge(obs)
