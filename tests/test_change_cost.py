@@ -347,7 +347,7 @@ ENTRY_TEXT = textwrap.dedent(f'''\
         role=EVENT,
         about="the driver could not initialise a GPU (`RmInitAdapter failed!`, its error codes after it), "
         "with the GPU when the line names it; no XID number (0)",
-        regex=re.compile(
+        regex=Regex(
             DRIVER_TAG + r"[ \\t]*(?:GPU[ \\t]+(?P<pci>" + PCI + r")(?:\\.[0-7])?:[ \\t]+)?"
             r"(?P<payload>RmInitAdapter failed!.*)",
             re.DOTALL,
@@ -431,8 +431,8 @@ def test_a_new_kernel_log_pattern(tmp_path: Path) -> None:
     )
     replace_once(
         patterns,
-        "    XID_LINE, FALLEN_OFF_BUS, NVIDIA_GPU,",
-        "    XID_LINE, FALLEN_OFF_BUS, RM_INIT_FAILED, NVIDIA_GPU,",
+        "    FALLEN_OFF_BUS,\n    NVIDIA_GPU,\n)",
+        "    FALLEN_OFF_BUS,\n    RM_INIT_FAILED,\n    NVIDIA_GPU,\n)",
     )
     assert changed(tree) == {"nodehealth/xid/patterns.py"}
     assert_runs_the_copy(tree)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import select
 import stat
 import threading
@@ -28,13 +27,15 @@ from typing import Optional
 
 from nodehealth.xid.history import FilePosition as FilePosition
 from nodehealth.xid.parse import MAX_LINE_BYTES, split_lines
+from nodehealth.xid.pattern_kit import Regex
 from nodehealth.xid.patterns import KMSG_PATH, KMSG_RECORD
 
 _READ_SIZE = 64 * 1024  # /dev/kmsg fails a read shorter than the record with EINVAL
 POLL_S = 0.25
 
-# The record regex on the bytes the reader sees (the same pattern text as the parser's).
-_RECORD_RE = re.compile(KMSG_RECORD.regex.pattern.encode())
+# The record regex on the bytes the reader sees (the same pattern text as the parser's), compiled on
+# first use.
+_RECORD_RE: Regex[bytes] = Regex(KMSG_RECORD.regex.pattern.encode())
 KERNEL_FACILITY = 0
 
 
@@ -255,8 +256,9 @@ class KmsgReader:
                 self._fd = fd
                 source = self._file_lines(fd, follow, stop, deadline)
             skipping = False
+            record = _RECORD_RE.compiled().match
             for line in source:
-                m = _RECORD_RE.match(line)
+                m = record(line)
                 if m is None:
                     # a record's continuation (" KEY=value") goes with its record
                     if not (skipping and line.startswith(b" ")):

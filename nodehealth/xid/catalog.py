@@ -20,11 +20,6 @@ from nodehealth.model import Action
 from nodehealth.xid.events import Severity, XidEvent
 from nodehealth.xid.patterns import FATAL, RECOVERY_ACTION
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
-
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "xid_catalog.toml"
 RECOVERY_ACTION_XID = 154
 
@@ -108,6 +103,15 @@ class Catalog:
         return xid in self.entries
 
 
+def _toml() -> Any:
+    """The TOML reader, imported when the catalog is first read (not by importing the catalog)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    return tomllib
+
+
 def load_catalog(path: Union[str, Path, None] = None, overrides: Mapping[int, str] = _EMPTY) -> Catalog:
     """Read and validate the catalog; ``overrides`` maps an XID to the severity to use instead.
 
@@ -115,7 +119,7 @@ def load_catalog(path: Union[str, Path, None] = None, overrides: Mapping[int, st
     """
     file = Path(path) if path is not None else DEFAULT_CATALOG_PATH
     with open(file, "rb") as fh:
-        data = tomllib.load(fh)
+        data = _toml().load(fh)
     return catalog_from_mapping(data, overrides, where=str(file))
 
 

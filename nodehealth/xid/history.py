@@ -11,7 +11,6 @@ read. The file's format and the rules (position, reboot, bounds) are described i
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from nodehealth.model import Action
 from nodehealth.xid.catalog import Catalog, enrich
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
 from nodehealth.xid.parse import wall_clock_time
+from nodehealth.xid.pattern_kit import Regex
 from nodehealth.xid.patterns import EVENTS
 from nodehealth.xid.text import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable, printable_or_none
 
@@ -34,7 +34,7 @@ MAX_PID = (1 << 31) - 1
 _EVENT_KEYS = ("xid", "pci", "kind", "pid", "process", "job_id", "message", "time", "uptime_s", "seq")
 # The kinds a stored event may have: those of the event patterns (a new pattern's kind is kept as it is).
 _KINDS = frozenset({KIND_XID, KIND_FALLEN_OFF_BUS, *(p.kind for p in EVENTS if p.kind)})
-_PCI_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}")
+_PCI_RE: Regex[str] = Regex(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}")
 _SEVERITIES = frozenset(s.value for s in Severity)
 _ACTIONS = frozenset(a.value for a in Action)
 
@@ -146,7 +146,7 @@ def _integer(value: Any, low: int, high: int) -> Optional[int]:
     return value
 
 
-_TAIL_RE = re.compile(r"(?:[0-9a-f]{2}){0,64}")
+_TAIL_RE: Regex[str] = Regex(r"(?:[0-9a-f]{2}){0,64}")
 
 
 def _file_position(value: Any) -> Optional[FilePosition]:

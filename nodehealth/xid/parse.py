@@ -32,6 +32,7 @@ from typing import Optional, Union
 
 from nodehealth.xid import patterns
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
+from nodehealth.xid.pattern_kit import Regex
 from nodehealth.xid.patterns import Pattern
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
@@ -39,8 +40,9 @@ from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 # 8 KiB); anything far longer is junk or a concatenation accident and is skipped, counted.
 MAX_LINE_BYTES = 64 * 1024
 
-_ANCHOR_RE = re.compile("|".join(re.escape(a) for a in patterns.ANCHORS))
-_ANCHOR_BYTES_RE = re.compile(_ANCHOR_RE.pattern.encode())
+# Compiled on first use, as the table's regexes (importing the parser compiles nothing).
+_ANCHOR_RE: Regex[str] = Regex("|".join(re.escape(a) for a in patterns.ANCHORS))
+_ANCHOR_BYTES_RE: Regex[bytes] = Regex(_ANCHOR_RE.pattern.encode())
 _MESSAGE_START = patterns.MESSAGE_START.regex
 _TAG = patterns.DRIVER_TAG
 
@@ -81,8 +83,8 @@ def _stamp(prefix: str) -> _Stamp:
     return _Stamp(time=wall if wall is not None else uptime_text, uptime_s=uptime_s, seq=seq)
 
 
-_ISO_PARTS = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?$")
-_SYSLOG_FRACTION = re.compile(r"\.\d+$")
+_ISO_PARTS: Regex[str] = Regex(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?$")
+_SYSLOG_FRACTION: Regex[str] = Regex(r"\.\d+$")
 # A syslog stamp names no year: it is taken as the latest such moment not later than this after
 # the reading (a clock a little ahead of ours is not last year's).
 SYSLOG_AHEAD_S = 86400.0
@@ -123,7 +125,7 @@ def wall_clock_time(text: Optional[str], now: float) -> Optional[float]:
             offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
         return calendar.timegm(moment.timetuple()) + micro / 1e6 - offset
     try:
-        base = _time.strptime(_SYSLOG_FRACTION.sub("", text), "%b %d %H:%M:%S")
+        base = _time.strptime(_SYSLOG_FRACTION.compiled().sub("", text), "%b %d %H:%M:%S")
     except ValueError:
         return None
     year = _time.localtime(now).tm_year
@@ -237,6 +239,9 @@ _NVIDIA_GPU = patterns.NVIDIA_GPU
 # "GPU <pci>: GPU has fallen off the bus.". Within this many lines after an XID 79 on the same
 # GPU, the second line is the same fault and ``scan`` does not report it again.
 _FALLEN_AFTER_XID79 = 10
+# How far back ``scan`` remembers: lines further apart than this never change each other's events
+# (``nodehealth.xid.chunk_scan`` stands in for a longer run of lines without a marker by this many).
+MEMORY_LINES = max(_FALLEN_LOOKBACK, _FALLEN_AFTER_XID79, 1)
 _INDENT = (" ", "\t")  # dmesg and journalctl indent the continuation lines of a record
 _FALLEN_NEEDLE = patterns.FALLEN_OFF_BUS.needles[-1]
 
@@ -253,6 +258,8 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
     ``stats`` (pass a ``ScanStats`` to read the counts afterwards).
     """
     st = stats if stats is not None else ScanStats()
+    anchor_bytes, anchor_text = _ANCHOR_BYTES_RE.compiled().search, _ANCHOR_RE.compiled().search
+    message_start = _MESSAGE_START.match
     nvidia_gpu_pci: Optional[str] = None
     nvidia_gpu_line = 0
     xid79_pci: Optional[str] = None
@@ -271,7 +278,7 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
                     continue
                 if item.isascii():
                     # The cheap pre-filter: most kernel-log lines stop here, undecoded.
-                    if _ANCHOR_BYTES_RE.search(item) is None:
+                    if anchor_bytes(item) is None:
                         continue
                     text = item.decode("ascii")
                 else:
@@ -291,7 +298,7 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
             else:
                 st.invalid += 1
                 continue
-            if _ANCHOR_RE.search(text) is None:
+            if anchor_text(text) is None:
                 continue
             text = text.rstrip("\r\n")
             if text.startswith(_INDENT):
@@ -305,7 +312,7 @@ def scan(lines: Iterable[Line], stats: Optional[ScanStats] = None) -> Iterator[X
                     continue
                 event = _event(_CONTINUED, text, m)
             else:
-                start = _MESSAGE_START.match(text)
+                start = message_start(text)
                 if start is None:
                     continue
                 at = start.end()

@@ -1,6 +1,8 @@
 """What a kernel-log pattern is (``Pattern``, its ``Sample`` lines, the roles), where its samples come
-from, and the regex pieces the patterns share. Pure: ``re`` only. The table is ``patterns.py``
-(an event or context pattern) and ``prefixes.py`` (the prefixes that carry sequence and time).
+from, and the regex pieces the patterns share. Pure: ``re`` only, and no regex compiled at import
+(``Regex``: a pattern's regex is compiled the first time a line is matched against it). The table is
+``patterns.py`` (an event or context pattern), ``payload_parts.py`` (the parts of a payload) and
+``prefixes.py`` (the prefixes that carry sequence and time, and where a message starts).
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 # The kernel's record device; its records' format is KMSG_RECORD below.
 KMSG_PATH = "/dev/kmsg"
@@ -19,6 +21,48 @@ PART = "part"
 RECORD = "record"
 WALL_CLOCK = "wall clock"
 UPTIME = "uptime"
+
+
+AnyStr = TypeVar("AnyStr", str, bytes)
+
+
+class Regex(Generic[AnyStr]):
+    """A regex compiled on first use: the table's entries are built at import, their regexes are not.
+
+    The methods a pattern's users call (``match``, ``search``, ``fullmatch``, ``pattern``, ``groupindex``,
+    ``flags``)
+    behave as those of the ``re.Pattern`` that ``compiled()`` returns; a hot loop takes ``compiled()``
+    once.
+    """
+
+    __slots__ = ("pattern", "flags", "_compiled")
+
+    def __init__(self, pattern: AnyStr, flags: int = 0) -> None:
+        self.pattern: AnyStr = pattern
+        self.flags = flags
+        self._compiled: Optional[re.Pattern[AnyStr]] = None
+
+    def compiled(self) -> re.Pattern[AnyStr]:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self.pattern, self.flags)
+        return compiled
+
+    def match(self, string: AnyStr, pos: int = 0) -> Optional[re.Match[AnyStr]]:
+        return self.compiled().match(string, pos)
+
+    def search(self, string: AnyStr, pos: int = 0) -> Optional[re.Match[AnyStr]]:
+        return self.compiled().search(string, pos)
+
+    def fullmatch(self, string: AnyStr) -> Optional[re.Match[AnyStr]]:
+        return self.compiled().fullmatch(string)
+
+    @property
+    def groupindex(self) -> Mapping[str, int]:
+        return self.compiled().groupindex
+
+    def __repr__(self) -> str:
+        return f"Regex({self.pattern!r}, {self.flags})"
 
 
 @dataclass(frozen=True)
@@ -39,7 +83,7 @@ class Pattern:
     name: str
     role: str
     about: str
-    regex: re.Pattern[str]
+    regex: Regex[str]
     samples: tuple[Sample, ...]
     needles: tuple[str, ...] = ()
     kind: str = ""  # event: the XidEvent kind

@@ -22,9 +22,10 @@ Roles, in the order a line is read:
 - ``record``, ``wall clock``, ``uptime``: the prefixes that carry a line's sequence number and
   time (``/dev/kmsg`` records, dmesg, dmesg -T, syslog, journalctl), and where a message starts.
 
-Pure: ``re`` only. Adding a kernel-log pattern is one entry here and its name in ``PATTERNS``, or
-one prefix entry in ``prefixes.py`` (see docs/xid.md). What a pattern is and the shared regex
-pieces: ``pattern_kit.py``.
+Pure: ``re`` only; no regex is compiled at import (``pattern_kit.Regex``: on first use). Adding a
+kernel-log pattern is one entry here and its name in ``EVENTS_AND_CONTEXT``, or one entry in
+``payload_parts.py`` (a part) or ``prefixes.py`` (a prefix; see docs/xid.md). What a pattern is and the
+shared regex pieces: ``pattern_kit.py``.
 """
 
 from __future__ import annotations
@@ -32,40 +33,29 @@ from __future__ import annotations
 import re
 
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID
+from nodehealth.xid.pattern_kit import CATALOG_NOTES as CATALOG_NOTES
+from nodehealth.xid.pattern_kit import CONTEXT as CONTEXT
+from nodehealth.xid.pattern_kit import DRIVER_TAG as DRIVER_TAG
+from nodehealth.xid.pattern_kit import EVENT as EVENT
 from nodehealth.xid.pattern_kit import (
-    CATALOG_NOTES,
-    CTIME_CLOCK,
-    DMESG_LEVEL,
-    ELIDED_CLOCK,
     FALLEN_TEXT,
     GPUD_KMSG_EXTENDED_TEST,
     GPUD_KMSG_TEST,
     GPUD_PSTORE,
     GPUD_XID119_LOG,
-    ISO_CLOCK,
-    KERNEL_STAMP,
-    KERNEL_TAG,
-    KMSG_PREFIX,
     M4_CHRONICLES,
-    MAYBE_HOST_KERNEL,
     ML_ENGINEERING,
-    MONO_CLOCK,
     NEWLINE,
     NVIDIA_GA100,
     NVIDIA_XID_DOC,
     OGKM_1150,
     PCI,
-    PLAIN_WORDS,
     REDACTED_PCI,
-    RELTIME_CLOCK,
-    SYSLOG_CLOCK,
     TESTS,
+    Regex,
     gives,
     no_match,
 )
-from nodehealth.xid.pattern_kit import CONTEXT as CONTEXT
-from nodehealth.xid.pattern_kit import DRIVER_TAG as DRIVER_TAG
-from nodehealth.xid.pattern_kit import EVENT as EVENT
 from nodehealth.xid.pattern_kit import KMSG_PATH as KMSG_PATH
 from nodehealth.xid.pattern_kit import PART as PART
 from nodehealth.xid.pattern_kit import RECORD as RECORD
@@ -73,11 +63,16 @@ from nodehealth.xid.pattern_kit import UPTIME as UPTIME
 from nodehealth.xid.pattern_kit import WALL_CLOCK as WALL_CLOCK
 from nodehealth.xid.pattern_kit import Pattern as Pattern
 from nodehealth.xid.pattern_kit import Sample as Sample
+from nodehealth.xid.payload_parts import FATAL as FATAL
+from nodehealth.xid.payload_parts import PARTS
+from nodehealth.xid.payload_parts import PROCESS as PROCESS
+from nodehealth.xid.payload_parts import RECOVERY_ACTION as RECOVERY_ACTION
 from nodehealth.xid.prefixes import CLOCKS, RECORDS
 from nodehealth.xid.prefixes import CTIME as CTIME
 from nodehealth.xid.prefixes import ISO as ISO
 from nodehealth.xid.prefixes import KMSG_CONTINUATION as KMSG_CONTINUATION
 from nodehealth.xid.prefixes import KMSG_RECORD as KMSG_RECORD
+from nodehealth.xid.prefixes import MESSAGE_START as MESSAGE_START
 from nodehealth.xid.prefixes import MONOTONIC as MONOTONIC
 from nodehealth.xid.prefixes import SYSLOG as SYSLOG
 
@@ -91,7 +86,7 @@ XID_LINE = Pattern(
     "no `PCI:`; MIG: a `GPU-I:nn` suffix; some samples: a function number; redacted by a reporter: "
     "`PCI:...` or `PCI:…`, the XID with the GPU unknown). Only the first Xid counts: "
     'payloads name other XIDs ("caused by previous Xid 149"); the number must end at a comma or the line',
-    regex=re.compile(
+    regex=Regex(
         DRIVER_TAG
         + r"[ \t]*Xid[ \t]*\((?:PCI:)?(?:(?P<pci>"
         + PCI
@@ -299,7 +294,7 @@ FALLEN_OFF_BUS = Pattern(
     "three-line `The NVIDIA GPU <pci>` form in one record; dmesg prints that form as three lines: "
     "`nvidia_gpu` below), after at most a function name",
     # After the tag (its colon is not part of the payload): a function name, the GPU, the words.
-    regex=re.compile(
+    regex=Regex(
         DRIVER_TAG + r"[ \t]*(?P<payload>(?:[A-Za-z_]\w*:[ \t]+)?"
         r"(?:(?:The[ \t]+NVIDIA[ \t]+)?GPU[ \t]+(?:at[ \t]+)?(?:PCI:)?(?P<pci>" + PCI + r")(?:\.[0-7])?"
         r"(?::?[ \t]+(?:GPU[ \t]+)?has[ \t]+"
@@ -398,7 +393,7 @@ NVIDIA_GPU = Pattern(
     role=CONTEXT,
     about='first line of the three-line "fallen off the bus" message in dmesg; `scan` gives its GPU to a '
     "`fallen_off_bus` line without one that follows within 3 lines",
-    regex=re.compile(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + PCI + r")(?:\.[0-7])?"),
+    regex=Regex(DRIVER_TAG + r" The NVIDIA GPU (?P<pci>" + PCI + r")(?:\.[0-7])?"),
     needles=(DRIVER_TAG + " The NVIDIA GPU",),
     samples=(
         gives("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", TESTS, pci="0000:b3:00"),
@@ -406,273 +401,16 @@ NVIDIA_GPU = Pattern(
     ),
 )
 
-# --------------------------------------------------------------------------- parts of a payload
-
-PROCESS = Pattern(
-    name="process",
-    role=PART,
-    about="the blamed process at the start of an Xid payload: `pid=<n>[, name=<name>], `; "
-    "`pid='<unknown>'` and `name=<unknown>` name nobody",
-    regex=re.compile(r"^pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)(?:name=(?P<name>[^,]*?)\s*(?:,\s*|$))?"),
-    samples=(
-        gives(
-            "pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP!",
-            GPUD_XID119_LOG + " (line 3)",
-            pid="2024380",
-            name="nvidia-smi",
-        ),
-        gives(
-            "pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13",
-            GPUD_KMSG_EXTENDED_TEST,
-            pid="876767",
-            name="ray::WorkerDict",
-        ),
-        gives("pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No", NVIDIA_GA100, pid="7194", name=None),
-        gives(
-            "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)",
-            TESTS,
-            pid=None,
-            name="<unknown>",
-        ),
-        no_match(
-            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
-            "0x00000000)",
-            GPUD_KMSG_TEST,
-        ),
-    ),
-)
-
-RECOVERY_ACTION = Pattern(
-    name="recovery_action",
-    role=PART,
-    about="XID 154's payload: the GPU recovery action the driver now asks for (code and name); the catalog "
-    "judges the event by it",
-    regex=re.compile(
-        r"recovery action changed from\s+(?P<old>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<old_name>[^)]*)\))?"
-        r"\s*to\s+(?P<new>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<new_name>[^)]*)\))?",
-        re.IGNORECASE,
-    ),
-    samples=(
-        gives(
-            "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
-            GPUD_KMSG_TEST,
-            old="0x0",
-            new="0x4",
-            new_name="Drain and Reset",
-        ),
-        gives(
-            "GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
-            GPUD_KMSG_TEST,
-            old="0x4",
-            old_name="Drain and Reset",
-            new="0x1",
-            new_name="GPU Reset Required",
-        ),
-        gives(
-            "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-            CATALOG_NOTES,
-            new="0x2",
-            new_name="Node Reboot Required",
-        ),
-        gives(
-            "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", CATALOG_NOTES, new="0x1", new_name="PF FLR"
-        ),
-        no_match("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01", GPUD_KMSG_TEST),
-    ),
-)
-
-FATAL = Pattern(
-    name="fatal",
-    role=PART,
-    about="the word Fatal in an NVLink5 payload (XIDs 144-150 print Fatal or Nonfatal per event); the "
-    "catalog's fatal severity applies",
-    regex=re.compile(r"\bFatal\b"),
-    samples=(
-        gives(
-            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 "
-            "0x00000000)",
-            GPUD_KMSG_TEST,
-        ),
-        no_match(
-            "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
-            GPUD_KMSG_EXTENDED_TEST,
-        ),
-    ),
-)
-
-# --------------------------------------------------------------------------- where a message starts
-
-MESSAGE_START = Pattern(
-    name="message_start",
-    role=RECORD,
-    about="where a record's message starts: right after its log format's own prefix at the start of the "
-    "line (a kmsg record; dmesg's clock, with `-r` priority, `-x` level, `-T`, `-e`, iso; syslog and "
-    "`journalctl -k`: clock, host, `kernel:` and an optional `[ 94.57]`, also after plain words such as a "
-    "monitoring alert's; `journalctl --no-hostname`: clock and `kernel:`; a shipper's `kernel:` tag alone; a "
-    "document's elided clock `[…]` or `[...]`), or at the start of a bare message. Events are read only from a "
-    "message that "
-    "starts there with the driver's tag `NVRM:`: a driver line quoted inside another record (a file or "
-    "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
-    "another program than the kernel logged",
-    regex=re.compile(
-        r"^(?P<prefix>"
-        + KMSG_PREFIX
-        + r"|(?:"
-        + DMESG_LEVEL
-        + r")?(?:<\d{1,3}>)?(?:(?:"
-        + MONO_CLOCK
-        + r"|\["
-        + CTIME_CLOCK
-        + r"\]|"
-        + RELTIME_CLOCK
-        + "|"
-        + ISO_CLOCK
-        + "|"
-        + ELIDED_CLOCK
-        + r")(?:"
-        + MAYBE_HOST_KERNEL
-        + r")?"
-        + KERNEL_STAMP
-        + r")?"
-        + r"|(?:<\d{1,3}>)?"
-        + KERNEL_TAG
-        + KERNEL_STAMP
-        + r"|(?:<\d{1,3}>)?(?![ \t])"
-        + PLAIN_WORDS
-        + r"(?:"
-        + SYSLOG_CLOCK
-        + "|"
-        + ISO_CLOCK
-        + r")"
-        + MAYBE_HOST_KERNEL
-        + KERNEL_STAMP
-        + r")(?="
-        + DRIVER_TAG
-        + r")"
-    ),
-    samples=(
-        gives(
-            "4,1834,94571234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
-            TESTS,
-            prefix="4,1834,94571234,-;",
-        ),
-        gives(
-            "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi",
-            GPUD_XID119_LOG + " (line 3)",
-            prefix="[Sun Feb 23 16:24:18 2025] ",
-        ),
-        gives(
-            "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT", GPUD_KMSG_TEST, prefix="[171167.620236] "
-        ),
-        gives(
-            "<4>[ 1126.635824] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03",
-            GPUD_PSTORE + " (line 341)",
-            prefix="<4>[ 1126.635824] ",
-        ),
-        gives(
-            "NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0",
-            GPUD_KMSG_EXTENDED_TEST,
-            prefix="",
-        ),
-        gives(
-            "Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-            "[680111.646286] NVRM: Xid (PCI:0000:10:1c): 63, pid=1850",
-            M4_CHRONICLES + " (line 80)",
-            prefix="Xid errors on instance: ip-26-0-146-100, Error: May 19 07:08:57 ip-26-0-146-100 kernel: "
-            "[680111.646286] ",
-        ),
-        gives(
-            "Feb 23 16:24:18 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380",
-            TESTS,
-            prefix="Feb 23 16:24:18 gpu017 kernel: ",
-        ),
-        gives(
-            "2025-02-23T16:24:18+0000 gpu017 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1",
-            TESTS,
-            prefix="2025-02-23T16:24:18+0000 gpu017 kernel: ",
-        ),
-        gives(
-            "2025-02-23T16:24:18,123456+00:00 NVRM: Xid (PCI:0000:9b:00): 119, Timeout",
-            TESTS,
-            prefix="2025-02-23T16:24:18,123456+00:00 ",
-        ),
-        gives(
-            "kern  :warn  : [   94.571234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
-            TESTS,
-            prefix="kern  :warn  : [   94.571234] ",
-        ),
-        gives("[  +0.000123] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[  +0.000123] "),
-        gives(
-            "[   94.571234] gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
-            TESTS,
-            prefix="[   94.571234] gpu017 kernel: ",
-        ),
-        gives(
-            "kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145",
-            OGKM_1150,
-            prefix="kernel: ",
-        ),
-        gives(
-            "[\u2026] NVRM: GPU at 0000:03:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7",
-            NVIDIA_XID_DOC,
-            prefix="[\u2026] ",
-        ),
-        gives(
-            "Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380",
-            TESTS,
-            prefix="Feb 23 16:24:18 kernel: ",
-        ),
-        gives(
-            "kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012",
-            TESTS,
-            prefix="kernel: [16450076.435595] ",
-        ),
-        gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
-        no_match("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        no_match("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        no_match("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
-        no_match(
-            "4,2211,5123456789,-;process 'python3' launched 'NVRM: Xid (PCI:0000:3b:00): 79, x' with NULL argv: "
-            "empty string added",
-            TESTS,
-        ),
-        no_match(
-            "May 19 07:08:57 gpu017 kernel: [ 5123.456789] audit: type=1400 audit(1716102537.123:412): "
-            'apparmor="DENIED" operation="open" name="/tmp/NVRM:Xid(PCI:0000:1a:00):48,DBE"',
-            TESTS,
-        ),
-        no_match(
-            "process 'python3' launched 'May 19 07:08:57 gpu017 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x' "
-            "with NULL argv: empty string added",
-            TESTS,
-        ),
-        no_match("May 19 07:08:57 gpu017 root: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
-        no_match("               NVRM: fallen off the bus and is not responding to commands.", TESTS),
-        no_match(
-            "               Xid errors on instance: gpu017, Error: May 19 07:08:57 gpu017 kernel: NVRM: Xid "
-            "(PCI:0000:3b:00): 79, x",
-            TESTS,
-        ),
-        no_match("The Xid 79 means the GPU has fallen off the bus; reboot the node.", TESTS),
-    ),
-)
-
 # --------------------------------------------------------------------------- the table
 
-# A new event, context or part pattern: its entry above and its name here. A new prefix: prefixes.py.
-PATTERNS: tuple[Pattern, ...] = (
-    (
-        XID_LINE,
-        FALLEN_OFF_BUS,
-        NVIDIA_GPU,
-        PROCESS,
-        RECOVERY_ACTION,
-        FATAL,
-    )
-    + RECORDS
-    + (MESSAGE_START,)
-    + CLOCKS
+# A new event or context pattern: its entry above and its name here (events are tried in this order).
+# A new part of a payload: payload_parts.py; a new prefix: prefixes.py.
+EVENTS_AND_CONTEXT: tuple[Pattern, ...] = (
+    XID_LINE,
+    FALLEN_OFF_BUS,
+    NVIDIA_GPU,
 )
+PATTERNS: tuple[Pattern, ...] = EVENTS_AND_CONTEXT + PARTS + RECORDS + (MESSAGE_START,) + CLOCKS
 
 EVENTS = tuple(p for p in PATTERNS if p.role == EVENT)  # tried in this order; the first match wins
 WALL_CLOCKS = tuple(p for p in PATTERNS if p.role == WALL_CLOCK)  # likewise
