@@ -26,8 +26,9 @@ from nodehealth.commands.options import ExitCode, add_config, add_format
 from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
+from nodehealth.xid.chunk_scan import scan_chunks
 from nodehealth.xid.events import XidEvent
-from nodehealth.xid.parse import ScanStats, scan, split_lines
+from nodehealth.xid.parse import ScanStats, scan
 from nodehealth.xid.patterns import KMSG_PATH
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
@@ -202,18 +203,20 @@ def run_scan(args: argparse.Namespace) -> int:
         if args.journal:
             from nodehealth.probes.kernel_log import journal_lines
 
-            lines: Iterable[bytes] = journal_lines(kernel_only=kernel_only)
+            events: Iterable[XidEvent] = scan(journal_lines(kernel_only=kernel_only), stats)
         elif args.source is None:
-            lines = KmsgReader(args.kmsg, kernel_only=kernel_only).lines()
+            events = scan(KmsgReader(args.kmsg, kernel_only=kernel_only).lines(), stats)
         elif args.source == "-":
-            lines = split_lines(_file_chunks(sys.stdin.buffer))
+            # A recorded log: searched chunk by chunk for the driver's marker (the lines of a live
+            # source are filtered record by record, so they are read line by line).
+            events = scan_chunks(_file_chunks(sys.stdin.buffer), stats)
         else:
             fh = open(args.source, "rb")  # noqa: SIM115 - closed below
-            lines = split_lines(_file_chunks(fh))
+            events = scan_chunks(_file_chunks(fh), stats)
         attribute_fn = _attributor(cfg, gpus, live)
         try:
             _emit(
-                scan(lines, stats),
+                events,
                 catalog,
                 args.format,
                 out,
