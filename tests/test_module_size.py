@@ -18,8 +18,6 @@ TREES = ("nodehealth", "sim", "bench")
 PENDING: set[str] = {  # modules being split after the tree was formatted whole; each entry is a debt
     "sim/nodehealth_sim/models.py",
     "sim/nodehealth_sim/nvml.py",
-    "nodehealth/probes/xid_store.py",
-    "nodehealth/validation/record.py",
     "nodehealth/metrics/families.py",
     "bench/slurm_rpc.py",
     "nodehealth/daemon/http.py",

@@ -25,7 +25,7 @@ The file is JSON lines, each with a ``type``:
 
 ``observations.jsonl`` holds the probe's own frames (``announce``): each call it announces
 before making it, the header, each GPU's observation, the end. ``load`` reads ``calls.jsonl``
-back as one ``Call`` per call.
+back as one ``Call`` per call (``validation/calls.py`` reads the file).
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from nodehealth.platform import ground
+from nodehealth.validation.calls import CALLS_FILE as CALLS_FILE
+from nodehealth.validation.calls import MAX_RECORDING_BYTES as MAX_RECORDING_BYTES
+from nodehealth.validation.calls import Call as Call
+from nodehealth.validation.calls import Recording as Recording
+from nodehealth.validation.calls import load as load
+from nodehealth.validation.calls import parse as parse
+from nodehealth.validation.calls import read as read
+from nodehealth.validation.calls import read_at as read_at
 
 # A name made of these words changes the GPU or the driver's state: never called.
 MUTATING_WORDS = frozenset(
@@ -76,8 +84,6 @@ MUTATING_WORDS = frozenset(
 # Raw access to the library would go around the wrapper.
 RAW_ACCESS = ("_nvml", "nvmlLib")
 
-CALLS_FILE = "calls.jsonl"
-MAX_RECORDING_BYTES = 256 << 20  # a node's whole reading is a few MiB
 OBSERVATIONS_FILE = "observations.jsonl"
 LIBRARY_PREFIX = "libnvidia-ml.so"
 _WORD = re.compile(r"[A-Z][a-z0-9]*")
@@ -414,75 +420,3 @@ def _record(dir_fd: int, loader: Callable[[], Any], timeout_s: float) -> Recorde
     )
     ground.append_own(dir_fd, CALLS_FILE, "".join(tail).encode())
     return Recorded(state, message, outcome.elapsed_s, read_at(dir_fd, CALLS_FILE).calls)
-
-
-# --------------------------------------------------------------------------- reading it back
-
-
-@dataclass
-class Call:
-    """One NVML call: its start record merged with its return (``returned`` False: it never did)."""
-
-    seq: int
-    fn: str
-    gpu: Optional[int]
-    args: list[str]
-    argv: list[Any]
-    returned: bool = False
-    rc: Any = None
-    error: Optional[str] = None
-    value: Any = None
-    value_type: Optional[str] = None
-    out: list[Any] = field(default_factory=list)
-    us: Optional[int] = None
-
-
-@dataclass
-class Recording:
-    meta: dict[str, Any] = field(default_factory=dict)
-    calls: list[Call] = field(default_factory=list)
-    libraries: list[str] = field(default_factory=list)
-    end: dict[str, Any] = field(default_factory=dict)
-
-
-def read(path: str) -> Recording:
-    """The whole recording: meta, calls in order, mapped libraries, end."""
-    with open(path, encoding="utf-8") as fh:
-        return parse(fh.read())
-
-
-def read_at(dir_fd: int, name: str = CALLS_FILE) -> Recording:
-    """``read`` through our own directory's descriptor: a regular file of ours with one name, bounded."""
-    data = ground.read_regular(name, MAX_RECORDING_BYTES, dir_fd=dir_fd, owner=os.geteuid())
-    return parse(data.decode("utf-8", errors="replace"))
-
-
-def parse(text: str) -> Recording:
-    """A recording from the text of its calls.jsonl."""
-    rec = Recording()
-    by_seq: dict[int, Call] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        kind = item.get("type")
-        if kind == "meta":
-            rec.meta = item
-        elif kind == "start":
-            call = Call(item["seq"], item["fn"], item.get("gpu"), item.get("args", []), item.get("argv", []))
-            by_seq[call.seq] = call
-            rec.calls.append(call)
-        elif kind == "return" and item.get("seq") in by_seq:
-            call = by_seq[item["seq"]]
-            call.returned = True
-            for key in ("rc", "error", "value", "value_type", "out", "us"):
-                setattr(call, key, item.get(key))
-        elif kind == "library":
-            rec.libraries += [p for p in item.get("paths", []) if p not in rec.libraries]
-        elif kind == "end":
-            rec.end = item
-    return rec
-
-
-def load(path: str) -> list[Call]:
-    return read(path).calls
