@@ -242,9 +242,11 @@ class DaemonSettings:
 
     interval_s: float = setting(30.0, "time between two rounds of the daemon phase's checks", unit="s", min=1, max=3600)
     listen: str = setting(
-        "0.0.0.0:10915",
-        'HOST:PORT of the Prometheus /metrics endpoint ("[::]:10915" for '
-        "IPv6; port 10915 is outside the 9100-9999 exporter range); empty = no endpoint",
+        "127.0.0.1:10915",
+        "HOST:PORT of the Prometheus /metrics endpoint: this node only by default; a Prometheus on another "
+        "host needs the node's management address here (or 0.0.0.0 behind a firewall; docs/daemon.md, "
+        '"Where it listens"); "[::1]:10915" for IPv6; port 10915 is outside the 9100-9999 exporter range; '
+        "empty = no endpoint",
     )
     state_max_age_s: float = _lean(
         "daemon.state_max_age_s",
