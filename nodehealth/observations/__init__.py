@@ -9,11 +9,33 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Union
 
-from nodehealth.observations.nccl import PerfResult, TransportResult
 from nodehealth.observations.slurm import NodeInfo
 from nodehealth.observations.xid import XidEvent
+
+if TYPE_CHECKING:
+    from nodehealth.observations.nccl import NcclObservation as NcclObservation
+    from nodehealth.observations.nccl import NcclRun as NcclRun
+    from nodehealth.observations.nccl import PerfResult as PerfResult
+    from nodehealth.observations.nccl import TransportResult as TransportResult
+
+# Defined in nodehealth.observations.nccl and named here on first use (``from nodehealth.observations
+# import NcclRun`` works as before): only the NCCL self-test makes them, so no other run pays for them.
+_LAZY = {
+    name: "nodehealth.observations.nccl" for name in ("NcclObservation", "NcclRun", "PerfResult", "TransportResult")
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
 
 
 @dataclass(frozen=True)
@@ -293,50 +315,6 @@ class XidObservation:
     last_clear: Optional[float] = None
     ledger: tuple[JobLedgerEntry, ...] = ()
     notes: tuple[str, ...] = ()
-
-
-# --------------------------------------------------------------------------- NCCL self-test
-
-
-@dataclass(frozen=True)
-class NcclRun:
-    """One all-reduce run of the NCCL self-test in one mode (``nvlink`` or ``ib_loopback``).
-
-    ``setup_error``: the run could not start as configured (no binary at the path, a binary root
-    may not run, no built-in backend, no GPU): nothing about the node's health. Otherwise
-    ``returncode`` is the runner's exit status (negative: killed by that signal; None: killed at
-    the deadline, ``timed_out``; ``truncated``: its output reached the cap and it was killed there).
-    ``perf`` and ``transport`` are what the parsers read from its
-    output (None with ``perf_error`` when the output could not be parsed); ``output_tail`` is the
-    end of the output, bounded, for the message and the log.
-    """
-
-    mode: str
-    runner: str  # "nccl-tests" or "builtin"
-    argv: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)  # the NCCL_* variables the run set
-    gpus: Optional[int] = None  # GPUs the run was asked to use
-    returncode: Optional[int] = None
-    timed_out: bool = False
-    truncated: bool = False
-    timeout_s: float = 0.0
-    elapsed_s: float = 0.0
-    finished_at: float = 0.0  # Unix time
-    output_bytes: int = 0
-    output_tail: str = ""
-    json_output: bool = False  # perf came from nccl-tests' -J file
-    perf: Optional[PerfResult] = None
-    perf_error: Optional[str] = None
-    transport: Optional[TransportResult] = None
-    setup_error: Optional[str] = None
-    setup_kind: str = ""  # "missing" (not installed: SKIPPED) or "config" (configured wrong: UNKNOWN)
-
-
-@dataclass(frozen=True)
-class NcclObservation:
-    """The NCCL self-test's runs, in the order they ran."""
-
-    runs: tuple[NcclRun, ...]
 
 
 # --------------------------------------------------------------------------- the bundle

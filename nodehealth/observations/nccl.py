@@ -8,8 +8,8 @@ JSON) into a ``PerfResult``; ``transport.classify`` turns an ``NCCL_DEBUG=INFO``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 
 class ParseError(ValueError):
@@ -84,3 +84,47 @@ class TransportResult:
     nccl_version: Optional[str] = None
     evidence: tuple[str, ...] = ()  # the lines that decided ``transport`` (at most a few)
     fatal_line: int = 0  # 1-based line of the first sign that NCCL gave up (0: none)
+
+
+# --------------------------------------------------------------------------- NCCL self-test
+
+
+@dataclass(frozen=True)
+class NcclRun:
+    """One all-reduce run of the NCCL self-test in one mode (``nvlink`` or ``ib_loopback``).
+
+    ``setup_error``: the run could not start as configured (no binary at the path, a binary root
+    may not run, no built-in backend, no GPU): nothing about the node's health. Otherwise
+    ``returncode`` is the runner's exit status (negative: killed by that signal; None: killed at
+    the deadline, ``timed_out``; ``truncated``: its output reached the cap and it was killed there).
+    ``perf`` and ``transport`` are what the parsers read from its
+    output (None with ``perf_error`` when the output could not be parsed); ``output_tail`` is the
+    end of the output, bounded, for the message and the log.
+    """
+
+    mode: str
+    runner: str  # "nccl-tests" or "builtin"
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # the NCCL_* variables the run set
+    gpus: Optional[int] = None  # GPUs the run was asked to use
+    returncode: Optional[int] = None
+    timed_out: bool = False
+    truncated: bool = False
+    timeout_s: float = 0.0
+    elapsed_s: float = 0.0
+    finished_at: float = 0.0  # Unix time
+    output_bytes: int = 0
+    output_tail: str = ""
+    json_output: bool = False  # perf came from nccl-tests' -J file
+    perf: Optional[PerfResult] = None
+    perf_error: Optional[str] = None
+    transport: Optional[TransportResult] = None
+    setup_error: Optional[str] = None
+    setup_kind: str = ""  # "missing" (not installed: SKIPPED) or "config" (configured wrong: UNKNOWN)
+
+
+@dataclass(frozen=True)
+class NcclObservation:
+    """The NCCL self-test's runs, in the order they ran."""
+
+    runs: tuple[NcclRun, ...]
