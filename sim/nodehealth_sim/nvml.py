@@ -1,8 +1,9 @@
 """Scenario files: one node's simulated GPUs and faults, compiled for the simulated driver.
 
 A scenario (TOML, documented in docs/simulation.md; examples/scenarios/ holds ready-made
-nodes) is parsed and validated here, then compiled (``nodehealth_sim.spec``) into the line-oriented
-spec that the fake ``libnvidia-ml.so.1`` (``sim/nodehealth_sim/fakenvml``, docs/fake-nvml.md) reads. ``loader``
+nodes) is parsed and validated here, against the keys and names of ``nodehealth_sim.scenario_keys``,
+then compiled (``nodehealth_sim.spec``) into the line-oriented spec that the fake
+``libnvidia-ml.so.1`` (``sim/nodehealth_sim/fakenvml``, docs/fake-nvml.md) reads. ``loader``
 returns what the NVML probe runs in its child: it loads that library for the scenario's
 driver branch and imports the real, unmodified pynvml over it.
 
@@ -11,7 +12,6 @@ Every problem in the file is a ``ScenarioError`` naming the file and the key.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import re
@@ -26,82 +26,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# nvmlReturn_t (nvml.h), by the names a scenario uses.
-ERROR_CODES = {
-    "UNINITIALIZED": 1,
-    "INVALID_ARGUMENT": 2,
-    "NOT_SUPPORTED": 3,
-    "NO_PERMISSION": 4,
-    "ALREADY_INITIALIZED": 5,
-    "NOT_FOUND": 6,
-    "INSUFFICIENT_SIZE": 7,
-    "INSUFFICIENT_POWER": 8,
-    "DRIVER_NOT_LOADED": 9,
-    "TIMEOUT": 10,
-    "IRQ_ISSUE": 11,
-    "LIBRARY_NOT_FOUND": 12,
-    "FUNCTION_NOT_FOUND": 13,
-    "CORRUPTED_INFOROM": 14,
-    "GPU_IS_LOST": 15,
-    "RESET_REQUIRED": 16,
-    "OPERATING_SYSTEM": 17,
-    "LIB_RM_VERSION_MISMATCH": 18,
-    "IN_USE": 19,
-    "MEMORY": 20,
-    "NO_DATA": 21,
-    "VGPU_ECC_NOT_SUPPORTED": 22,
-    "INSUFFICIENT_RESOURCES": 23,
-    "FREQ_NOT_SUPPORTED": 24,
-    "ARGUMENT_VERSION_MISMATCH": 25,
-    "DEPRECATED": 26,
-    "NOT_READY": 27,
-    "GPU_NOT_FOUND": 28,
-    "INVALID_STATE": 29,
-    "RESET_TYPE_NOT_SUPPORTED": 30,
-    "UNKNOWN": 999,
-}
-# [faults] nvml: how nvmlInit fails. library_not_found: the simulated library is not loaded
-# at all, so pynvml's own loader fails as on a node without the driver.
-NVML_STATES = {
-    "ok": None,
-    "library_not_found": None,
-    "driver_not_loaded": ERROR_CODES["DRIVER_NOT_LOADED"],
-    "init_error": ERROR_CODES["UNKNOWN"],
-    "no_permission": ERROR_CODES["NO_PERMISSION"],
-}
-THROTTLE_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks": 0x100,
-}
-RECOVERY_ACTIONS = {
-    "none": 0,
-    "gpu_reset": 1,
-    "node_reboot": 2,
-    "drain_p2p": 3,
-    "drain_and_reset": 4,
-    "recover_imex_domain": 5,
-    "bus_reset": 6,
-    "system_reboot": 7,
-}
-FABRIC_STATES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
+from nodehealth_sim.scenario_keys import ERROR_CODES as ERROR_CODES
+from nodehealth_sim.scenario_keys import FABRIC_STATES as FABRIC_STATES
+from nodehealth_sim.scenario_keys import FIELD_CALLS as FIELD_CALLS
+from nodehealth_sim.scenario_keys import GPU_KEYS, H100, default_gpu, overlay
+from nodehealth_sim.scenario_keys import NVML_STATES as NVML_STATES
+from nodehealth_sim.scenario_keys import RECOVERY_ACTIONS as RECOVERY_ACTIONS
+from nodehealth_sim.scenario_keys import THROTTLE_BITS as THROTTLE_BITS
+from nodehealth_sim.scenario_keys import model_defaults as model_defaults
+
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-# Calls whose data the probe reads through nvmlDeviceGetFieldValues (one call for many
-# values): a fault on one of them is a fault on that call, and "unsupported" removes the data.
-FIELD_CALLS = {
-    "nvmlDeviceGetTotalEccErrors": "ecc",
-    "nvmlDeviceGetRetiredPages": "retired_pages",
-    "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages",
-    "nvmlDeviceGetRemappedRows": "remapped_rows",
-    "nvmlDeviceGetNvLinkState": "nvlink",
-    "nvmlDeviceGetNvLinkErrorCounter": "nvlink",
-}
 
 
 class ScenarioError(Exception):
@@ -141,151 +75,6 @@ class Scenario:
     def pci_bus_ids(self) -> tuple[str, ...]:
         """Every GPU on the simulated PCI bus, including those NVML no longer sees."""
         return tuple(str(g.values["pci_bus_id"]) for g in self.gpus)
-
-
-_GPU_KEYS: dict[str, Any] = {
-    "model": str,
-    "name": str,
-    "uuid": str,
-    "pci_bus_id": str,
-    "missing": bool,
-    "temperature_c": int,
-    "slowdown_c": int,
-    "shutdown_c": int,
-    "gpu_max_c": int,
-    "mem_max_c": int,
-    "memory_temp_c": int,
-    "mig_mode": bool,
-    "init_ms": float,
-    "power_w": float,
-    "power_limit_w": float,
-    "utilization_gpu_pct": int,
-    "utilization_memory_pct": int,
-    "memory_total_mib": int,
-    "memory_used_mib": int,
-    "ecc_enabled": bool,
-    "ecc_pending_enabled": bool,
-    "ecc": {
-        "volatile_corrected": int,
-        "volatile_uncorrected": int,
-        "aggregate_corrected": int,
-        "aggregate_uncorrected": int,
-    },
-    "retired_pages": {"sbe": int, "dbe": int, "pending": bool},
-    "remapped_rows": {"correctable": int, "uncorrectable": int, "pending": bool, "failure": bool},
-    "pcie": {"gen": int, "max_gen": int, "width": int, "max_width": int},
-    "nvlink": {
-        "links": int,
-        "down": [int],
-        "counters": bool,
-        "replay": int,
-        "recovery": int,
-        "crc_flit": int,
-        "crc_data": int,
-        "errors": [{"link": int, "replay": int, "recovery": int, "crc_flit": int, "crc_data": int}],
-    },
-    "fabric": {"state": str, "status": int, "health_mask": int, "health_summary": int},
-    "processes": [{"pid": int, "used_memory_mib": int}],
-    "throttle_reasons": [str],
-    "persistence_mode": bool,
-    "recovery_action": str,
-    "unsupported": [str],
-}
-
-# An idle, healthy H100 SXM5 80GB (HGX): the built-in defaults, used as is when
-# nodehealth_sim.models (values from published nvidia-smi output) has no entry.
-_H100 = {
-    "name": "NVIDIA H100 80GB HBM3",
-    "temperature_c": 34,
-    "slowdown_c": 87,
-    "shutdown_c": 92,
-    "power_w": 71.5,
-    "power_limit_w": 700.0,
-    "utilization_gpu_pct": 0,
-    "utilization_memory_pct": 0,
-    "memory_total_mib": 81559,
-    "memory_used_mib": 0,
-    "ecc_enabled": True,
-    "ecc_pending_enabled": True,
-    "ecc": {"volatile_corrected": 0, "volatile_uncorrected": 0, "aggregate_corrected": 0, "aggregate_uncorrected": 0},
-    "retired_pages": {"sbe": 0, "dbe": 0, "pending": False},
-    "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
-    "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-    "nvlink": {
-        "links": 18,
-        "down": [],
-        "counters": True,
-        "replay": 0,
-        "recovery": 0,
-        "crc_flit": 0,
-        "crc_data": 0,
-        "errors": [],
-    },
-    "fabric": {"state": "completed", "status": 0},
-    "processes": [],
-    "throttle_reasons": ["gpu_idle"],
-    "persistence_mode": True,
-    "recovery_action": "none",
-    "mig_mode": False,
-    "init_ms": 0.0,
-    "unsupported": [],
-}
-
-
-@functools.lru_cache(maxsize=1)
-def _default_gpu() -> dict[str, Any]:
-    """The built-in GPU under every scenario: the H100 SXM5 of the model table, as published."""
-    from nodehealth_sim import models
-
-    known = model_defaults(models.DEFAULT_MODEL)
-    return _overlay(_H100, known) if known else _H100
-
-
-def model_defaults(model: str) -> Optional[dict[str, Any]]:
-    """The scenario values of a GPU model in nodehealth_sim.models, or None if unknown."""
-    try:
-        from nodehealth_sim import models
-    except ImportError:  # pragma: no cover - the table ships with the package
-        return None
-    entry = models.MODELS.get(model)
-    if entry is None:
-        return None
-    out: dict[str, Any] = {}
-    for key in (
-        "name",
-        "temperature_c",
-        "slowdown_c",
-        "shutdown_c",
-        "gpu_max_c",
-        "mem_max_c",
-        "memory_temp_c",
-        "power_w",
-        "power_limit_w",
-        "memory_total_mib",
-        "ecc_enabled",
-        "persistence_mode",
-    ):
-        if entry.get(key) is not None:
-            out[key] = entry[key]
-    if isinstance(entry.get("pcie"), dict):
-        out["pcie"] = dict(entry["pcie"])
-    unsupported = []
-    if entry.get("retired_pages_supported") is False:
-        unsupported.append("nvmlDeviceGetRetiredPages")
-    if entry.get("remapped_rows_supported") is False:
-        unsupported.append("nvmlDeviceGetRemappedRows")
-    out["unsupported"] = unsupported
-    nvlink = entry.get("nvlink") or {}
-    links = int(nvlink.get("links", 0) or 0)
-    out["nvlink"] = {
-        "links": links,
-        "counters": bool(nvlink.get("counters", True)),
-        # PCIe cards with NVLink hardware report their links down without a bridge.
-        "down": list(range(links)) if entry.get("form_factor") in ("pcie", "nvl") else [],
-    }
-    if entry.get("fabric"):
-        out["fabric"] = {"state": str(entry["fabric"])}
-    return out
 
 
 def parse(path: str) -> Scenario:
@@ -337,7 +126,7 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
             raise err(f"gpu[{i}]", "expected a table")
         _check_gpu(table, where, err)
         model = table.get("model", user_defaults.get("model"))
-        base = _default_gpu()
+        base = default_gpu()
         if model is not None:
             known = model_defaults(model)
             if known is None:
@@ -347,8 +136,8 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
                     f"{where}model" if "model" in table else "defaults.model",
                     f"unknown GPU model {model!r} (known: {', '.join(sorted(models.MODELS))})",
                 )
-            base = _overlay(_H100, known)
-        values: dict[str, Any] = _overlay(_overlay(base, user_defaults), table)
+            base = overlay(H100, known)
+        values: dict[str, Any] = overlay(overlay(base, user_defaults), table)
         values.setdefault("uuid", f"GPU-{i:08x}-5151-4e4f-8d48-{i:012x}")
         values.setdefault("pci_bus_id", f"0000:{0x18 + 0x11 * i:02x}:00.0")
         bus = str(values["pci_bus_id"]).lower()
@@ -432,14 +221,6 @@ def build(raw: dict[str, Any], path: str) -> Scenario:
     )
 
 
-def _overlay(base: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
-    """``table`` over ``base``; a nested table (ecc, pcie, nvlink, ...) is merged key by key."""
-    out = dict(base)
-    for key, value in table.items():
-        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def _known(table: Any, keys: set[str], where: str, err: Any) -> None:
     if not isinstance(table, dict):
         raise err(where.rstrip(".") or "(top)", "expected a table")
@@ -463,7 +244,7 @@ def _typed(value: Any, kind: Any, key: str, err: Any) -> Any:
 
 
 def _check_gpu(table: Any, where: str, err: Any) -> None:
-    _check_schema(table, _GPU_KEYS, where, err)
+    _check_schema(table, GPU_KEYS, where, err)
 
 
 def _check_schema(value: Any, schema: Any, key: str, err: Any) -> None:
