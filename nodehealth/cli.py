@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
         """A value outside ``choices`` (a phase, a face, a command) is a usage error naming every choice,
         with the nearest one as ``--only`` names a check's."""
         try:
-            super()._check_value(action, value)  # type: ignore[misc]
+            super()._check_value(action, value)
         except argparse.ArgumentError as exc:
             import difflib
 

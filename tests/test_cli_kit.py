@@ -86,6 +86,7 @@ def test_exit_codes_are_one_enum() -> None:
         ("FAULT", 1),
         ("USAGE", 2),
         ("INTERNAL", 3),
+        ("NO_VERDICT", 4),
         ("INTERRUPTED", 130),
     ]
     assert (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL) == tuple(ExitCode)[:4]

@@ -24,7 +24,7 @@ def test_status_after_a_drain_then_clean_runs_then_the_resume(
     for var in ("SLURM_JOB_ID", "SLURM_JOB_GPUS"):
         monkeypatch.delenv(var)
     code, doc = _status(capsys)
-    assert doc["drain"] is None and doc["daemon"]["alive"] is False and code == 3  # no daemon here
+    assert doc["drain"] is None and doc["daemon"]["alive"] is False and code == 4  # no daemon here
     calls = len(f.calls())
     assert healthcheck.main() == 1
     code, doc = _status(capsys)
@@ -38,7 +38,7 @@ def test_status_after_a_drain_then_clean_runs_then_the_resume(
     assert code == 1 and doc["resume"]["clean_runs"] == 1  # still drained, one clean run of two
     assert healthcheck.main() == 0
     code, doc = _status(capsys)
-    assert doc["drain"] is None and code == 3  # resumed; "unknown" only because no daemon runs here
+    assert doc["drain"] is None and code == 4  # resumed; "cannot tell" only because no daemon runs here
     assert len(f.calls()) > calls  # the faces talked to Slurm ...
     before = len(f.calls())
     cli_main(["status"])
@@ -68,7 +68,7 @@ def test_status_with_a_config_that_does_not_validate(
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[gpu]\nexpected_count = "eight"\n')
     code = cli_main(["status", "--config", str(cfg), "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 3 and doc["config"]["validated"] is False and "expected_count" in doc["config"]["error"]
+    assert code == 4 and doc["config"]["validated"] is False and "expected_count" in doc["config"]["error"]
 
 
 def test_status_in_observe_mode_shows_the_would_be_drain_never_a_drain(

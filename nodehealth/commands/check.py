@@ -13,6 +13,7 @@ from nodehealth.commands.options import ExitCode, add_config, add_format, add_si
 from nodehealth.faces.table import FACES as TABLE
 from nodehealth.faces.table import NAMES as FACES
 from nodehealth.model import Status
+from nodehealth.observations import NvmlSnapshot
 from nodehealth.registry import BY_NAME
 from nodehealth.xid.text import printable
 
@@ -22,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check",
         help="run the health checks and print the verdict",
         description="Run the health checks. Exit 0 healthy (warnings allowed), 1 a check "
-        "failed, 2 usage or config error, 3 internal error.",
+        "failed, 2 usage or config error (also a GPU index the node does not have, an unknown "
+        "check, phase or face: nothing is judged), 3 internal error. With --as: the exit code the "
+        "face would exit with (0 the job would start / the node is healthy, 1 the face would fail "
+        "and drain), though nothing was acted on.",
     )
     add_config(p)
     add_simulate(p)
@@ -46,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=FACES,
         help="decide exactly as that face would, with its inputs (the daemon's verdict for the "
         "prolog, the cached Slurm view, the job's GPUs), and say what it would do; acts on "
-        "nothing",
+        "nothing; exits with the face's would-be exit code (with --simulate: the face's checks "
+        "run now on the simulated GPUs)",
     )
     p.add_argument("--job", metavar="ID", help="with --as: the job (SLURM_JOB_ID)")
     p.add_argument("--gpus", metavar="LIST", help="with --as: the job's GPUs (SLURM_JOB_GPUS, e.g. 0,1)")
@@ -68,6 +73,21 @@ def gpu_list(text: Optional[str]) -> Optional[tuple[int, ...]]:
     if not out or min(out) < 0:
         raise UsageError(f"-i/--gpu: '{printable(text)}' is not a list of GPU indexes like 0,3")
     return out
+
+
+def gpus_exist(gpus: Optional[tuple[int, ...]], nvml: object) -> None:
+    """``-i`` naming a GPU NVML does not list is a usage error naming the GPUs there are (a typo must not
+    pass as "no GPU, OK"). Checked once NVML answered with its count; when it did not, the ``nvml`` check
+    (and each per-GPU check) says so in the report, which is never OK."""
+    if gpus is None or not isinstance(nvml, NvmlSnapshot) or nvml.device_count is None:
+        return
+    count = nvml.device_count
+    missing = [i for i in gpus if i >= count]
+    if missing:
+        there = "no GPU" if count == 0 else f"{count} GPU(s): " + (f"0-{count - 1}" if count > 1 else "0")
+        raise UsageError(
+            f"-i/--gpu: no GPU {','.join(map(str, missing))} on this node (NVML lists {there}; nothing was judged)"
+        )
 
 
 def check_names(groups: list[list[str]]) -> tuple[str, ...]:
@@ -98,10 +118,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--job and --gpus go with --as {'|'.join(FACES)}")
         gpus = gpu_list(args.gpu)
         cfg = load_config(args)
+        # By hand: the state dir is read (verdicts, ledger, XID store) and never written (read_only).
+        judged = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus, read_only=True)
+        gpus_exist(gpus, judged.observations.nvml)
     except UsageError as exc:
         return fail_usage(exc)
-    # By hand: the state dir is read (verdicts, ledger, XID store) and never written (read_only).
-    report = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus, read_only=True).report
+    report = judged.report
     if args.format == "json":
         sys.stdout.write(render.as_json(report))
     else:
@@ -127,8 +149,10 @@ def _as_face(args: argparse.Namespace) -> int:
     from nodehealth.faces.preview import preview
     from nodehealth.statedir.layout import MAX_JOB_ID, valid_job_id
 
-    if args.only or args.phase != "manual":
-        raise UsageError("--as runs the face's own checks and phase: no --only, no --phase")
+    if args.only or args.phase != "manual" or args.gpu is not None:
+        raise UsageError(
+            "--as runs the face's own checks, phase and GPUs: no --only, --phase or -i/--gpu (the job's GPUs: --gpus)"
+        )
     env = dict(os.environ)
     if args.config:
         env["NODEHEALTH_CONFIG"] = args.config
@@ -136,11 +160,14 @@ def _as_face(args: argparse.Namespace) -> int:
         env["SLURM_JOB_ID"] = args.job
     if args.gpus:
         env["SLURM_JOB_GPUS"] = args.gpus
-    if args.simulate:
-        raise UsageError("--as uses the config's [nvml] simulate, as the face would: no --simulate")
     if args.job is not None and valid_job_id(args.job) is None:
         raise UsageError(f"--job: '{printable(args.job)}' is not a Slurm job id (a plain number, 1 to {MAX_JOB_ID})")
-    result = preview(args.as_face, env)
+    from nodehealth.config.use import ConfigError
+
+    try:
+        result = preview(args.as_face, env, simulate=args.simulate)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     if args.format == "json":
         doc = json.loads(render.as_json(result.report)) if result.report is not None else {}
         doc["as"] = {

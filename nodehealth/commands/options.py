@@ -21,9 +21,12 @@ class ExitCode(enum.IntEnum):
     """The exit codes of ``nodehealth`` (docs/cli.md, man/nodehealth.8) and of a face run by hand."""
 
     OK = 0  # healthy (warnings allowed), or done
-    FAULT = 1  # a check failed (a face: the node is drained); ``daemon``: cannot start; ``status``: drained
+    FAULT = 1  # a check failed (a face: the node is drained); ``daemon``: cannot start; ``status``: drained or failing
     USAGE = 2  # bad command line, configuration or scenario: nothing was done
-    INTERNAL = 3  # a bug in nodehealth (``status``: it cannot tell, no verdict or a bad config)
+    INTERNAL = 3  # a bug in nodehealth
+    # ``status`` only: it cannot tell (no daemon verdict yet, the daemon stopped, an UNKNOWN verdict, a
+    # config that does not validate)
+    NO_VERDICT = 4
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -3,8 +3,10 @@
 The daemon's last verdict and its age, whether the daemon that wrote it still runs, our drain
 record (reason, check, job, since), clean runs toward a resume, whether a reboot is awaited, the
 drain-storm breaker, the cached Slurm view of this node, the config in use and whether it
-validated, the XID store. Exit 0 healthy, 1 drained by nodehealth (or its last verdict FAILed),
-3 anything else (no verdict, the daemon not running, a config that does not validate).
+validated, the XID store. Exit codes of its own (``EXIT_CODES``, in ``--help`` and docs/operations.md):
+0 healthy, 1 drained by nodehealth or failing (our drain, an orphan drain, a would-be drain in observe
+mode, or the daemon's last verdict FAIL), 4 cannot tell (no daemon verdict yet, the daemon not running,
+an UNKNOWN verdict, a config that does not validate), 2 usage error, 3 internal error (a bug).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import Any, Optional
 from nodehealth.commands.common import UsageError, fail_usage
 from nodehealth.commands.options import ExitCode, add_config, add_format
 
-EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = ExitCode.OK, ExitCode.FAULT, ExitCode.INTERNAL
+EXIT_HEALTHY, EXIT_DRAINED, EXIT_OTHER = ExitCode.OK, ExitCode.FAULT, ExitCode.NO_VERDICT
+EXIT_CODES = (
+    (EXIT_HEALTHY, "healthy"),
+    (EXIT_DRAINED, "drained by nodehealth or failing"),
+    (ExitCode.USAGE, "usage error"),
+    (ExitCode.INTERNAL, "internal error (a bug in nodehealth)"),
+    (EXIT_OTHER, "cannot tell: no daemon verdict yet, the daemon not running, an UNKNOWN verdict or a bad config"),
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "status",
         help="what nodehealth knows about this node now (its own state; acts on nothing)",
         description="The daemon's last verdict, our drain record, clean runs toward a resume, "
-        "the breaker, the config in use. Exit 0 healthy, 1 drained by nodehealth "
-        "or failing, 3 unknown (no verdict, daemon down, bad config).",
+        "the breaker, the config in use. Exit " + ", ".join(f"{int(code)} {words}" for code, words in EXIT_CODES) + ".",
     )
     add_config(p)
     add_format(p)
@@ -210,8 +218,11 @@ def _exit(doc: dict[str, Any]) -> int:
 
 
 def _age(seconds: Optional[float]) -> str:
+    """How long ago, in words; a clock a little behind the writer's reads as "just now", never "-0 s"."""
     if seconds is None:
         return "never"
+    if seconds < 1:
+        return "just now"
     if seconds < 120:
         return f"{seconds:.0f} s ago"
     if seconds < 7200:
@@ -219,17 +230,50 @@ def _age(seconds: Optional[float]) -> str:
     return f"{seconds / 3600:.1f} h ago"
 
 
+def headline(doc: dict[str, Any]) -> str:
+    """What the exit code means for this node, in the words of what made it so."""
+    code, d = doc["exit_code"], doc["daemon"]
+    if code == EXIT_HEALTHY:
+        return "healthy"
+    why = []
+    if code == EXIT_DRAINED:
+        if doc["drain"] is not None:
+            why.append(f"drained by nodehealth ({doc['drain']['check']})")
+        if doc.get("orphan"):
+            why.append("drained with a nodehealth reason and no record of ours (an orphan)")
+        if doc.get("would_drain"):
+            why.append("would be drained (observe mode: Slurm has it in service)")
+        if d.get("verdict") == "FAIL":
+            why.append("failing (the daemon's last verdict is FAIL)")
+        return "; ".join(why)
+    if not doc["config"]["validated"]:
+        why.append("the config does not validate")
+    if d.get("verdict") is None:
+        why.append("no daemon verdict yet" if not d.get("why") else f"no daemon verdict ({d['why']})")
+    elif d.get("verdict") == "UNKNOWN":
+        why.append("the daemon's last verdict is UNKNOWN")
+    return "cannot tell: " + "; ".join(why)
+
+
+def _breaker(held: dict[str, Any]) -> str:
+    """The drain-storm breaker's hold in words (``slurm.act``'s record of it)."""
+    share, limit = held.get("share"), held.get("limit")
+    counted = f"{held.get('ours')} of {held.get('total')} nodes drained by nodehealth" + (
+        f" ({share:.0%}, the limit is {limit:.0%})" if isinstance(share, float) and isinstance(limit, float) else ""
+    )
+    when = _age(time.time() - held["time"]) if isinstance(held.get("time"), (int, float)) else "at an unknown time"
+    return f"breaker: holding a drain back (held {when}, in the {held.get('phase')}; {counted}): {held.get('reason')}"
+
+
 def text(doc: dict[str, Any]) -> str:
     c, d = doc["config"], doc["daemon"]
-    lines = [
-        f"node {doc['node']}: " + {0: "healthy", 1: "drained by nodehealth or failing", 3: "unknown"}[doc["exit_code"]]
-    ]
+    lines = [f"node {doc['node']}: {headline(doc)}"]
     lines.append(
         f"config: {c['file']}"
         + ("" if c["validated"] else f" (does NOT validate: {c['error']}; running with {c['using']})")
     )
     if d.get("verdict") is None:
-        lines.append(f"daemon: no usable verdict ({d.get('why')})")
+        lines.append(f"daemon: no usable verdict ({d.get('why') or 'none written yet'})")
     else:
         lines.append(
             f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
@@ -280,9 +324,13 @@ def text(doc: dict[str, Any]) -> str:
             f"{rb['max']})" + ("; held for a person after them" if rb["held_for_a_person"] else "")
         )
     if doc["breaker_held"]:
-        lines.append(f"breaker: holding a drain back ({doc['breaker_held']})")
+        lines.append(_breaker(doc["breaker_held"]))
     lr = doc["last_run"]
-    lines.append(f"last face run: {lr['status'] or 'none'} {_age(lr['age_s'])}")
+    lines.append(
+        f"last face run: {lr['status']} {_age(lr['age_s'])}"
+        if lr["status"] and lr["age_s"] is not None
+        else "last face run: none yet"
+    )
     sv = doc["slurm_view"]
     if sv:
         lines.append(

@@ -76,8 +76,17 @@ class Run:
         )
 
 
-def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None, remember: bool = True) -> Union[Run, int]:
+def start(
+    face: str,
+    phase: str,
+    environ: Optional[Mapping[str, str]] = None,
+    remember: bool = True,
+    simulate: Optional[str] = None,
+) -> Union[Run, int]:
     """Load the config; an int is the exit code when that already failed.
+
+    ``simulate``: a scenario file for a preview by hand (``check --as FACE --simulate FILE``), applied
+    as ``--simulate`` is everywhere (``config.use``); a scenario that does not load raises ConfigError.
 
     A config file that does not validate does not stop the checks: the run uses the last
     configuration that validated on this node, else the built-in defaults, and says so at
@@ -87,8 +96,10 @@ def start(face: str, phase: str, environ: Optional[Mapping[str, str]] = None, re
     job = jobenv.job_id(env)
     log = Log(face, job)
     try:
-        loaded = use(environ=env, remember=remember)
+        loaded = use(environ=env, remember=remember, simulate=simulate)
     except ConfigError as exc:
+        if simulate:
+            raise
         log(
             f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
             notable=True,

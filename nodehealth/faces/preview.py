@@ -40,10 +40,21 @@ class Preview:
         return out
 
 
-def preview(face: str, environ: Mapping[str, str]) -> Preview:
-    """Decide as ``face`` would with ``environ`` (the job's variables, ``NODEHEALTH_CONFIG``)."""
+def preview(face: str, environ: Mapping[str, str], simulate: Optional[str] = None) -> Preview:
+    """Decide as ``face`` would with ``environ`` (the job's variables, ``NODEHEALTH_CONFIG``).
+
+    ``simulate``: a scenario file (``check --as FACE --simulate FILE``): the face's checks run now on
+    those simulated GPUs (the daemon's verdict is of the real ones, so the prolog's fast path is not
+    taken); a scenario that does not load raises ``ConfigError`` (a usage error by hand)."""
     from nodehealth.faces import fast
 
+    if simulate:
+        return _run(
+            face,
+            environ,
+            "checks run now on the simulated GPUs (--simulate: not the daemon's verdict)",
+            simulate=simulate,
+        )
     if face == "prolog":
         answer = fast.prolog(environ, act=False)
         if isinstance(answer, fast.Fault):
@@ -67,14 +78,20 @@ def _verdict_source(verdict: Any) -> str:
     return f"the daemon's verdict (fast path; {verdict.age_s:.1f} s old, round {verdict.round})"
 
 
-def _run(face: str, environ: Mapping[str, str], source: str, fast_report: Optional[Report] = None) -> Preview:
+def _run(
+    face: str,
+    environ: Mapping[str, str],
+    source: str,
+    fast_report: Optional[Report] = None,
+    simulate: Optional[str] = None,
+) -> Preview:
     """The face's cold path (or the fast path's fault) through its own exit-code function, acting on nothing."""
     from nodehealth.faces.common import exit_code, healthcheck_exit, run_outcome, start
     from nodehealth.faces.table import BY_NAME
     from nodehealth.slurm import act, observe
     from nodehealth.slurm.policy import worst_failure
 
-    started = start(face, BY_NAME[face].phase, environ, remember=False)
+    started = start(face, BY_NAME[face].phase, environ, remember=False, simulate=simulate)
     if isinstance(started, int):
         return Preview(
             face, None, "the configuration could not be loaded", started, ["exit 0: not checking (see the error above)"]
