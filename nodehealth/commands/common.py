@@ -36,8 +36,12 @@ def use_color(stream: IO[str]) -> bool:
 
 
 def fail_usage(exc: Exception) -> int:
-    """One line on stderr, exit 2; what the command line gave (a name, a path) is shown ``printable``."""
-    from nodehealth.xid.text import printable
+    """One line on stderr (one per error, when a config has several), exit 2; what the command line or
+    the file gave (a name, a path) is shown ``printable``."""
+    from nodehealth.observations.text import printable
 
-    print(f"nodehealth: {printable(str(exc), None)}", file=sys.stderr)
+    first, *rest = str(exc).split("\n")
+    print(
+        "\n".join([f"nodehealth: {printable(first, None)}", *(printable(line, None) for line in rest)]), file=sys.stderr
+    )
     return ExitCode.USAGE

@@ -33,11 +33,12 @@ from typing import Any, Callable, Mapping, Optional
 
 import hostlist
 
-from nodehealth.config import lastgood, lean, trust
+from nodehealth.config import lastgood, lean, locate, trust
 from nodehealth.config.build import ABSOLUTE as ABSOLUTE
 from nodehealth.config.build import KINDS as KINDS
 from nodehealth.config.build import ConfigError as ConfigError
 from nodehealth.config.build import build as build
+from nodehealth.config.build import combined
 from nodehealth.config.build import merge as merge
 from nodehealth.config.build import to_toml_dict as to_toml_dict
 from nodehealth.config.lean import config_path as config_path
@@ -100,9 +101,35 @@ def read_source(path: Optional[str] = None, environ: Optional[Mapping[str, str]]
 def load(path: Optional[str] = None, host: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
     """Read, validate and resolve the configuration for ``host`` (default: this node)."""
     src = read_source(path, environ)
-    cfg = resolve(parse_toml(src.text, src.label), src.label, host, environ)
-    check_programs(cfg, src.label)
+    try:
+        cfg = resolve(parse_toml(src.text, src.label), src.label, host, environ)
+        check_programs(cfg, src.label)
+    except ConfigError as exc:
+        raise located(exc, src.text, src.label) from None
     return cfg
+
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def located(exc: ConfigError, text: str, file: str) -> ConfigError:
+    """``exc`` with each of its errors at its line: ``FILE:LINE: key: ...`` (``nodehealth.config.locate``),
+    or as it was where no line is found; one error per line when there are several."""
+    if file == "<defaults>" or not text:
+        return exc
+    lines = locate.index(text)
+    out: list[tuple[float, int, ConfigError]] = []
+    for e in exc.problems:
+        message, head = str(e), f"{file}: "
+        line = locate.line_of(lines, e.key) if e.key else None
+        m = _TOML_LINE.search(message) if e.kind == "syntax" else None
+        line = int(m.group(1)) if line is None and m else line
+        if line is not None and message.startswith(head):
+            message = f"{file}:{line}: {message[len(head) :]}"
+        new = ConfigError(message, e.kind, e.key)
+        new.state_dir, new.persistent_dir = e.state_dir, e.persistent_dir
+        out.append((line if line is not None else math.inf, len(out), new))
+    return combined([new for _, _, new in sorted(out, key=lambda t: (t[0], t[1]))], file)
 
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:
@@ -117,46 +144,68 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
 
 
 def check_tree(raw: Mapping[str, Any], file: str) -> None:
-    """Nesting at most ``MAX_DEPTH`` deep, and every float finite (NaN passes every range check)."""
-    todo: list[tuple[str, Any, int]] = [(k, v, 1) for k, v in raw.items()]
+    """Nesting at most ``MAX_DEPTH`` deep, and every float finite (NaN passes every range check); every
+    such error at once."""
+    todo: list[tuple[str, Any, int]] = [(k, v, 1) for k, v in reversed(list(raw.items()))]
+    errs: list[ConfigError] = []
     while todo:
         key, value, depth = todo.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{file}: {key}: {value!r} is not a finite number")
+            errs.append(ConfigError(f"{file}: {key}: {value!r} is not a finite number", key=key))
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
-                raise ConfigError(f"{file}: {key}: nested too deeply (at most {MAX_DEPTH} levels)", "syntax")
+                raise ConfigError(f"{file}: {key}: nested too deeply (at most {MAX_DEPTH} levels)", "syntax", key)
             items = value.items() if isinstance(value, dict) else ((f"[{i}]", v) for i, v in enumerate(value))
-            for k, v in items:
+            for k, v in reversed(list(items)):
                 todo.append((f"{key}{k}" if k.startswith("[") else f"{key}.{k}", v, depth + 1))
+    if errs:
+        raise combined(errs, file)
 
 
 def resolve(
     raw: Mapping[str, Any], file: str, host: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
 ) -> Config:
-    """Validate ``raw`` (and every override in it), then build the config for ``host``."""
+    """Validate ``raw`` (and every override in it), then build the config for ``host``; every error of the
+    base and of each override at once."""
     base = {k: v for k, v in raw.items() if k != "override"}
     overrides = raw.get("override", [])
+    errs: list[ConfigError] = []
     if not isinstance(overrides, list):
-        raise ConfigError(f"{file}: override: expected an array of tables ([[override]])")
-    build(base, file)  # the base alone must be valid
+        errs.append(ConfigError(f"{file}: override: expected an array of tables ([[override]])", key="override"))
+        overrides = []
+    build(base, file, errors=errs)  # the base alone must be valid
+    base_ok = not errs
     rules: list[tuple[list[str], dict[str, Any]]] = []
     for i, rule in enumerate(overrides):
         where = f"override[{i}]"
         if not isinstance(rule, dict):
-            raise ConfigError(f"{file}: {where}: expected a table")
+            errs.append(ConfigError(f"{file}: {where}: expected a table", key=where))
+            continue
         expr = rule.get("hosts")
+        names: list[str] = []
         if not isinstance(expr, str) or not expr.strip():
-            raise ConfigError(f'{file}: {where}.hosts: expected a Slurm hostlist expression such as "gpu[001-064]"')
-        try:
-            names = hostlist.expand_hostlist(expr)
-        except hostlist.BadHostlist as exc:
-            raise ConfigError(f"{file}: {where}.hosts: bad hostlist {expr!r}: {exc}") from None
+            errs.append(
+                ConfigError(
+                    f'{file}: {where}.hosts: expected a Slurm hostlist expression such as "gpu[001-064]"',
+                    key=f"{where}.hosts",
+                )
+            )
+        else:
+            try:
+                names = hostlist.expand_hostlist(expr)
+            except hostlist.BadHostlist as exc:
+                errs.append(ConfigError(f"{file}: {where}.hosts: bad hostlist {expr!r}: {exc}", key=f"{where}.hosts"))
         body = {k: v for k, v in rule.items() if k != "hosts"}
         if "override" in body:
-            raise ConfigError(f"{file}: {where}: overrides cannot nest")
-        build(merge(base, body), file, prefix=f"{where}.")
+            errs.append(ConfigError(f"{file}: {where}: overrides cannot nest", key=f"{where}.override"))
+            continue
+        mine: list[ConfigError] = []
+        build(merge(base, body), file, prefix=f"{where}.", errors=mine)
+        # With a base that does not validate, its errors come again under this prefix: said once, above.
+        errs += [e for e in mine if base_ok or _in_body(body, (e.key or "")[len(where) + 1 :])]
         rules.append((names, body))
+    if errs:
+        raise combined(errs, file)
     cfg_node = base.get("node_name", "") if isinstance(base.get("node_name", ""), str) else ""
     name = host or node_name(cfg_node, environ)
     merged: dict[str, Any] = dict(base)
@@ -170,6 +219,18 @@ def resolve(
     return dataclasses.replace(cfg, source=file)
 
 
+def _in_body(body: Mapping[str, Any], key: str) -> bool:
+    """Whether the dotted ``key`` (``gpu.expected_count``, ``checks.x.allowed[1]``) names a value given in
+    ``body``."""
+    node: Any = body
+    for part in key.split("."):
+        name = part.split("[", 1)[0]
+        if not isinstance(node, Mapping) or name not in node:
+            return False
+        node = node[name]
+    return bool(key)
+
+
 def check_programs(cfg: Config, file: str) -> None:
     """Every program the config names: root's own, in directories only root can write (as root)."""
     for table, key in PROGRAMS:
@@ -180,6 +241,7 @@ def check_programs(cfg: Config, file: str) -> None:
                 f"{file}: {table}.{key}: {value} not trusted: {why} (running as root, nodehealth "
                 "runs only programs root owns and nobody else can write)",
                 "untrusted",
+                f"{table}.{key}",
             )
 
 
@@ -218,10 +280,13 @@ def load_valid(
         src = read_source(path, environ)
         # also when the file does not parse: where its last good one is kept
         hint, kept = _path_in(src.text, "state_dir"), _path_in(src.text, "persistent_dir")
-        raw = parse_toml(src.text, src.label)
-        hint, kept = _path_of(raw, "state_dir"), _path_of(raw, "persistent_dir")
-        cfg = resolve(raw, src.label, None, environ)
-        check_programs(cfg, src.label)
+        try:
+            raw = parse_toml(src.text, src.label)
+            hint, kept = _path_of(raw, "state_dir"), _path_of(raw, "persistent_dir")
+            cfg = resolve(raw, src.label, None, environ)
+            check_programs(cfg, src.label)
+        except ConfigError as exc:
+            raise located(exc, src.text, src.label) from None
         if check is not None:
             check(cfg)
     except ConfigError as exc:
