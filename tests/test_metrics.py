@@ -19,8 +19,9 @@ from test_daemon_util import ROOT, SCENARIOS, sample
 
 from nodehealth import registry, runner
 from nodehealth.config import loader as config
-from nodehealth.metrics import NodeMetrics, SlurmView, probe_timeouts, textfile_path, write_textfile
+from nodehealth.metrics import NodeMetrics, SlurmView, budget, probe_timeouts, textfile_path, write_textfile
 from nodehealth.metrics.families import BY_NAME, COUNTER, FAMILIES, GAUGE, GPU, INFO, Family, new, one
+from nodehealth.metrics.family import row
 from nodehealth.metrics.renderers import GPU_VALUES
 
 PROMTOOL = shutil.which("promtool")
@@ -68,13 +69,13 @@ def _nccl_result():
     return nccl_selftest.evaluate(Observations(nccl=NcclObservation(runs=runs)), settings, ctx)
 
 
-def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
+def _metrics(name: str = "healthy-8x-h100", detail: bool = False, **over) -> NodeMetrics:
     """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
-    daemon carries it) and one call of every other update."""
+    daemon carries it) and one call of every other update; ``detail``: every series of the table."""
     from nodehealth.daemon.selftest import merge
 
     out = _outcome(name, **over)
-    m = NodeMetrics("gpu001", process=False)
+    m = NodeMetrics("gpu001", process=False, detail=detail)
     m.update_round(merge(out.report, _nccl_result()), out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
@@ -100,8 +101,8 @@ def _metrics(name: str = "healthy-8x-h100", **over) -> NodeMetrics:
     return m
 
 
-def _text(name: str = "healthy-8x-h100", **over) -> str:
-    return _metrics(name, **over).payload().decode()
+def _text(name: str = "healthy-8x-h100", detail: bool = False, **over) -> str:
+    return _metrics(name, detail, **over).payload().decode()
 
 
 def _parse(text: str) -> dict[str, dict]:
@@ -190,7 +191,7 @@ def test_every_family_of_the_table_has_a_producer():
     retirement comes from a Volta node: Ampere and later report it N/A)."""
     fams: dict[str, dict] = {}
     for scenario in ("v100-retired-pages-pending", "healthy-8x-h100"):
-        m = _metrics(scenario)
+        m = _metrics(scenario, detail=True)
         m.round_started_now()
         for name, fam in _parse(m.payload().decode()).items():
             if fam.get("samples"):
@@ -200,8 +201,9 @@ def test_every_family_of_the_table_has_a_producer():
 
 
 def _golden_text() -> str:
-    """Names, types, label names and HELP lines of the page, without values, sorted by name."""
-    m = _metrics()
+    """Names, types, label names and HELP lines of the page with every series of the table
+    (``detail``), without values, sorted by name."""
+    m = _metrics(detail=True)
     m.round_started_now()
     out = []
     for name, fam in sorted(_parse(m.payload().decode()).items()):
@@ -260,6 +262,21 @@ def test_docs_tables_are_generated_from_the_table(request):
     assert text == want, "docs/metrics.md is not what the table says: pytest tests/test_metrics.py --update-golden"
 
 
+_BUDGET_BLOCK = re.compile(r"(<!-- series budget .*?-->\n)(.*?)(<!-- end series budget -->)", re.S)
+
+
+def test_docs_series_budget_is_generated_from_the_table(request):
+    text = DOC.read_text()
+    assert _BUDGET_BLOCK.search(text), "docs/metrics.md has no series budget block"
+    want = _BUDGET_BLOCK.sub(lambda m: m.group(1) + budget.doc_table() + m.group(3), text)
+    if request.config.getoption("--update-golden"):
+        DOC.write_text(want)
+        text = want
+    assert text == want, (
+        "docs/metrics.md's series budget is not the table's: pytest tests/test_metrics.py --update-golden"
+    )
+
+
 def test_docs_name_no_family_the_table_lacks():
     named = set(re.findall(r"`(nodehealth_[a-z0-9_]+)", DOC.read_text()))
     assert named and not named - set(BY_NAME), sorted(named - set(BY_NAME))
@@ -270,7 +287,7 @@ def test_docs_name_no_family_the_table_lacks():
 
 
 def test_per_gpu_values_and_labels():
-    text = _text()
+    text = _text(detail=True)
     lab = {
         "gpu": "3",
         "uuid": "GPU-00000003-5151-4e4f-8d48-000000000003",
@@ -304,7 +321,8 @@ def test_per_gpu_values_and_labels():
     assert sample(text, "nodehealth_gpu_remapped_rows", gpu="0", cause="correctable") == 0
     assert sample(text, "nodehealth_gpu_row_remap_pending", gpu="0") == 0
     assert sample(text, "nodehealth_gpu_nvlink_up", gpu="0", link="17") == 1
-    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="0", link="0", type="replay") == 0
+    assert sample(text, "nodehealth_gpu_nvlink_link_errors_total", gpu="0", link="0", type="replay") == 0
+    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="0") == 0
     assert sample(text, "nodehealth_gpu_throttle_reason_active", gpu="0", reason="gpu_idle") == 1
     assert sample(text, "nodehealth_gpu_throttle_reason_active", gpu="0", reason="hw_thermal_slowdown") == 0
     assert sample(text, "nodehealth_check_status", check="nvml") == 0
@@ -324,7 +342,7 @@ def test_per_gpu_values_and_labels():
 
 def test_check_duration_is_the_report_duration():
     out = _outcome("healthy-8x-h100")
-    m = NodeMetrics("gpu001", process=False)
+    m = NodeMetrics("gpu001", process=False, detail=True)
     m.update_round(out.report, out.observations)
     text = m.payload().decode()
     for r in out.report.results:
@@ -333,28 +351,28 @@ def test_check_duration_is_the_report_duration():
 
 
 def test_faults_show_in_the_metrics():
-    remap = _text("row-remap-pending")
+    remap = _text("row-remap-pending", detail=True)
     assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="1") == 1
     assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="0") == 0
     assert sample(remap, "nodehealth_gpu_remapped_rows", gpu="1", cause="uncorrectable") == 1
     assert sample(remap, "nodehealth_check_status", check="gpu_remapped_rows") == 4
     assert sample(remap, "nodehealth_node_status") == 4 and sample(remap, "nodehealth_node_failing_checks") == 1
-    nvl = _text("nvlink-down")  # GPU 3 links 5 and 11 down
+    nvl = _text("nvlink-down", detail=True)  # GPU 3 links 5 and 11 down
     assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="5") == 0
     assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="11") == 0
     assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="4") == 1
     assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="2", link="5") == 1
-    hot = _text("hot-gpu-thermal-slowdown")  # GPU 2: hw and sw thermal slowdown
+    hot = _text("hot-gpu-thermal-slowdown", detail=True)  # GPU 2: hw and sw thermal slowdown
     for reason in ("hw_thermal_slowdown", "sw_thermal_slowdown"):
         assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason=reason) == 1
         assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="1", reason=reason) == 0
     assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason="hw_slowdown") == 0
     assert sample(hot, "nodehealth_gpu_temperature_celsius", gpu="2") == 89
-    pcie = _text("pcie-degraded")  # GPU 7 at x8
+    pcie = _text("pcie-degraded", detail=True)  # GPU 7 at x8
     assert sample(pcie, "nodehealth_gpu_pcie_link_width", gpu="7") == 8
     assert sample(pcie, "nodehealth_gpu_pcie_link_width_max", gpu="7") == 16
     assert sample(pcie, "nodehealth_gpu_pcie_link_width", gpu="6") == 16
-    v100 = _text("v100-retired-pages-pending")  # GPU 1: 2 dbe pages, pending; no row remapping
+    v100 = _text("v100-retired-pages-pending", detail=True)  # GPU 1: 2 dbe pages, pending; no row remapping
     assert sample(v100, "nodehealth_gpu_retired_pages", gpu="1", cause="dbe") == 2
     assert sample(v100, "nodehealth_gpu_retired_pages_pending", gpu="1") == 1
     assert sample(v100, "nodehealth_gpu_retired_pages_pending", gpu="0") == 0
@@ -434,3 +452,160 @@ def test_promtool_check_metrics_on_rendered_scenarios(scenario):
     res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip() == "" and res.stderr.strip() == "", res.stdout + res.stderr
+
+
+# ----------------------------------------------------------------------------- the series budget
+
+
+def _series(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def _default_node_page(**over) -> bytes:
+    """A default daemon's page after a round of a healthy simulated 8x H100 node with a job on every
+    GPU, its Slurm hook's view, the follower, the config and a state write: what a scrape gets."""
+    out = _outcome("healthy-8x-h100", **over)
+    m = NodeMetrics("gpu001")  # with ProcessCollector, as the daemon has it
+    m.update_round(out.report, out.observations)
+    m.set_jobs({i: str(4000 + i) for i in range(8)})
+    m.set_slurm(
+        SlurmView(
+            drained=False,
+            drained_by_nodehealth=False,
+            breaker_open=False,
+            last_action="other",
+            flapping=False,
+            orphan_drain=False,
+            observe_mode=False,
+            reboots_requested=0,
+            reboot_escalated=False,
+        )
+    )
+    m.set_xid_follower("alive")
+    m.set_config("/etc/nodehealth/nodehealth.toml", "none", "file")
+    m.state_written(True)
+    return m.payload()
+
+
+def test_default_8_gpu_page_within_the_series_budget():
+    page = _default_node_page()
+    n, size = _series(page.decode()), len(page)
+    assert n <= budget.BUDGET, f"a default 8-GPU node's page has {n} series (budget {budget.BUDGET}): docs/metrics.md"
+    assert size <= budget.BUDGET_BYTES, f"a default 8-GPU node's page is {size} bytes (budget {budget.BUDGET_BYTES})"
+    assert budget.count()[1] <= budget.BUDGET
+    # The table's count for the node is what it renders, but for the active throttle reason of
+    # each idle GPU (gpu_idle: quiet, not counted) and two that even out: the Slurm hook's last
+    # action (an event) and the last reload's success (counted, absent before a reload).
+    fams = _parse(page.decode())
+    active = len(fams["nodehealth_gpu_throttle_reason_active"]["samples"])
+    assert n == budget.count()[1] + active, (n, budget.count(), active)
+
+
+def test_the_detail_page_stays_within_the_tables_count():
+    out = _outcome("healthy-8x-h100")
+    m = NodeMetrics("gpu001", detail=True)
+    m.update_round(out.report, out.observations)
+    page = m.payload().decode()
+    links = {s[1]["link"] for s in _parse(page)["nodehealth_gpu_nvlink_up"]["samples"]}
+    node = budget.Node(gpus=8, links=len(links), checks=len(out.report.results), probes=10)
+    assert budget.count(node)[1] < _series(page) <= budget.count(node, detail=True)[1]
+
+
+def test_an_8_gpu_page_is_a_seventh_of_the_detail_page():
+    out = _outcome("healthy-8x-h100")
+    pages = []
+    for detail in (False, True):
+        m = NodeMetrics("gpu001", process=False, detail=detail)
+        m.update_round(out.report, out.observations)
+        pages.append(m.payload().decode())
+    assert _series(pages[1]) > 5 * _series(pages[0])
+    assert sample(pages[0], "nodehealth_gpu_nvlink_up") is None  # every link up: none by default
+    assert sample(pages[1], "nodehealth_gpu_nvlink_up", gpu="0", link="17") == 1
+    assert sample(pages[0], "nodehealth_check_duration_seconds") is None
+    assert sample(pages[0], "nodehealth_gpu_ecc_errors_total", gpu="0", scope="aggregate") is None
+    assert sample(pages[0], "nodehealth_gpu_ecc_errors_total", gpu="0", type="uncorrected", scope="volatile") == 0
+
+
+def test_the_default_page_shows_what_is_not_healthy():
+    nvl = _text("nvlink-down")  # GPU 3 links 5 and 11 down
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="5") == 0
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="11") == 0
+    assert sample(nvl, "nodehealth_gpu_nvlink_up", gpu="3", link="4") is None
+    assert len(_parse(nvl)["nodehealth_gpu_nvlink_up"]["samples"]) == 2
+    hot = _text("hot-gpu-thermal-slowdown")  # GPU 2: hw and sw thermal slowdown
+    assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason="hw_thermal_slowdown") == 1
+    assert sample(hot, "nodehealth_gpu_throttle_reason_active", gpu="2", reason="hw_slowdown") is None
+    remap = _text("row-remap-pending")
+    assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="1") == 1
+    assert sample(remap, "nodehealth_gpu_row_remap_pending", gpu="0") is None
+    assert sample(remap, "nodehealth_gpu_remapped_rows", gpu="1", cause="uncorrectable") == 1
+    assert "nodehealth_check_duration_seconds" not in remap  # a detail family: not even its HELP line
+
+
+def test_nvlink_errors_fold_into_one_counter_per_gpu_and_show_the_links_that_count():
+    from dataclasses import replace
+
+    out = _outcome("healthy-8x-h100")
+    snap = out.observations.nvml
+    g0 = snap.gpus[0]
+    links = (replace(g0.nvlinks[0], replay=3, crc_flit=4),) + tuple(g0.nvlinks[1:])
+    snap = replace(snap, gpus=(replace(g0, nvlinks=links),) + tuple(snap.gpus[1:]))
+    m = NodeMetrics("gpu001", process=False)
+    m.update_round(out.report, replace(out.observations, nvml=snap))
+    text = m.payload().decode()
+    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="0") == 7
+    assert sample(text, "nodehealth_gpu_nvlink_errors_total", gpu="1") == 0
+    assert sample(text, "nodehealth_gpu_nvlink_link_errors_total", gpu="0", link="0", type="replay") == 3
+    assert sample(text, "nodehealth_gpu_nvlink_link_errors_total", gpu="0", link="0", type="crc_flit") == 4
+    assert len(_parse(text)["nodehealth_gpu_nvlink_link_errors_total"]["samples"]) == 2
+
+
+@pytest.mark.parametrize(
+    "kw, labels, value, shown",
+    [
+        ({}, {}, 0.0, True),
+        ({"detail": True}, {}, 1.0, False),
+        ({"quiet": 0.0}, {}, 0.0, False),
+        ({"quiet": 0.0}, {}, 2.0, True),
+        ({"default_values": {"scope": ("volatile",)}}, {"scope": "aggregate"}, 1.0, False),
+        ({"default_values": {"scope": ("volatile",)}}, {"scope": "volatile"}, 1.0, True),
+    ],
+    ids=["plain", "detail", "quiet-healthy", "quiet-not", "default-values-out", "default-values-in"],
+)
+def test_what_the_default_page_publishes_of_a_row(kw, labels, value, shown):
+    f = row("gpu", "nodehealth_x", GAUGE, tuple(labels), "x", **kw)
+    assert f.published(labels, value, detail=False) is shown
+    assert f.published(labels, value, detail=True) is True
+
+
+def test_detail_follows_the_setting():
+    out = _outcome("healthy-8x-h100")
+    m = NodeMetrics("gpu001", process=False)
+    m.update_round(out.report, out.observations)
+    assert b"nodehealth_check_duration_seconds" not in m.payload()
+    m.set_detail(True)
+    assert b"nodehealth_check_duration_seconds{" in m.payload()
+
+
+# ----------------------------------------------------------------------------- a scrape is a write
+
+
+def test_the_live_tail_is_cached_between_rounds():
+    now = [1000.0]
+    m = NodeMetrics("gpu001", monotonic=lambda: now[0])
+    reads = []
+    real = m.process.collect
+    m.process.collect = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
+    first = m.payload()
+    assert m.payload() == first and len(reads) == 1  # no /proc read, no rendering
+    zipped = m.payload_gzip()
+    tail_gz = m._tail_gz
+    assert m.payload_gzip() == zipped and m._tail_gz is tail_gz  # the gzip of both parts kept
+    assert gzip.decompress(zipped) == first
+    now[0] += 6.0  # past PROCESS_EVERY_S: the process figures are read again
+    m.payload()
+    assert len(reads) == 2
+    m.round_started_now()  # while a round runs, its running time is rendered per scrape
+    assert b"nodehealth_round_running_seconds" in m.payload()
+    m.set_config("/etc/nodehealth/nodehealth.toml", "syntax", "last_validated")
+    assert sample(m.payload().decode(), "nodehealth_config_valid", error="syntax") == 0

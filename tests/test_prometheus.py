@@ -136,7 +136,7 @@ scrape_configs:
             'nodehealth_check_status{check="gpu_remapped_rows"} == 4',
             "nodehealth_rounds_total",
             "nodehealth_gpu_ecc_errors_total",
-            "nodehealth_gpu_nvlink_up",
+            "nodehealth_gpu_nvlink_errors_total",
             "nodehealth_xid_follower_up",
         ):
             assert _query(pport, expr), expr

@@ -270,6 +270,12 @@ class DaemonSettings:
         "publish the Slurm job holding each GPU (nodehealth_gpu_job_info, from the job ledger) on "
         "/metrics and in the textfile; false = leave job ids out of both",
     )
+    metrics_detail: bool = setting(
+        False,
+        "publish every series on /metrics and in the textfile: per NVLink link, every throttle reason, "
+        "limits and maxima, healthy values of fault flags, check durations (docs/metrics.md: about 7x the "
+        "default page's series); false = the default page, within 200 series for an 8-GPU node",
+    )
 
 
 def default_checks() -> dict[str, CheckSettings]:

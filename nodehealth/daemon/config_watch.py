@@ -64,6 +64,7 @@ class ConfigWatch:
             self.log(f"[daemon] listen changed to {new.daemon.listen!r}: takes effect at the next restart", "warning")
             new = dataclasses.replace(new, daemon=dataclasses.replace(new.daemon, listen=self.cfg.daemon.listen))
         self.cfg = new
+        self.metrics.set_detail(new.daemon.metrics_detail)
         self.metrics.reloaded(True)
         self.config_using = "file"
         self._config_judged(seen, "none")

@@ -86,7 +86,7 @@ class Daemon(ConfigWatch):
         self.config_path = config_path
         self.log = log or Log.default()
         self.node = node_name(cfg.node_name)
-        self.metrics = NodeMetrics(self.node)
+        self.metrics = NodeMetrics(self.node, detail=cfg.daemon.metrics_detail)
         self.config_file = os.path.abspath(lean.config_path(config_path)[0])
         self.config_lock = threading.Lock()
         self.config_using = "file"

@@ -2,8 +2,11 @@
 
 The daemon never renders on a scrape what it could render after a round: ``NodeMetrics``
 keeps the last round's Report and observations, renders them once (``payload()`` re-renders
-only after an update), and adds a small live tail (process figures, time in the current
-round). So a scrape never waits on NVML, on a round, or on much Python either.
+only after an update), and adds a small live tail (time in the current round, the config
+file's validity, process figures), itself kept as bytes: re-rendered only while a round runs,
+after the config's watch saw a change, and for the process figures at most every
+``PROCESS_EVERY_S``. The gzip form of both parts is cached the same way. So a scrape never waits
+on NVML or on a round, and between rounds it costs a ``stat`` and the write.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.utils import floatToGoString
 
 from nodehealth import __version__
 from nodehealth.metrics.families import new, one
@@ -25,6 +29,7 @@ from nodehealth.model import Report
 from nodehealth.observations import NvmlSnapshot, Observations
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROCESS_EVERY_S = 5.0  # the process figures (CPU seconds, RSS, fds) are read at most this often
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,17 @@ class NodeMetrics:
     HTTP threads ``payload``; a lock guards the state and the cached rendering.
     """
 
-    def __init__(self, node: str, process: bool = True, clock: Any = time.time) -> None:
-        self.node, self.clock = node, clock
+    def __init__(
+        self,
+        node: str,
+        process: bool = True,
+        clock: Any = time.time,
+        detail: bool = False,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``detail``: publish every series of the table (``[daemon] metrics_detail``), not only
+        the default page's (docs/metrics.md, the series budget)."""
+        self.node, self.clock, self.detail, self.monotonic = node, clock, detail, monotonic
         self._lock = threading.Lock()
         self.report: Optional[Report] = None
         self.observations: Optional[Observations] = None
@@ -77,12 +91,18 @@ class NodeMetrics:
         self.started_at = clock()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collect(self.families))
-        self.live = CollectorRegistry(auto_describe=False)
+        self.process: Optional[CollectorRegistry] = None
         if process:
-            ProcessCollector(registry=self.live)
-        self.live.register(_Collect(self.live_families))
+            self.process = CollectorRegistry(auto_describe=False)
+            ProcessCollector(registry=self.process)
         self._payload: Optional[bytes] = None
         self._payload_gz: Optional[tuple[bytes, bytes]] = None
+        self._config_text: Optional[bytes] = None  # the config families, rendered at a change
+        self._process_text, self._process_at = b"", -PROCESS_EVERY_S * 2
+        self._tail: tuple[Optional[float], bytes, bytes] = (None, b"", b"")  # round started, config, process
+        self._tail_text: Optional[bytes] = None
+        self._tail_gz: Optional[tuple[bytes, bytes]] = None
+        self._running_head = generate_latest(_Registry([one("nodehealth_round_running_seconds", 0.0)]))
 
     # ------------------------------------------------------------------ updates
 
@@ -154,7 +174,16 @@ class NodeMetrics:
     def set_config(self, file: str, error: str, using: str) -> None:
         """The config file's validity (``error``: "none" or ``ConfigError.kind``) and what the daemon runs."""
         with self._lock:
-            self.config = (file, error, using)
+            if self.config != (file, error, using):
+                self.config = (file, error, using)
+                self._config_text = None
+
+    def set_detail(self, detail: bool) -> None:
+        """``[daemon] metrics_detail`` (changed by a reload)."""
+        with self._lock:
+            if detail != self.detail:
+                self.detail = detail
+                self._changed()
 
     def state_written(self, ok: bool) -> None:
         with self._lock:
@@ -168,23 +197,48 @@ class NodeMetrics:
 
     def payload(self) -> bytes:
         """The exposition text: the cached round part plus the live tail."""
+        tail = self._live()
         with self._lock:
             if self._payload is None:
                 self._payload = generate_latest(self.registry)
-            body = self._payload
-        return body + generate_latest(self.live)
+            return self._payload + tail
 
     def payload_gzip(self) -> bytes:
-        """The same text gzip-encoded (what Prometheus asks for): the round part is compressed
-        once per change, the small live tail per scrape; two gzip members concatenated are one
-        valid gzip stream (RFC 1952)."""
+        """The same text gzip-encoded (what Prometheus asks for): each part is compressed once per
+        change of it; two gzip members concatenated are one valid gzip stream (RFC 1952)."""
+        tail = self._live()
         with self._lock:
             if self._payload is None:
                 self._payload = generate_latest(self.registry)
             if self._payload_gz is None or self._payload_gz[0] is not self._payload:
                 self._payload_gz = (self._payload, gzip.compress(self._payload, compresslevel=6, mtime=0))
-            body = self._payload_gz[1]
-        return body + gzip.compress(generate_latest(self.live), compresslevel=1, mtime=0)
+            if self._tail_gz is None or self._tail_gz[0] is not tail:
+                self._tail_gz = (tail, gzip.compress(tail, compresslevel=1, mtime=0))
+            return self._payload_gz[1] + self._tail_gz[1]
+
+    def _live(self) -> bytes:
+        """The live tail as bytes, re-rendered only where a part of it changed."""
+        probe = self.config_probe
+        if probe is not None:
+            probe()  # the config file may have changed since the last scrape (one stat when it did not)
+        now = self.monotonic()
+        process = None
+        if self.process is not None and now - self._process_at >= PROCESS_EVERY_S:
+            process = generate_latest(self.process)  # outside the lock: it reads /proc
+        with self._lock:
+            if process is not None:
+                self._process_text, self._process_at = process, now
+            if self._config_text is None:
+                self._config_text = generate_latest(_Registry(self._config_families()))
+            started, last = self.round_started, self._tail
+            same = last[1] is self._config_text and last[2] is self._process_text
+            if self._tail_text is None or started is not None or last[0] is not None or not same:
+                running = max(0.0, self.clock() - started) if started is not None else 0.0
+                head = self._running_head
+                text = head[: head.rindex(b" ") + 1] + floatToGoString(running).encode() + b"\n"
+                self._tail = (started, self._config_text, self._process_text)
+                self._tail_text = text + self._config_text + self._process_text
+            return self._tail_text
 
     def families(self) -> Iterator[Metric]:
         """Called by generate_latest with the lock held (from payload)."""
@@ -196,18 +250,18 @@ class NodeMetrics:
         if self.last_round_at is not None:
             yield one("nodehealth_round_last_timestamp_seconds", self.last_round_at)
             yield one("nodehealth_round_duration_seconds", self.last_round_duration or 0.0)
-        timed, total = new("nodehealth_probe_timed_out"), new("nodehealth_probe_timeouts_total")
+        timed, total = new("nodehealth_probe_timed_out"), new("nodehealth_probe_timeouts_total", self.detail)
         for probe in sorted(set(self.timed_out) | set(self.timeouts)):
             timed.add([probe], b(self.timed_out.get(probe)))
             total.add([probe], self.timeouts.get(probe, 0))
         yield from (timed, total)
         if self.report is not None:
-            yield from report_families(self.report)
+            yield from report_families(self.report, self.detail)
         obs = self.observations
         snap = obs.nvml if obs is not None and isinstance(obs.nvml, NvmlSnapshot) else None
         if snap is not None:
             yield one("nodehealth_nvml_probe_duration_seconds", snap.elapsed_s)
-            yield from gpu_families(snap)
+            yield from gpu_families(snap, self.detail)
         yield job_family(self.jobs, snap)
         xid = new("nodehealth_xid_errors_total")
         for (gpu, num, action), n in sorted(self.xids.items()):
@@ -250,21 +304,25 @@ class NodeMetrics:
             yield one("nodehealth_state_last_write_timestamp_seconds", self.state_written_at)
         yield one("nodehealth_start_time_seconds", self.started_at)
 
-    def live_families(self) -> Iterator[Metric]:
-        probe = self.config_probe
-        if probe is not None:
-            probe()  # the config file may have changed since the last scrape (one stat when it did not)
-        with self._lock:
-            started = self.round_started
-            config = self.config
-        yield one("nodehealth_round_running_seconds", max(0.0, self.clock() - started) if started is not None else 0.0)
-        if config is not None:
-            file, error, using = config
+    def _config_families(self) -> Iterator[Metric]:
+        """Called with the lock held."""
+        if self.config is not None:
+            file, error, using = self.config
             valid = new("nodehealth_config_valid")
             valid.add([file, error], b(error == "none"))
             in_use = new("nodehealth_config_in_use_info")
             in_use.add([using], 1)
             yield from (valid, in_use)
+
+
+class _Registry:
+    """A fixed list of families, as generate_latest takes a registry."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
 
 
 class _Collect:

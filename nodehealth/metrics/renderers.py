@@ -42,12 +42,12 @@ def probe_timeouts(obs: Optional[Observations]) -> dict[str, bool]:
     return out
 
 
-def report_families(report: Report) -> Iterator[Metric]:
-    status, duration = new("nodehealth_check_status"), new("nodehealth_check_duration_seconds")
+def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
+    status, duration = new("nodehealth_check_status"), new("nodehealth_check_duration_seconds", detail)
     for r in report.results:
         status.add([r.name], int(r.status))
         duration.add([r.name], r.duration_s)
-    yield from (status, duration)
+    yield from (status, duration) if detail else (status,)
     yield one("nodehealth_node_status", int(report.status))
     yield one("nodehealth_node_failing_checks", sum(1 for r in report.results if r.status == Status.FAIL))
     yield from nccl_families(report)
@@ -127,19 +127,19 @@ GPU_VALUES: tuple[tuple[str, Callable[[GpuObservation], Any]], ...] = (
 )
 
 
-def _gpu_series() -> dict[str, Series]:
+def _gpu_series(detail: bool) -> dict[str, Series]:
     """Every per-GPU family of the table but the job ledger's, created empty, in the table's order."""
-    return {
-        f.name: new(f.name) for f in FAMILIES if f.labels[: len(GPU)] == GPU and f.name != "nodehealth_gpu_job_info"
-    }
+    return {f.name: new(f.name, detail) for f in FAMILIES if f.per_gpu and f.name != "nodehealth_gpu_job_info"}
 
 
-def gpu_families(snap: NvmlSnapshot) -> Iterator[Metric]:
+def gpu_families(snap: NvmlSnapshot, detail: bool = False) -> Iterator[Metric]:
+    """The per-GPU families of a snapshot; without ``detail``, what the default page carries of them."""
     yield one("nodehealth_nvml_devices", snap.device_count if snap.device_count is not None else len(snap.gpus))
-    fams = _gpu_series()
+    fams = _gpu_series(detail)
     info, ecc = fams["nodehealth_gpu_info"], fams["nodehealth_gpu_ecc_errors_total"]
     remapped, retired = fams["nodehealth_gpu_remapped_rows"], fams["nodehealth_gpu_retired_pages"]
-    nvl_up, nvl_err = fams["nodehealth_gpu_nvlink_up"], fams["nodehealth_gpu_nvlink_errors_total"]
+    nvl_up, nvl_err = fams["nodehealth_gpu_nvlink_up"], fams["nodehealth_gpu_nvlink_link_errors_total"]
+    nvl_total = fams["nodehealth_gpu_nvlink_errors_total"]
     throttle = fams["nodehealth_gpu_throttle_reason_active"]
     for g in snap.gpus:
         lab = gpu_labels(g)
@@ -163,16 +163,20 @@ def gpu_families(snap: NvmlSnapshot) -> Iterator[Metric]:
             retired.add([*lab, "sbe"], g.retired_pages_sbe)
         if g.retired_pages_dbe is not None:
             retired.add([*lab, "dbe"], g.retired_pages_dbe)
+        errors: Optional[int] = None
         for link in g.nvlinks or ():
             nvl_up.add([*lab, str(link.link)], b(link.active))
             for typ in NVLINK_COUNTERS:
                 value = getattr(link, typ)
                 if value is not None:
                     nvl_err.add([*lab, str(link.link), typ], value)
+                    errors = (errors or 0) + value
+        if errors is not None:
+            nvl_total.add(lab, errors)
         if g.throttle_reasons is not None:
             for bit, reason in THROTTLE_BITS:
                 throttle.add([*lab, reason], b(g.throttle_reasons & bit))
-    yield from fams.values()
+    yield from (f for f in fams.values() if detail or not f.family.detail)
 
 
 def job_family(jobs: dict[int, str], snap: Optional[NvmlSnapshot]) -> Metric:
