@@ -11,9 +11,11 @@ done
 rm -rf "$work" && mkdir -p "$work/src" "$dist"
 git ls-files -z --cached --others --exclude-standard | tar -c --null -T - | tar -x -C "$work/src"
 rm -rf "$work/src/debian" && cp -a packaging/debian "$work/src/debian"
+# The commit --version names, written now: an installed nodehealth never runs git.
+python3 scripts/stamp-commit.py "$work/src" | sed 's/^/  /'
 PYTHON=${PYTHON:-python3} bash packaging/vendor.sh "$work/src/debian/vendor" | sed 's/^/  /'
 if [ -n "$version" ]; then
-    (cd "$work/src" && DEBEMAIL=nodehealth@lists.example.org DEBFULLNAME="nodehealth maintainers" \
+    (cd "$work/src" && DEBEMAIL=nodehealth@lists.nodehealth.dev DEBFULLNAME="nodehealth developers" \
         dch --newversion "$version" --distribution unstable --force-distribution "Rebuild at $version.")
 fi
 # The distribution's tools and Python only (a pyenv or venv first on PATH would build for the wrong Python).

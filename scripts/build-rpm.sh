@@ -13,6 +13,8 @@ rm -rf "$work" && mkdir -p "$work"/{SOURCES,BUILD,RPMS,SRPMS,SPECS,stage} "$dist
 stage="$work/stage/nodehealth-$version"
 mkdir -p "$stage"
 git ls-files -z --cached --others --exclude-standard | tar -c --null -T - | tar -x -C "$stage"
+# The commit --version names, written now: an installed nodehealth never runs git.
+python3 scripts/stamp-commit.py "$stage" | sed 's/^/  /'
 tar -C "$work/stage" -czf "$work/SOURCES/nodehealth-$version.tar.gz" "nodehealth-$version"
 PYTHON=${PYTHON:-python3} bash packaging/vendor.sh "$work/stage/vendor" --tomli | sed 's/^/  /'
 tar -C "$work/stage" -czf "$work/SOURCES/nodehealth-vendor-$version.tar.gz" vendor

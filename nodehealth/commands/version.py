@@ -11,7 +11,14 @@ DRIVER_TIMEOUT_S = 2.0
 
 
 def commit() -> Optional[str]:
-    """The source commit: a checkout's .git HEAD (read, no git process), else None."""
+    """The source commit: the one a package was built from (``nodehealth/_commit.py``, written by
+    scripts/stamp-commit.py at build time), else a checkout's .git HEAD (read, no git process), else None."""
+    try:
+        from nodehealth._commit import COMMIT  # type: ignore[import-not-found,unused-ignore]
+
+        return str(COMMIT)
+    except ImportError:
+        pass
     root = Path(__file__).resolve().parent.parent.parent
     head = root / ".git" / "HEAD"
     try:
