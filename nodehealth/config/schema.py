@@ -9,11 +9,12 @@ reads take their default, bounds and choices from ``nodehealth.config.lean.KEYS`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from typing import Any, Mapping, Union
 
 from nodehealth.checks.base import CheckSettings, setting
 from nodehealth.config import lean
-from nodehealth.registry import CHECKS, PHASES
+from nodehealth.registry import BY_NAME, CHECKS, PHASES
 from nodehealth.statedir import layout
 
 
@@ -278,9 +279,71 @@ class DaemonSettings:
     )
 
 
+class CheckTable(dict):  # type: ignore[type-arg]  # dict[str, CheckSettings]; the stub's views differ
+    """Every registered check's settings: the ones set (a config file's ``[checks.<name>]``), and for the
+    others their defaults, made when first asked for.
+
+    A check's defaults need its module (its ``Settings`` class), so a config that sets nothing of a check
+    imports that module only when something asks for the check's settings: a prolog does not import the
+    NCCL self-test's module. It is a ``dict`` (``config.build`` fills it in) whose keys are always every
+    registered check, in the registry's order: iterating, ``items()``, ``==`` and ``repr`` make them all.
+    """
+
+    def __getitem__(self, name: str) -> CheckSettings:
+        if not dict.__contains__(self, name):
+            spec = BY_NAME[name]  # KeyError: not a registered check
+            dict.__setitem__(self, name, spec.settings_class())
+        got: CheckSettings = dict.__getitem__(self, name)
+        return got
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        return name in BY_NAME or dict.__contains__(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        extra = [name for name in dict.__iter__(self) if name not in BY_NAME]
+        return iter([spec.name for spec in CHECKS] + extra)
+
+    def __len__(self) -> int:
+        return len(list(self.__iter__()))
+
+    def keys(self) -> KeysView[str]:  # type: ignore[override]
+        return KeysView(self)
+
+    def values(self) -> ValuesView[CheckSettings]:  # type: ignore[override]
+        return ValuesView(self)
+
+    def items(self) -> ItemsView[str, CheckSettings]:  # type: ignore[override]
+        return ItemsView(self)
+
+    def made(self) -> dict[str, CheckSettings]:
+        """The settings made so far (set by the config, or asked for), without making any other."""
+        return {name: dict.__getitem__(self, name) for name in dict.__iter__(self)}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def copy(self) -> CheckTable:
+        return CheckTable(self.made())
+
+    def __reduce__(self) -> Any:
+        return (CheckTable, (self.made(),))
+
+
 def default_checks() -> dict[str, CheckSettings]:
-    """Every registered check's settings at their defaults."""
-    return {spec.name: spec.settings_class() for spec in CHECKS}
+    """Every registered check's settings at their defaults (each made when first asked for: ``CheckTable``)."""
+    return CheckTable()
 
 
 @dataclass(frozen=True)
@@ -307,8 +370,12 @@ class Config:
         return self.checks[name]
 
     def enabled(self) -> dict[str, bool]:
+        # A check whose settings were neither set nor asked for is at its defaults, where ``enabled`` is
+        # unset (a test holds every check to it): the registry's default, without importing its module.
+        made = self.checks.made() if isinstance(self.checks, CheckTable) else self.checks
         out = {}
         for spec in CHECKS:
-            value = self.checks[spec.name].enabled
+            settings = made.get(spec.name)
+            value = None if settings is None else settings.enabled
             out[spec.name] = spec.default_enabled if value is None else value
         return out
