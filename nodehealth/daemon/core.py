@@ -30,42 +30,13 @@ from nodehealth.daemon.config_watch import ConfigWatch, file_identity
 from nodehealth.daemon.hooks import SlurmHook, StoreXidFollower, XidFollower, default_slurm_hook, ledger_jobs
 from nodehealth.daemon.http import ListenError, MetricsServer
 from nodehealth.daemon.logs import Log
+from nodehealth.daemon.start import StartError, validate_start
 from nodehealth.metrics import NodeMetrics, write_textfile
 from nodehealth.model import Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, gpu_counters
 from nodehealth.registry import BY_NAME
 from nodehealth.statedir import counters
 from nodehealth.statedir import verdict as state_file
-
-
-class StartError(Exception):
-    """The daemon cannot start as configured (listen address, state dir, textfile dir)."""
-
-
-def validate_start(cfg: Config) -> None:
-    """Fail early, with one clear line, on what would only fail later."""
-    from nodehealth.probes import ProbeSetupError, validate
-
-    try:
-        validate(cfg)
-    except ProbeSetupError as exc:
-        raise StartError(str(exc)) from None
-    from nodehealth.statedir import files
-
-    dirs = [("state dir", cfg.paths.state_dir)]
-    if cfg.paths.persistent_dir != cfg.paths.state_dir:  # one directory for both: a config that moved only state_dir
-        dirs.append(("persistent dir", cfg.paths.persistent_dir))
-    for what, sd in dirs:
-        unsafe = files.ensure_state_dir(sd)  # created 0700; refused when another user's, writable by others, a link
-        if unsafe:
-            raise StartError(f"{what} {sd}: {unsafe}")
-        if not os.access(sd, os.W_OK):
-            raise StartError(f"{what} {sd} is not writable")
-    td = cfg.daemon.textfile_dir
-    if td and not os.path.isdir(td):
-        raise StartError(f'textfile_dir {td} does not exist (create it, or set [daemon] textfile_dir = "")')
-    if td and not os.access(td, os.W_OK):
-        raise StartError(f"textfile_dir {td} is not writable")
 
 
 class Daemon(ConfigWatch):

@@ -33,76 +33,10 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
+from nodehealth.daemon.http_limits import TICK_S, Bucket, Limits, ListenError, parse_listen
 from nodehealth.metrics import CONTENT_TYPE
-
-
-class ListenError(Exception):
-    """The listen address is malformed or cannot be bound."""
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` (all interfaces) -> (host, port)."""
-    value = text.strip()
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ListenError(f"listen {text!r}: expected HOST:PORT (e.g. 0.0.0.0:10915, [::]:10915, 127.0.0.1:10915)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host or "0.0.0.0", int(port)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client, or many, can hold of the endpoint."""
-
-    max_connections: int = 64
-    max_header_bytes: int = 8192
-    read_timeout_s: float = 5.0
-    idle_timeout_s: float = 15.0
-    write_timeout_s: float = 10.0
-    # After a response that closes the connection: how long, and how much, unread input is
-    # drained so that the client reads the response instead of a reset.
-    linger_s: float = 1.0
-    linger_bytes: int = 65536
-    # What the endpoint's one thread may spend, so that a flood costs the daemon's other work
-    # (the XID follower, the rounds: all under the unit's CPUQuota) next to nothing: connections
-    # taken per second (the rest wait in the kernel's backlog), and requests answered per
-    # second (one over that gets a 503 and is closed). A scrape every 15 s is far below both.
-    accepts_per_s: float = 300.0
-    accept_burst: int = 64
-    requests_per_s: float = 100.0
-    request_burst: int = 100
-
-
-class _Bucket:
-    """A token bucket: ``take`` is True while the rate (with its burst) allows one more."""
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        self.rate, self.burst = rate, float(burst)
-        self.tokens, self.at = float(burst), now
-
-    def _fill(self, now: float) -> None:
-        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
-        self.at = now
-
-    def ready(self, now: float) -> bool:
-        self._fill(now)
-        return self.tokens >= 1.0
-
-    def take(self, now: float) -> bool:
-        if not self.ready(now):
-            return False
-        self.tokens -= 1.0
-        return True
-
-    def next_at(self, now: float) -> float:
-        """When the next token will be there."""
-        self._fill(now)
-        return now + max(0.0, 1.0 - self.tokens) / self.rate if self.rate > 0 else now + _TICK_S
-
 
 _TEXT = "text/plain; charset=utf-8"
 _REASONS = {
@@ -120,7 +54,6 @@ _READ, _WRITE, _LINGER = "read", "write", "linger"
 # descriptor and no task) instead of pushing out the SYN of a scraper (capped by somaxconn).
 _BACKLOG = 1024
 _ACCEPT_BATCH = 16  # accepts per wake-up, so that reads of connections already open interleave
-_TICK_S = 1.0
 
 
 class _Conn:
@@ -178,8 +111,8 @@ class MetricsServer:
         self._stopping = False
         self._accept_paused_until = 0.0
         now = clock()
-        self.accepts = _Bucket(limits.accepts_per_s, limits.accept_burst, now)
-        self.requests = _Bucket(limits.requests_per_s, limits.request_burst, now)
+        self.accepts = Bucket(limits.accepts_per_s, limits.accept_burst, now)
+        self.requests = Bucket(limits.requests_per_s, limits.request_burst, now)
         self.accepted = 0  # connections taken, over the server's life
         self.thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
 
@@ -216,10 +149,10 @@ class MetricsServer:
 
     def _once(self) -> None:
         now = self.clock()
-        nearest = min((c.deadline for c in self.conns.values()), default=now + _TICK_S)
+        nearest = min((c.deadline for c in self.conns.values()), default=now + TICK_S)
         if self._accept_paused_until:
             nearest = min(nearest, self._accept_paused_until)
-        events = self.selector.select(max(0.0, min(_TICK_S, nearest - now)))
+        events = self.selector.select(max(0.0, min(TICK_S, nearest - now)))
         now = self.clock()
         for key, _ in events:
             if key.data is None:
