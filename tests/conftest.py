@@ -152,6 +152,9 @@ def _sandbox_root() -> tuple[str, bool]:
     root = tempfile.mkdtemp(prefix="nodehealth-tests-")
     for sub in ("run", "var/lib"):  # the parents /run and /var/lib of the production defaults
         os.makedirs(os.path.join(root, sub), mode=0o755)
+    # /run/nodehealth, as the unit's RuntimeDirectory makes it: the prolog's fast-path settings are kept there
+    # (nodehealth.config.snapshot) also for a config whose state_dir is elsewhere, as every test config's is.
+    os.mkdir(os.path.join(root, "run", "nodehealth"), 0o700)
     os.chmod(root, 0o755)
     return root, True
 

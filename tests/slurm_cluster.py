@@ -167,7 +167,13 @@ class SlurmCluster:
     def _wrapper(self, face: str) -> str:
         path = self.root / "bin" / face
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"#!/bin/sh\nNODEHEALTH_CONFIG={self.nh_config}\nexport NODEHEALTH_CONFIG\nexec {BIN / face}\n")
+        # slurmd gives the face no environment of ours: the defaults of [paths] stay in the run's sandbox
+        # (where the prolog's fast-path settings are kept), as conftest moves them for this process.
+        root = os.environ.get("NODEHEALTH_DEFAULT_ROOT", "")
+        sandbox = f"NODEHEALTH_DEFAULT_ROOT={root}\nexport NODEHEALTH_DEFAULT_ROOT\n" if root else ""
+        path.write_text(
+            f"#!/bin/sh\nNODEHEALTH_CONFIG={self.nh_config}\nexport NODEHEALTH_CONFIG\n{sandbox}exec {BIN / face}\n"
+        )
         path.chmod(0o755)
         return str(path)
 

@@ -260,6 +260,8 @@ def non_stdlib_imports(pkg_dir: Path, sub: str) -> list[str]:
 # Every state-dir file name, and the pieces of the boot-id path: only statedir/ may spell them.
 STATE_FILE_NAMES = (
     "daemon-state.json",
+    "daemon-state.marshal",
+    "gpu-counters.marshal",
     "slurm-state.json",
     "gpu-counters.json",
     "jobs.jsonl",

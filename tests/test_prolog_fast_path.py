@@ -8,6 +8,8 @@ prolog that touched NVML would sit out its check deadline and report a FAIL.
 from __future__ import annotations
 
 import json
+import marshal
+import os
 import subprocess
 import sys
 import time
@@ -94,16 +96,14 @@ class Node:
     def write_state(
         self, report: dict[str, Any], age: float = 1.0, boot: str = "boot-1", follower: str = "alive"
     ) -> None:
-        from nodehealth.statedir.files import write_atomic
-
-        write_atomic(
-            daemon_state.path_in(str(self.state)),
-            daemon_state.encode(report, boot, time.time() - age, follower, interval_s=30, round=3),
+        daemon_state.write(  # as the daemon writes it: the JSON, then its marshal form (the fast path's)
+            str(self.state), daemon_state.encode(report, boot, time.time() - age, follower, interval_s=30, round=3)
         )
 
     def prolog(self, job: str = "7", gpus: Optional[str] = "0,1") -> tuple[dict[str, Any], str]:
         env = {
             "NODEHEALTH_CONFIG": str(self.config),
+            lean.DEFAULT_ROOT_ENV: os.environ[lean.DEFAULT_ROOT_ENV],  # the run's sandbox, where the snapshot is
             "SLURMD_NODENAME": "n1",
             "SLURM_JOB_ID": job,
             "SLURM_JOB_USER": "alice",
@@ -185,25 +185,35 @@ def test_cold_path_with_a_hung_nvml_takes_its_deadline(node: Node, healthy_repor
         ("empty", "is empty"),
         ("garbage", "corrupt or partial"),
         ("missing-fields", "incomplete"),
+        ("not-json-types", "corrupt or partial"),
+        ("nan", "corrupt or partial"),
+        ("json-only", "no daemon state"),
     ],
 )
 def test_unusable_verdict_runs_the_cold_path(node: Node, healthy_report: dict[str, Any], how: str, words: str) -> None:
-    path = Path(daemon_state.path_in(str(node.state)))
+    """The fast path reads the verdict's marshal form; each way it cannot be believed sends the prolog cold."""
+    path = Path(daemon_state.path_in(str(node.state), "marshal"))
     if how == "stale":
         node.write_state(healthy_report, age=1000)
     elif how == "other-boot":
         node.write_state(healthy_report, boot="boot-0")
     elif how == "follower-dead":
         node.write_state(healthy_report, follower="dead")
+    elif how == "json-only":  # a daemon of an earlier release writes the JSON alone
+        node.write_state(healthy_report)
+        path.unlink()
     else:
         node.write_state(healthy_report)
-        text = path.read_text()
-        path.write_text(
+        data = path.read_bytes()
+        raw = marshal.loads(data)
+        path.write_bytes(
             {
-                "truncated": text[: len(text) // 2],
-                "empty": "",
-                "garbage": "\x00\xff not json",
-                "missing-fields": json.dumps({"v": 1, "kind": daemon_state.KIND}),
+                "truncated": data[: len(data) // 2],
+                "empty": b"",
+                "garbage": b"\x00\xff not marshal",
+                "missing-fields": marshal.dumps({"v": 1, "kind": daemon_state.KIND}),
+                "not-json-types": marshal.dumps(dict(raw, report=tuple(raw["report"].items()))),
+                "nan": marshal.dumps(dict(raw, written_at=float("nan"))),
             }[how]
         )
     out, err = node.prolog()

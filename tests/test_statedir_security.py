@@ -298,6 +298,7 @@ def test_state_files_are_0600_whatever_the_umask(tmp_path: Path, mask: int) -> N
         layout.SLURM_STATE: 0o600,
         f"{layout.SLURM_STATE}.lock": 0o600,
         layout.COUNTERS: 0o600,
+        layout.COUNTERS_MARSHAL: 0o600,
         layout.JOBS_DIR: 0o700,
         f"{layout.JOBS_DIR}/7.json": 0o600,
     }

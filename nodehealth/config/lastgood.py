@@ -4,16 +4,19 @@ When a face or the daemon loads a config file that validates, it records the fil
 identity (``nodehealth.config.lean.identity``), sha256 and the time in
 ``<persistent_dir>/config-good.json`` (``layout.path_for``; only when one of them changed). When the file stops
 validating, the faces and the daemon run with that text instead (``nodehealth.config.loader.
-load_safe``), so a bad edit never turns the checks off; the prolog's fast path answers from
-the daemon's verdict only while the file is still the one recorded here (``unchanged``),
-otherwise the cold path runs and reports.
+load_safe``), so a bad edit never turns the checks off. Each ``record`` also keeps the prolog
+fast path's settings for the file (``nodehealth.config.snapshot``), which the fast path reads
+instead of this record: it answers from the daemon's verdict only while the file is still the one
+that validated (the snapshot's identity; ``unchanged`` says the same from this record), otherwise
+the cold path runs and reports.
 
-Standard library and ``nodehealth.statedir`` only at import time: the fast path imports this
-module; ``hashlib`` is imported only when a record is written or read back for use.
+Standard library and ``nodehealth.statedir`` only at import time; ``hashlib`` is imported only when
+a record is written or read back for use.
 """
 
 from __future__ import annotations
 
+from nodehealth.config import snapshot
 from nodehealth.statedir import files, layout
 
 TYPE_CHECKING = False
@@ -75,7 +78,12 @@ def unchanged(paths: Any, path: str, ident: Optional[list[int]]) -> str:
 
 
 def record(paths: Any, path: str, text: str, ident: Optional[list[int]], now: float) -> bool:
-    """Keep ``text`` as the last config that validated on this node; False when already kept (raises OSError)."""
+    """Keep ``text`` as the last config that validated on this node; False when already kept (raises OSError).
+
+    The prolog fast path's settings for the file are kept too, each time (``config.snapshot.keep``:
+    written only when they changed; a snapshot that cannot be kept only means cold prologs, which say why).
+    """
+    snapshot.keep(path, text, ident, paths)
     digest = _sha256(text)
     old = read(paths)
     if old is not None and (old["path"], old["identity"], old["sha256"]) == (path, ident, digest):

@@ -178,19 +178,26 @@ def _lookup(raw: Mapping[str, Any], key: str) -> tuple[bool, Any]:
     return True, where
 
 
+def valid(row: Any, value: Any) -> bool:
+    """Whether ``value`` is one the key of ``KEYS`` row ``row`` takes: its kind, range and choices."""
+    _, _, kind, _, lo, hi, choices = row
+    if not _ok(kind, value):
+        return False
+    return not (
+        (choices is not None and value not in choices)
+        or (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+    )
+
+
 def _apply(s: Settings, raw: Mapping[str, Any]) -> Optional[str]:
     """Copy the keys of ``KEYS`` from one TOML table tree; the first bad one is returned."""
-    for key, attr, kind, _, lo, hi, choices in KEYS:
+    for row in KEYS:
+        key, attr, kind = row[:3]
         found, value = _lookup(raw, key)
         if not found:
             continue
-        if not _ok(kind, value):
-            return key
-        if (
-            (choices is not None and value not in choices)
-            or (lo is not None and value < lo)
-            or (hi is not None and value > hi)
-        ):
+        if not valid(row, value):
             return key
         setattr(s, attr, float(value) if kind == "number" else value)
     return None
@@ -254,6 +261,18 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
         distrust = untrusted(st)
         if distrust:
             return None, f"config {path}: not trusted: {distrust}"
+    s, why, _ = resolve(data, identity(st) if st is not None else None, path, environ)
+    return s, why
+
+
+def resolve(
+    data: bytes, ident: Optional[list[int]], path: str, environ: Mapping[str, str]
+) -> tuple[Optional[Settings], str, str]:
+    """The settings in the config text ``data`` read from ``path`` (``ident``: the ``identity`` of
+    that read, None for an absent default file), or ``(None, why, "")``; the third value is the node name the
+    ``[[override]]`` rules that touch these keys were matched against ("" when none does: the
+    settings do not depend on the node). ``nodehealth.config.snapshot`` keeps what this gives for
+    a file that validated."""
     if sys.version_info >= (3, 11):
         import tomllib  # novermin - tomli below 3.11
     else:  # pragma: no cover - Python 3.9/3.10
@@ -261,20 +280,21 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
     try:
         raw = tomllib.loads(data.decode("utf-8")) if data.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError is a ValueError
-        return None, f"config {path}: invalid TOML ({exc})"
+        return None, f"config {path}: invalid TOML ({exc})", ""
     except RecursionError:
-        return None, f"config {path}: nested too deeply"
+        return None, f"config {path}: nested too deeply", ""
     s = Settings()
     s.config_path = path if path.startswith("/") else os.path.abspath(path)
-    s.config_id = identity(st) if st is not None else None
+    s.config_id = ident
     bad = _apply(s, raw)
     if bad:
-        return None, f"config {path}: {bad} has an unexpected value"
+        return None, f"config {path}: {bad} has an unexpected value", ""
     rules = raw.get("override", [])
     if not isinstance(rules, list):
-        return None, f"config {path}: override is not an array of tables"
+        return None, f"config {path}: override is not an array of tables", ""
     relevant = [r for r in rules if isinstance(r, dict) and _touches(r)]
     applied = [raw]
+    me = ""
     if relevant:
         import hostlist
 
@@ -283,12 +303,12 @@ def read_settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
             try:
                 names = hostlist.expand_hostlist(str(rule.get("hosts", "")))
             except Exception as exc:  # noqa: BLE001 - hostlist.BadHostlist and friends
-                return None, f"config {path}: override hosts: {exc}"
+                return None, f"config {path}: override hosts: {exc}", ""
             if me in names:
                 bad = _apply(s, rule)
                 if bad:
-                    return None, f"config {path}: override {bad} has an unexpected value"
+                    return None, f"config {path}: override {bad} has an unexpected value", ""
                 applied.append(rule)
     if persistent_follows(applied):
         s.persistent_dir = s.state_dir
-    return s, ""
+    return s, "", me

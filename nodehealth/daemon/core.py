@@ -316,10 +316,8 @@ class Daemon(ConfigWatch):
             cfg.daemon.interval_s,
             self.rounds,
         )
-        from nodehealth.statedir.files import write_state
-
         try:
-            write_state(cfg.paths.state_dir, path, text)  # the state dir checked first; the file 0600
+            state_file.write(cfg.paths.state_dir, text)  # the JSON, then its marshal form for the fast path
             self.metrics.state_written(True)
         except OSError as exc:
             self.metrics.state_written(False)

@@ -1,34 +1,37 @@
 """The prolog's fast path: decide from the daemon's fresh verdict, without NVML.
 
-``prolog(environ)`` returns an exit code when the daemon's verdict
-(``<state_dir>/daemon-state.json``, read by ``nodehealth.statedir.verdict.read``) is fresh and
+``prolog(environ)`` returns an exit code when the daemon's verdict (its marshal form,
+``<state_dir>/daemon-state.marshal``, read by ``nodehealth.statedir.verdict.read``) is fresh and
 healthy, a ``Fault`` when that verdict holds a node fault for this job (the caller drains through
 the cold path's machinery, ``nodehealth.faces.common.fast_fault``), or the reason it cannot decide
 (a string): the caller then runs the cold path and logs that reason.
 
-What this path imports is paid for before every job, so it stays lean: the standard library's
-``json``/``os``/``time``/``re``, a TOML parser, ``nodehealth.config.lean`` (the handful of keys
-it needs, with the loader's defaults, read straight from the same TOML file) and
-``nodehealth.config.lastgood`` (the record of the config that last validated), ``nodehealth.statedir``
-(layout, verdict, files, counters, ledger: standard library only, no ``dataclasses``/``typing``)
-and ``nodehealth.slurm.jobenv`` (``re``). Never imported here: the config loader (``hostlist`` and
-the whole check registry), pynvml, psutil, prometheus_client, the runner, the probes, the model.
-Any doubt (unreadable config, a corrupt, stale or foreign verdict) sends the prolog to the cold path;
-so does a config file that is not the one that last validated on this node (its identity, from the
-``fstat`` of the read, against ``nodehealth.config.lastgood``'s record): the full loader has not
-seen it, and only the cold path reports a file that does not validate.
+What this path imports is paid for before every job, so it stays at the interpreter's floor: no
+TOML, ``json``, ``re``, ``typing``, ``enum``, ``datetime`` or ``dataclasses`` (a test holds it to a
+list of modules). It reads no config text: the settings it needs are the snapshot kept when the
+config file last validated on this node (``nodehealth.config.snapshot``, ``marshal``), found by the
+file's path, and used only while the file is that same file (its identity, from a ``stat`` now,
+against the snapshot's: an edited or replaced file has not been seen by the full loader, and only
+the cold path reports a file that does not validate). Running as root, the config file must be
+root's own and not writable by others (``lean.untrusted``), as the loader requires. Then
+``nodehealth.statedir`` (layout, verdict, files, counters, ledger: standard library only) and
+``nodehealth.slurm.jobenv``. Never imported here: the config loader (``hostlist`` and the whole
+check registry), pynvml, psutil, prometheus_client, the runner, the probes, the model. Any doubt
+(no snapshot, a corrupt, foreign or stale one, a corrupt, stale or foreign verdict) sends the
+prolog to the cold path with the reason.
 
 On the way, as the cold path does: the job's ``start`` record in the ledger, and the job's ECC
-baseline copied from the latest counter reading (``gpu-counters.json``; so the baseline is as old
-as that reading, which the baseline records).
+baseline copied from the latest counter reading (``gpu-counters.marshal``, the marshal form of
+``gpu-counters.json``; so the baseline is as old as that reading, which the baseline records).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
-from nodehealth.config import lastgood
-from nodehealth.config.lean import Settings, node_name, read_settings
+from nodehealth.config import lean, snapshot
+from nodehealth.config.lean import Settings, node_name
 from nodehealth.faces.log import Log
 from nodehealth.slurm import jobenv
 from nodehealth.statedir import counters, layout, ledger
@@ -84,17 +87,34 @@ def prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Faul
         return f"fast path failed ({type(exc).__name__}: {exc})"
 
 
+def settings(environ: Mapping[str, str]) -> tuple[Optional[Settings], str]:
+    """The settings of the config file the cold path would read, from its snapshot, or why not."""
+    path, required = lean.config_path(None, environ)
+    path = os.path.abspath(path)
+    try:
+        st = os.stat(path)  # the loader reads a regular file only, following a link as this does
+    except FileNotFoundError:
+        if required:
+            return None, f"config {path}: no such file"
+        return snapshot.read(path, None, environ)
+    except OSError as exc:
+        return None, f"config {path}: cannot read: {exc.strerror or exc}"
+    if st.st_mode & 0o170000 != 0o100000:
+        return None, f"config {path}: not a regular file"
+    distrust = lean.untrusted(st)
+    if distrust:
+        return None, f"config {path}: not trusted: {distrust}"
+    return snapshot.read(path, lean.identity(st), environ)
+
+
 def _prolog(environ: Mapping[str, str], act: bool = True) -> Union[int, str, Fault, Any]:
-    s, why = read_settings(environ)
-    if s is None:
-        return why
-    why = lastgood.unchanged(s, s.config_path, s.config_id)
-    if why:  # a new or edited file: the cold path validates it (and reports it when it does not validate)
+    s, why = settings(environ)
+    if s is None:  # a new or edited file: the cold path validates it (and reports it when it does not validate)
         return why
     boot = layout.read_boot_id(s.procfs_root)
     if boot is None:
         return f"this boot's id is unknown ({layout.boot_id_path(s.procfs_root)}); daemon state not trusted"
-    st, why = daemon_state.read(s.state_dir, s.max_age_s, boot_id=boot, require_xid=s.xid_follow)
+    st, why = daemon_state.read(s.state_dir, s.max_age_s, boot_id=boot, require_xid=s.xid_follow, form="marshal")
     if st is None:
         return why
     checks = st.report.get("checks", [])

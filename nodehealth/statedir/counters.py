@@ -5,6 +5,11 @@ NVML; ``<state_dir>/jobs/<job id>.json`` the counters of a job's GPUs at its sta
 the prolog from its own reading, or copied from the latest one on the fast path). The epilog's
 job forensics (``nodehealth.checks.job_forensics``) compares the two. The per-GPU record is
 ``nodehealth.observations.gpu_counters`` of an NVML snapshot; this module stores it.
+
+``write_latest`` keeps the reading in ``marshal`` form too (``gpu-counters.marshal``, written after
+the JSON from the same value), and the fast path's ``baseline_from_latest`` reads that one while it
+is at least as new as the JSON, so a prolog on the fast path imports no ``json``; a JSON file newer
+than its marshal form (written by an earlier release) is read as JSON.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import time
 
 from nodehealth.statedir import files, layout
+from nodehealth.statedir.strictjson import dumps_marshal, dumps_small, parse_marshal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,12 +86,9 @@ def _read(path: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
 def write_latest(state_dir: str, counters: Mapping[str, Any], boot_id: Optional[str], source: str) -> None:
     """The latest reading of every GPU (OSError when it cannot be written, ``files.UnsafeDir`` included)."""
     files.require_state_dir(state_dir)
-    files.write_json(
-        layout.path(state_dir, layout.COUNTERS),
-        counters_record(counters, time.time(), boot_id, source),
-        compact=True,
-        mode=files.STATE_FILE_MODE,
-    )
+    text = files.dumps(counters_record(counters, time.time(), boot_id, source), compact=True) + "\n"
+    files.write_atomic(layout.path(state_dir, layout.COUNTERS), text, files.STATE_FILE_MODE)
+    files.write_atomic(layout.path(state_dir, layout.COUNTERS_MARSHAL), dumps_marshal(text), files.STATE_FILE_MODE)
 
 
 def read_latest(state_dir: str) -> Optional[dict[str, Any]]:
@@ -98,13 +101,38 @@ def read_latest_checked(state_dir: str) -> tuple[Optional[dict[str, Any]], Optio
     return _read(layout.path(state_dir, layout.COUNTERS))
 
 
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.lstat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def read_latest_fast(state_dir: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """``read_latest_checked`` from the marshal form while it is at least as new as the JSON
+    (no ``json`` import), else from the JSON; the marshal form is held to the same ``problem``."""
+    path = layout.path(state_dir, layout.COUNTERS_MARSHAL)
+    made = _mtime_ns(path)
+    if made < 0 or made < _mtime_ns(layout.path(state_dir, layout.COUNTERS)):
+        return read_latest_checked(state_dir)
+    data, why = files.read_checked(path, files.MAX_READ + 1)
+    if data is None or len(data) > files.MAX_READ:
+        return None, why or f"{path} is larger than {files.MAX_READ} bytes"
+    try:
+        raw = parse_marshal(data)
+    except ValueError as exc:
+        return None, f"{path}: {exc}"
+    bad = problem(raw)
+    return (None, f"{path}: {bad}") if bad else (raw, None)
+
+
 def write_baseline(state_dir: str, job_id: str, record: Mapping[str, Any]) -> None:
     p = layout.job_file(state_dir, job_id)
     if p is None:
         return
     files.require_state_dir(state_dir)
     files.require_subdir(os.path.dirname(p))
-    files.write_json(p, dict(record), compact=True, mode=files.STATE_FILE_MODE)
+    files.write_atomic(p, dumps_small(dict(record)) + "\n", files.STATE_FILE_MODE)
     files.prune_oldest(os.path.dirname(p), ".json", keep=MAX_JOB_FILES // 2, over=MAX_JOB_FILES)
 
 
@@ -112,7 +140,7 @@ def baseline_from_latest(
     state_dir: str, job_id: str, gpus: Optional[Sequence[int]], boot_id: Optional[str]
 ) -> Optional[str]:
     """Copy the job GPUs' latest counters into the job's baseline; a reason when there are none."""
-    latest, why = read_latest_checked(state_dir)
+    latest, why = read_latest_fast(state_dir)
     if latest is None:
         return f"the GPU counter reading is unusable: {why}" if why else f"no GPU counter reading in {state_dir} yet"
     if latest.get("boot_id") != boot_id:

@@ -1,7 +1,7 @@
 """Small files in the state dir: atomic writes, a lock, appends, bounded strict reads, one update.
 
-Standard library only, and only ``os`` (and ``json`` through ``strictjson``) at import time
-(``fcntl`` when a lock is taken), so the prolog's fast path writes through the same code as the
+Standard library only, and only ``os`` at import time (``json`` when ``strictjson`` first needs it,
+``fcntl`` when a lock is taken), so the prolog's fast path writes through the same code as the
 daemon. The state dir's own trust rules are ``statedir.directory``'s, the strict JSON
 ``statedir.strictjson``'s, and the one-time move from the layout before the split
 ``statedir.upgrade``'s; the names of the first two that most callers use are re-exported here
@@ -52,7 +52,7 @@ from nodehealth.statedir.strictjson import MAX_DEPTH, MAX_INT_DIGITS, dumps, par
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
-    from typing import Any, Callable, Optional, TypeVar
+    from typing import Any, Callable, Optional, TypeVar, Union
 
     T = TypeVar("T")
 
@@ -112,8 +112,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def write_atomic(path: str, text: str, mode: int = STATE_FILE_MODE) -> None:
-    """Write ``text`` to a new temp file in the same directory, fsync, rename over ``path``.
+def write_atomic(path: str, text: Union[str, bytes], mode: int = STATE_FILE_MODE) -> None:
+    """Write ``text`` (UTF-8; bytes as they are) to a new temp file in the same directory, fsync,
+    rename over ``path``.
 
     The temp file has a unique name (random bytes, created with ``O_EXCL | O_NOFOLLOW``, as
     ``mkstemp`` does), so nothing planted under a name is ever written through; the rename
@@ -137,7 +138,7 @@ def write_atomic(path: str, text: str, mode: int = STATE_FILE_MODE) -> None:
     try:
         try:
             os.fchmod(fd, mode)
-            _write_all(fd, text.encode("utf-8"))
+            _write_all(fd, text if isinstance(text, bytes) else text.encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -154,7 +155,7 @@ def write_json(path: str, obj: Any, compact: bool = False, mode: int = STATE_FIL
     write_atomic(path, dumps(obj, compact) + "\n", mode)
 
 
-def write_state(state_dir: str, path: str, text: str) -> None:
+def write_state(state_dir: str, path: str, text: Union[str, bytes]) -> None:
     """Write a state file ``path`` in ``state_dir`` (0600) after ``require_state_dir``: the
     directory is created 0700 before anything goes into it, and a directory that is not
     trusted (a link, another user's, writable by others) gets nothing (``UnsafeDir``)."""

@@ -17,7 +17,11 @@ loader apply the rule; here ``persistent_dir`` is taken as configured).
 file                       what                                                   dir   writers
 =========================  =====================================================  ====  ==================
 ``daemon-state.json``      the daemon's latest verdict (``statedir.verdict``)      run   daemon
+``daemon-state.marshal``   the same verdict in ``marshal`` form (the fast path's)  run   daemon
 ``gpu-counters.json``      the latest per-GPU ECC / row-remap counters            run   faces, daemon
+``gpu-counters.marshal``   the same reading in ``marshal`` form (the fast path's)  run   faces, daemon
+``prolog-<config>.marshal`` the fast path's settings for one config file           run*  faces, daemon
+                           (``config.snapshot``; *: the default run dir)
 ``jobs.jsonl``             the job ledger (``statedir.ledger``)                   run   prolog, epilog
 ``jobs/<id>.json``         one job's counters at its start (its baseline)         run   prolog
 ``xid-events.json``        XID events of this boot and the kmsg position          run   XID follower, probe
@@ -27,6 +31,12 @@ file                       what                                                 
 ``slurm-observe.json``     observe mode: the would-be drain, would-be counts      kept  faces, daemon
 ``reboots.json``           the reboots asked per check (``[slurm] reboot``)       kept  faces, daemon
 =========================  =====================================================  ====  ==================
+
+A ``.marshal`` file is written in the same call as its JSON file, after it, from the same value
+(``strictjson.dumps_marshal``); only the prolog's fast path reads it, so it imports no ``json``. The
+fast path's settings are found from the config file's path alone (it reads no TOML), so they are
+kept in the default run dir (``[paths] state_dir``'s default, ``config.lean``), whatever the config
+sets: ``snapshot_path``.
 
 Each JSON file ``F`` is written atomically (``statedir.files``) and serialised by ``F.lock``
 beside it. A new file that must outlive a boot is one name here and one entry of
@@ -42,6 +52,10 @@ if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every 
     from typing import Any, Optional
 
 DAEMON_STATE = "daemon-state.json"
+DAEMON_STATE_MARSHAL = "daemon-state.marshal"  # the verdict for the prolog's fast path (no json there)
+COUNTERS_MARSHAL = "gpu-counters.marshal"  # the latest counters for the fast path's job baseline
+SNAPSHOT_PREFIX, SNAPSHOT_FORM = "prolog-", "marshal"  # the fast path's settings per config file
+SNAPSHOT_NAME_MAX = 240  # a longer name (a config path that long) gets no snapshot: the cold path runs
 SLURM_STATE = "slurm-state.json"
 COUNTERS = "gpu-counters.json"
 LEDGER = "jobs.jsonl"
@@ -87,6 +101,15 @@ def earlier_path(paths: Any, name: str) -> Optional[str]:
         return None
     old = os.path.join(str(paths.state_dir), name)
     return None if os.path.abspath(old) == os.path.abspath(path_for(paths, name)) else old
+
+
+def snapshot_path(run_dir: str, config_path: str) -> Optional[str]:
+    """``<run_dir>/prolog-<config path, percent-escaped>.marshal``: the prolog's fast-path settings
+    made from the config file ``config_path`` (``nodehealth.config.snapshot``); None when the name
+    would be too long."""
+    name = config_path.strip("/").replace("%", "%25").replace("/", "%2F")
+    name = f"{SNAPSHOT_PREFIX}{name}.{SNAPSHOT_FORM}"
+    return os.path.join(run_dir, name) if len(name) <= SNAPSHOT_NAME_MAX else None
 
 
 # Slurm's job ids are 32-bit (slurm.h: uint32_t job_id); NO_VAL (0xfffffffe) and INFINITE

@@ -20,16 +20,17 @@ readers, so later versions may add keys. A line that is not a whole record (torn
 write on a full disk, junk) is skipped by readers and dropped by the next compaction; the
 append after a torn record starts on a new line, so the two are never glued together.
 
-Standard library only (``json``), and no ``dataclasses``/``typing``/``collections`` at run time: the prolog's fast path
-appends through ``append``.
+Standard library only, and no ``json``, ``dataclasses``, ``typing`` or ``collections`` at import time: the prolog's
+fast path appends through ``append``, which encodes its record with ``strictjson.dumps_small`` (``json`` is
+imported by a read or a compaction).
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 from nodehealth.statedir import files, layout
+from nodehealth.statedir.strictjson import dumps_small
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class JobRecord(_Record):
         }
 
     def line(self) -> str:
+        import json
+
         return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
 
 
@@ -262,7 +265,7 @@ def append(
         return "not appended: the record's job id is not a Slurm job id"
     files.require_state_dir(state_dir)
     path = layout.path(state_dir, FILE_NAME)
-    line = files.dumps(dict(record), compact=True) + "\n"
+    line = dumps_small(dict(record)) + "\n"
     with files.locked(path, lock_timeout_s) as got:
         size = files.append_line(path, line, files.STATE_FILE_MODE)
         if not got:

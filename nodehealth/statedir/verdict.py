@@ -1,10 +1,13 @@
 """The daemon's verdict as the prolog reads it: ``<state_dir>/daemon-state.json``.
 
-The daemon writes this file atomically after every round (temp file, fsync, rename; see
-``nodehealth.daemon``). The prolog's fast path reads it here and decides without touching
-NVML. This module is the whole of that fast path: it imports only ``os`` and ``files`` (no
-pynvml, psutil, prometheus_client, not even ``dataclasses`` or ``typing``), so reading a
-fresh verdict costs well under a millisecond on top of the interpreter's start-up.
+The daemon writes this file atomically after every round (temp file, fsync, rename; ``write``),
+and in the same call, after it, the same value in ``marshal`` form (``daemon-state.marshal``,
+``strictjson.dumps_marshal``): the JSON is the source of truth for every other reader, the
+marshal form is the prolog's fast path's (``read(..., form="marshal")``), so that path imports
+no ``json`` (nor the ``re`` it pulls in). Both forms are judged by the same rules below. This
+module imports only ``os``, ``time`` and ``files`` (no pynvml, psutil, prometheus_client, not
+even ``dataclasses`` or ``typing``), so reading a fresh verdict costs well under a millisecond on
+top of the interpreter's start-up.
 
 File format (version 1), one JSON object::
 
@@ -16,7 +19,8 @@ File format (version 1), one JSON object::
 ``read`` returns ``(DaemonState, "fresh")`` or ``(None, why)`` where ``why`` says which rule
 failed: a state dir that is not safe (``files.check_dir``: another owner, writable by others,
 a symlink), missing, unreadable (a symlink in its place is not followed), corrupt or partial
-(not strict JSON: a truncated file, NaN or infinite numbers, deep nesting), wrong kind or
+(not strict JSON, or not a strict marshal value: a truncated file, NaN or infinite numbers, deep
+nesting, a type JSON has not), wrong kind or
 version, another boot, too old (a NaN age or limit is too old), written in the future, XID
 follower not alive. The caller then runs its cold path and logs ``why``; nothing here raises.
 """
@@ -27,12 +31,14 @@ import os
 import time
 
 from nodehealth.statedir import files, layout
+from nodehealth.statedir.strictjson import dumps_marshal, parse_marshal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing import at run time: the fast path pays for every module
     from typing import Any, Optional, Union
 
 FILE_NAME = layout.DAEMON_STATE
+FORMS = {"json": layout.DAEMON_STATE, "marshal": layout.DAEMON_STATE_MARSHAL}
 KIND = "nodehealth-daemon-state"
 VERSION = 1
 MAX_BYTES = 4 << 20  # a report is a few KiB; anything this large is not ours
@@ -74,8 +80,8 @@ class DaemonState:
         return f"DaemonState(status={self.status}, age_s={self.age_s:.1f}, xid={self.xid_follower}, round={self.round})"
 
 
-def path_in(state_dir: str) -> str:
-    return layout.path(state_dir, FILE_NAME)
+def path_in(state_dir: str, form: str = "json") -> str:
+    return layout.path(state_dir, FORMS[form])
 
 
 def read(
@@ -86,8 +92,12 @@ def read(
     require_xid: bool = True,
     procfs_root: str = layout.PROCFS_ROOT,
     pid_root: str = "/proc",
+    form: str = "json",
 ) -> tuple[Optional[DaemonState], str]:
     """The daemon's verdict if it may be used now, else ``(None, why)``.
+
+    ``form``: ``"json"`` (``daemon-state.json``) or ``"marshal"`` (the fast path's
+    ``daemon-state.marshal``, the same value), judged alike.
 
     ``boot_id``: this boot's id (read under ``procfs_root`` when None); a verdict from another
     boot is never used. ``require_xid``: the XID follower must have been alive when the
@@ -97,7 +107,7 @@ def read(
     since boot, ``/proc/<pid>/stat``) are in the file and are checked under ``pid_root`` (one
     small read), so a dead daemon's verdict is never trusted, however young.
     """
-    path = path_in(state_dir)
+    path = path_in(state_dir, form)
     unsafe = files.check_dir(state_dir)
     if unsafe:
         if not os.path.lexists(state_dir):
@@ -111,7 +121,7 @@ def read(
     if not data.strip():
         return None, f"daemon state {path} is empty (partial write?)"
     try:
-        raw = files.parse_json(data)
+        raw = files.parse_json(data) if form == "json" else parse_marshal(data)
     except ValueError as exc:  # UnicodeDecodeError is a ValueError too; NaN, 1e400, deep nesting
         return None, f"daemon state {path} is corrupt or partial: {str(exc)[:200]}"
     if not isinstance(raw, dict) or raw.get("kind") != KIND:
@@ -200,3 +210,10 @@ def encode(
         "report": report,
     }
     return files.dumps(obj, compact=True) + "\n"
+
+
+def write(state_dir: str, text: str) -> None:
+    """Write ``encode``'s ``text`` as the verdict (``files.write_state``: the state dir checked
+    first, the file 0600), then the same value in marshal form for the fast path; raises OSError."""
+    files.write_state(state_dir, path_in(state_dir), text)
+    files.write_state(state_dir, path_in(state_dir, "marshal"), dumps_marshal(text))
