@@ -34,7 +34,7 @@ print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
 """
 
 # Third-party and heavy standard-library modules neither path may load. pynvml stays in the NVML
-# probe's child; prometheus_client is the daemon's; hostlist is the config loader's ([[override]]).
+# probe's child; prometheus_client is the daemon's.
 NEVER = ("pynvml", "prometheus_client", "nodehealth_sim.validation", "nodehealth.metrics", "nodehealth.daemon")
 
 # `import nodehealth.cli`: the parser's frame and the exit codes; each command is imported when it runs.
@@ -93,6 +93,7 @@ PROLOG_ALLOWED = (
     "nodehealth_sim.",
 )
 PROLOG_NEVER = NEVER + (
+    "psutil",  # the memory probe reads /proc/meminfo itself
     "nodehealth.checks.nccl_selftest",  # a check the prolog does not run is not imported
     "nodehealth.checks.job_forensics",
     "nodehealth.observations.nccl",

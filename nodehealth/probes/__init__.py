@@ -106,7 +106,7 @@ def _node_jobs(ctx: ProbeContext, timeout_s: float) -> Any:
 def _memory(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import host
 
-    return host.memory()
+    return host.memory(ctx.config.paths.procfs_root)
 
 
 def _mounts(ctx: ProbeContext, timeout_s: float) -> Any:

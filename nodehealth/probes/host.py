@@ -1,4 +1,4 @@
-"""Host probes: memory (psutil), mounts (procfs + statvfs), shared-directory round trips, InfiniBand (sysfs).
+"""Host probes: memory (/proc/meminfo), mounts (procfs + statvfs), shared-directory round trips, InfiniBand.
 
 Anything that can touch a network file system (``statvfs``, the write/fsync/read/delete
 round trip) runs in a killable child (``nodehealth.platform.child``): a hung NFS or Lustre
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -29,8 +27,41 @@ from nodehealth.platform import child
 # --------------------------------------------------------------------------- memory
 
 
-def memory() -> Union[MemoryObservation, ProbeError]:
-    """Physical and available memory (MemAvailable) and swap, from psutil."""
+_MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
+
+
+def parse_meminfo(text: str) -> Optional[MemoryObservation]:
+    """``/proc/meminfo`` (proc(5): ``MemTotal:  16303428 kB``) -> the observation; None when a key is missing
+    (``MemAvailable`` came with Linux 3.14) or not a number of kB. Swap used is total minus free, as psutil
+    counts it."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        if sep and key in _MEMINFO_KEYS:
+            parts = rest.split()
+            if len(parts) != 2 or parts[1] != "kB" or not parts[0].isdigit():
+                return None
+            found[key] = int(parts[0]) * 1024
+    if len(found) != len(_MEMINFO_KEYS):
+        return None
+    return MemoryObservation(
+        total_bytes=found["MemTotal"],
+        available_bytes=found["MemAvailable"],
+        swap_total_bytes=found["SwapTotal"],
+        swap_used_bytes=max(0, found["SwapTotal"] - found["SwapFree"]),
+    )
+
+
+def memory(procfs_root: str = "/proc") -> Union[MemoryObservation, ProbeError]:
+    """Physical and available memory (MemAvailable) and swap: ``<procfs_root>/meminfo`` read directly (no
+    psutil import on a prolog's path), psutil where that file lacks what is needed (a kernel before 3.14)."""
+    try:
+        with open(os.path.join(procfs_root, "meminfo"), encoding="ascii", errors="replace") as f:
+            parsed = parse_meminfo(f.read(1 << 16))
+    except OSError:
+        parsed = None
+    if parsed is not None:
+        return parsed
     try:
         import psutil
     except ImportError as exc:  # pragma: no cover - psutil is a dependency
@@ -201,8 +232,10 @@ ROUND_TRIP_PREFIX = ".nodehealth-roundtrip-"
 
 def round_trip_name() -> str:
     """A file name no other node, process or run will use: hostname, pid and 64 random bits."""
-    host = socket.gethostname().split(".")[0] or "host"
-    return f"{ROUND_TRIP_PREFIX}{host}-{os.getpid()}-{secrets.token_hex(8)}"
+    # os.uname() and os.urandom are what socket.gethostname() and secrets.token_hex() read, without
+    # importing socket and hashlib (OpenSSL) on every prolog's path.
+    host = os.uname().nodename.split(".")[0] or "host"
+    return f"{ROUND_TRIP_PREFIX}{host}-{os.getpid()}-{os.urandom(8).hex()}"
 
 
 def _round_trip(path: str, name: str) -> Callable[[], Optional[str]]:
