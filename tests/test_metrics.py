@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from test_daemon_util import ROOT, SCENARIOS, sample
 
 from nodehealth import registry, runner
 from nodehealth.config import loader as config
-from nodehealth.metrics import NodeMetrics, SlurmView, budget, probe_timeouts, textfile_path, write_textfile
+from nodehealth.metrics import NodeMetrics, SlurmView, budget, exposition, probe_timeouts, textfile_path, write_textfile
 from nodehealth.metrics.families import BY_NAME, COUNTER, FAMILIES, GAUGE, GPU, INFO, Family, new, one
 from nodehealth.metrics.family import row
 from nodehealth.metrics.renderers import GPU_VALUES
@@ -594,8 +595,8 @@ def test_the_live_tail_is_cached_between_rounds():
     now = [1000.0]
     m = NodeMetrics("gpu001", monotonic=lambda: now[0])
     reads = []
-    real = m.process.collect
-    m.process.collect = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
+    real = m.process.families
+    m.process.families = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
     first = m.payload()
     assert m.payload() == first and len(reads) == 1  # no /proc read, no rendering
     zipped = m.payload_gzip()
@@ -609,3 +610,64 @@ def test_the_live_tail_is_cached_between_rounds():
     assert b"nodehealth_round_running_seconds" in m.payload()
     m.set_config("/etc/nodehealth/nodehealth.toml", "syntax", "last_validated")
     assert sample(m.payload().decode(), "nodehealth_config_valid", error="syntax") == 0
+
+
+# ----------------------------------------------------------------------------- our text format
+
+
+def test_the_page_is_what_prometheus_client_writes():
+    """exposition.render writes byte for byte what prometheus_client's generate_latest writes for the
+    same families (the daemon no longer imports it), values and escapes included."""
+    pc = pytest.importorskip("prometheus_client")
+    from prometheus_client.core import Metric as PcMetric
+
+    m = _metrics("v100-retired-pages-pending", detail=True)
+    ours = list(m.families())
+    odd = new("nodehealth_config_valid")
+    odd.add(['/etc/a "b"\\c\nd', "none"], 1)
+    ours += [odd, one("nodehealth_rounds_total", 12345678.0), one("nodehealth_round_duration_seconds", float("nan"))]
+    ours += [one("nodehealth_start_time_seconds", float("inf")), one("nodehealth_nvml_devices", 1e-7)]
+
+    class Registry:
+        def collect(self):
+            for f in ours:
+                theirs = PcMetric(f.name, f.documentation, f.type, f.unit)
+                for s in f.samples:
+                    theirs.add_sample(s.name, s.labels, s.value)
+                yield theirs
+
+    assert exposition.render(ours) == pc.generate_latest(Registry())
+
+
+def test_the_process_figures_are_prometheus_clients(tmp_path):
+    pc = pytest.importorskip("prometheus_client")
+    theirs = pc.CollectorRegistry()
+    pc.ProcessCollector(registry=theirs)
+    ours = {f.name for f in exposition.Process().families()}
+    names = {s.name for fam in theirs.collect() for s in fam.samples}
+    assert (
+        {f"{n}_total" if n.endswith("cpu_seconds") else n for n in ours}
+        == names
+        == {
+            "process_virtual_memory_bytes",
+            "process_resident_memory_bytes",
+            "process_start_time_seconds",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+            "process_max_fds",
+        }
+    )
+    assert len(names) == budget.PROCESS_SERIES
+    text = exposition.render(exposition.Process().families()).decode()
+    assert sample(text, "process_resident_memory_bytes") > 1 << 20
+    assert exposition.Process(proc=str(tmp_path)).families() == []  # no /proc: no process_* (as theirs)
+
+
+def test_the_daemons_metrics_import_no_prometheus_client():
+    code = (
+        "import sys; import nodehealth.metrics, nodehealth.daemon.core; "
+        "m = nodehealth.metrics.NodeMetrics('n'); m.payload(); m.payload_gzip(); "
+        "print(sorted(x for x in sys.modules if x.split('.')[0] in ('prometheus_client', 'ssl', 'http', 'email')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -1,13 +1,16 @@
 """Prometheus metrics: what the daemon publishes on ``/metrics`` and in its textfile.
 
-* ``families``: the table of every family (name, type, labels, help, unit); docs/metrics.md
-  is generated from it.
+* ``families``: the table of every family (name, type, labels, help, unit, what the default
+  page carries of it: ``family``); docs/metrics.md is generated from it.
 * ``renderers``: a round's Report and NVML snapshot as families of the table.
 * ``node``: ``NodeMetrics``, the daemon's state rendered once per change, and ``SlurmView``.
 * ``textfile``: the node_exporter textfile, written atomically.
 
-Everything comes from one ``CollectorRegistry`` per ``NodeMetrics`` (no global default
-collectors; the daemon adds ``ProcessCollector``, which reads ``/proc/self``, by choice).
+* ``exposition``: the text format and the ``process_*`` figures (read from ``/proc/self``),
+  written by us: the daemon does not import prometheus_client (12 MiB of its memory).
+* ``budget``: the series budget, counted from the table.
+
+Everything comes from the families ``NodeMetrics`` renders (no global default collectors).
 Names follow ``nodehealth_<area>_<thing>_<unit>``.
 
 Adding a metric: a row in ``families.FAMILIES`` and the line that gives its value (for a

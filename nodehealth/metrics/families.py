@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from prometheus_client.core import Metric
-
+from nodehealth.metrics.exposition import Metric
 from nodehealth.metrics.family import COUNTER, GAUGE, GPU, INFO, Family, row
 from nodehealth.metrics.gpu_table import GPU_FAMILIES, NVLINK_COUNTERS, THROTTLE_REASONS
 

@@ -18,11 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.utils import floatToGoString
-
 from nodehealth import __version__
+from nodehealth.metrics.exposition import Metric, Process, go_float, render
 from nodehealth.metrics.families import new, one
 from nodehealth.metrics.renderers import b, gpu_families, job_family, probe_timeouts, report_families
 from nodehealth.model import Report
@@ -89,12 +86,7 @@ class NodeMetrics:
         self.state_write_errors = 0
         self.state_written_at: Optional[float] = None
         self.started_at = clock()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collect(self.families))
-        self.process: Optional[CollectorRegistry] = None
-        if process:
-            self.process = CollectorRegistry(auto_describe=False)
-            ProcessCollector(registry=self.process)
+        self.process = Process() if process else None
         self._payload: Optional[bytes] = None
         self._payload_gz: Optional[tuple[bytes, bytes]] = None
         self._config_text: Optional[bytes] = None  # the config families, rendered at a change
@@ -102,7 +94,7 @@ class NodeMetrics:
         self._tail: tuple[Optional[float], bytes, bytes] = (None, b"", b"")  # round started, config, process
         self._tail_text: Optional[bytes] = None
         self._tail_gz: Optional[tuple[bytes, bytes]] = None
-        self._running_head = generate_latest(_Registry([one("nodehealth_round_running_seconds", 0.0)]))
+        self._running_head = render([one("nodehealth_round_running_seconds", 0.0)])
 
     # ------------------------------------------------------------------ updates
 
@@ -200,7 +192,7 @@ class NodeMetrics:
         tail = self._live()
         with self._lock:
             if self._payload is None:
-                self._payload = generate_latest(self.registry)
+                self._payload = render(list(self.families()))
             return self._payload + tail
 
     def payload_gzip(self) -> bytes:
@@ -209,7 +201,7 @@ class NodeMetrics:
         tail = self._live()
         with self._lock:
             if self._payload is None:
-                self._payload = generate_latest(self.registry)
+                self._payload = render(list(self.families()))
             if self._payload_gz is None or self._payload_gz[0] is not self._payload:
                 self._payload_gz = (self._payload, gzip.compress(self._payload, compresslevel=6, mtime=0))
             if self._tail_gz is None or self._tail_gz[0] is not tail:
@@ -224,24 +216,24 @@ class NodeMetrics:
         now = self.monotonic()
         process = None
         if self.process is not None and now - self._process_at >= PROCESS_EVERY_S:
-            process = generate_latest(self.process)  # outside the lock: it reads /proc
+            process = render(self.process.families())  # outside the lock: it reads /proc
         with self._lock:
             if process is not None:
                 self._process_text, self._process_at = process, now
             if self._config_text is None:
-                self._config_text = generate_latest(_Registry(self._config_families()))
+                self._config_text = render(list(self._config_families()))
             started, last = self.round_started, self._tail
             same = last[1] is self._config_text and last[2] is self._process_text
             if self._tail_text is None or started is not None or last[0] is not None or not same:
                 running = max(0.0, self.clock() - started) if started is not None else 0.0
                 head = self._running_head
-                text = head[: head.rindex(b" ") + 1] + floatToGoString(running).encode() + b"\n"
+                text = head[: head.rindex(b" ") + 1] + go_float(running).encode() + b"\n"
                 self._tail = (started, self._config_text, self._process_text)
                 self._tail_text = text + self._config_text + self._process_text
             return self._tail_text
 
     def families(self) -> Iterator[Metric]:
-        """Called by generate_latest with the lock held (from payload)."""
+        """Called with the lock held (from payload)."""
         build = new("nodehealth_build_info")
         build.add([__version__, self.node, "daemon"], 1)
         yield build
@@ -313,23 +305,3 @@ class NodeMetrics:
             in_use = new("nodehealth_config_in_use_info")
             in_use.add([using], 1)
             yield from (valid, in_use)
-
-
-class _Registry:
-    """A fixed list of families, as generate_latest takes a registry."""
-
-    def __init__(self, metrics: Any) -> None:
-        self.metrics = list(metrics)
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.metrics)
-
-
-class _Collect:
-    """Adapts a generator function to the registry's collector interface."""
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(list(self.fn()))

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-from prometheus_client.core import Metric
-
+from nodehealth.metrics.exposition import Metric
 from nodehealth.metrics.families import FAMILIES, GPU, NVLINK_COUNTERS, THROTTLE_REASONS, Series, new, one
 from nodehealth.model import Report, Status
 from nodehealth.observations import GpuObservation, NvmlSnapshot, Observations, ProbeError
