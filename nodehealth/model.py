@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Optional, Sequence
 
 from nodehealth.observations.action import Action as Action
+from nodehealth.observations.record import record
 
 
 class Status(enum.IntEnum):
@@ -36,7 +37,7 @@ def worst_action(actions: Sequence[Action]) -> Action:
     return max(actions, key=lambda a: a.rank, default=Action.NONE)
 
 
-@dataclass(frozen=True)
+@record
 class CheckResult:
     """The verdict of one check on this node.
 
@@ -66,7 +67,7 @@ class CheckResult:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """One problem (or fact) a check found, before it is folded into a CheckResult."""
 
@@ -134,7 +135,7 @@ def fold(
     )
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     """The outcome of one run of the checks on one node, in registry order."""
 

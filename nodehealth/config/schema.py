@@ -8,12 +8,13 @@ reads take their default, bounds and choices from ``nodehealth.config.lean.KEYS`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from dataclasses import field, fields
 from typing import Any, Mapping, Union
 
 from nodehealth.checks.base import CheckSettings, setting
 from nodehealth.config import lean
+from nodehealth.observations.record import record
 from nodehealth.registry import BY_NAME, CHECKS, PHASES
 from nodehealth.statedir import layout
 
@@ -28,7 +29,7 @@ def _lean(key: str, doc: str, unit: str = "") -> Any:
 _BUDGET_MIN, _BUDGET_MAX = lean.BY_KEY["phases.prolog.budget_s"][4:6]
 
 
-@dataclass(frozen=True)
+@record
 class PhaseSettings:
     budget_s: float = setting(
         30.0, "total time for one run of this phase's checks", unit="s", min=_BUDGET_MIN, max=_BUDGET_MAX
@@ -42,7 +43,7 @@ def _phase(budget: float) -> Any:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Phases:
     """The phases, in order, and their budgets (``[phases.<name>]``). A face runs one phase;
     keep the prolog's well under Slurm's PrologEpilogTimeout."""
@@ -58,7 +59,7 @@ if tuple(f.name for f in fields(Phases)) != PHASES:  # one field per phase the r
     raise AssertionError(f"config.schema.Phases {[f.name for f in fields(Phases)]} != registry.PHASES {PHASES}")
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     unknown: str = _lean(
         "policy.unknown",
@@ -67,7 +68,7 @@ class Policy:
     )
 
 
-@dataclass(frozen=True)
+@record
 class GpuSettings:
     expected_count: Union[int, str] = setting(
         "auto",
@@ -78,7 +79,7 @@ class GpuSettings:
     )
 
 
-@dataclass(frozen=True)
+@record
 class NvmlSettings:
     simulate: str = setting(
         "",
@@ -103,7 +104,7 @@ class NvmlSettings:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Paths:
     sysfs_root: str = setting("/sys", "root of sysfs (PCI devices, InfiniBand ports)")
     procfs_root: str = _lean("paths.procfs_root", "root of procfs (mounts, this boot's id)")
@@ -120,7 +121,7 @@ class Paths:
     )
 
 
-@dataclass(frozen=True)
+@record
 class SlurmSettings:
     scontrol: str = setting("/usr/bin/scontrol", "absolute path of scontrol (Slurm faces run with no PATH)")
     timeout_s: float = _lean("slurm.timeout_s", "deadline for one scontrol call", unit="s")
@@ -165,7 +166,7 @@ class SlurmSettings:
     )
 
 
-@dataclass(frozen=True)
+@record
 class DrainSettings:
     """[drain]: when the Slurm faces take a node out of service."""
 
@@ -188,7 +189,7 @@ class DrainSettings:
     reason_max_len: int = setting(200, "longest drain reason written to Slurm", unit="chars", min=40, max=1000)
 
 
-@dataclass(frozen=True)
+@record
 class ResumeSettings:
     """[resume]: when a node nodehealth drained goes back into service (health check face)."""
 
@@ -229,7 +230,7 @@ class ResumeSettings:
     )
 
 
-@dataclass(frozen=True)
+@record
 class LedgerSettings:
     """[ledger]: the job ledger the prolog and epilog append to (docs/operations.md)."""
 
@@ -237,7 +238,7 @@ class LedgerSettings:
     max_bytes: int = _lean("ledger.max_bytes", "size at which the ledger is compacted to its newest half", unit="bytes")
 
 
-@dataclass(frozen=True)
+@record
 class DaemonSettings:
     """[daemon]: the long-running watcher (``nodehealth daemon``, docs/daemon.md)."""
 
@@ -346,7 +347,7 @@ def default_checks() -> dict[str, CheckSettings]:
     return CheckTable()
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """The effective configuration for one node."""
 

@@ -8,9 +8,10 @@ Units are in the field names (``_c`` degrees Celsius, ``_w`` watts, ``_bytes``, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Union
 
+from nodehealth.observations.record import record
 from nodehealth.observations.slurm import NodeInfo
 from nodehealth.observations.xid import XidEvent
 
@@ -38,7 +39,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@record
 class ProbeError:
     """A probe could not produce its observation.
 
@@ -55,7 +56,7 @@ class ProbeError:
 # --------------------------------------------------------------------------- NVML
 
 
-@dataclass(frozen=True)
+@record
 class FieldError:
     """An NVML call on one GPU failed with something other than "not supported".
 
@@ -68,7 +69,7 @@ class FieldError:
     message: str
 
 
-@dataclass(frozen=True)
+@record
 class EccCounts:
     """Total ECC error counts (NVML ``nvmlDeviceGetTotalEccErrors``); None = not supported."""
 
@@ -78,7 +79,7 @@ class EccCounts:
     aggregate_uncorrected: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@record
 class RemappedRows:
     """Row remapping state (Ampere and later, ``nvmlDeviceGetRemappedRows``)."""
 
@@ -88,7 +89,7 @@ class RemappedRows:
     failure: bool  # a remap failed: the GPU needs hardware inspection
 
 
-@dataclass(frozen=True)
+@record
 class NvLink:
     """One NVLink: state and its data-link error counters (None = counter not supported)."""
 
@@ -100,13 +101,13 @@ class NvLink:
     crc_data: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@record
 class GpuProcess:
     pid: int
     used_memory_bytes: Optional[int] = None
 
 
-@dataclass(frozen=True)
+@record
 class GpuObservation:
     """Everything the NVML probe read from one GPU."""
 
@@ -156,7 +157,7 @@ class GpuObservation:
         return f"GPU {self.index}"
 
 
-@dataclass(frozen=True)
+@record
 class NvmlSnapshot:
     """The NVML probe's view of the node.
 
@@ -184,7 +185,7 @@ class NvmlSnapshot:
 # --------------------------------------------------------------------------- PCI and Slurm
 
 
-@dataclass(frozen=True)
+@record
 class PciGpus:
     """NVIDIA GPUs present on the PCI bus (sysfs vendor 0x10de, display/3D class)."""
 
@@ -196,7 +197,7 @@ class PciGpus:
 SlurmNode = NodeInfo
 
 
-@dataclass(frozen=True)
+@record
 class JobObservation:
     """The Slurm job a prolog or epilog runs for, as this node knows it (no Slurm call)."""
 
@@ -211,7 +212,7 @@ class JobObservation:
 # --------------------------------------------------------------------------- host
 
 
-@dataclass(frozen=True)
+@record
 class MemoryObservation:
     total_bytes: int
     available_bytes: int
@@ -219,7 +220,7 @@ class MemoryObservation:
     swap_used_bytes: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class MountObservation:
     """One configured mount point as found on the node."""
 
@@ -233,7 +234,7 @@ class MountObservation:
     error: Optional[str] = None  # statvfs failed or did not answer in time
 
 
-@dataclass(frozen=True)
+@record
 class SharedDirObservation:
     """A write/fsync/read/delete round trip in one shared directory."""
 
@@ -244,7 +245,7 @@ class SharedDirObservation:
     error: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@record
 class IbPort:
     """One InfiniBand (or RoCE) port from /sys/class/infiniband/<dev>/ports/<n>/."""
 
@@ -278,7 +279,7 @@ class JobLedgerEntry(Protocol):
     def gpus(self) -> Optional[tuple[int, ...]]: ...
 
 
-@dataclass(frozen=True)
+@record
 class XidRecord:
     """One XID event kept in the per-boot event store.
 
@@ -294,7 +295,7 @@ class XidRecord:
     current_boot: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class XidObservation:
     """The XID events this node has had, from the event store after reading the kernel log.
 
@@ -320,7 +321,7 @@ class XidObservation:
 # --------------------------------------------------------------------------- the bundle
 
 
-@dataclass(frozen=True)
+@record
 class Observations:
     """Everything the probes gathered for one run. ``None``: that probe was not needed."""
 
@@ -337,7 +338,7 @@ class Observations:
     nccl: Union[NcclObservation, ProbeError, None] = None
 
 
-@dataclass(frozen=True)
+@record
 class NodeJobs:
     """Which Slurm jobs run on this node now, as the node itself knows (no Slurm call).
 

@@ -8,8 +8,10 @@ JSON) into a ``PerfResult``; ``transport.classify`` turns an ``NCCL_DEBUG=INFO``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping, Optional
+
+from nodehealth.observations.record import record
 
 
 class ParseError(ValueError):
@@ -20,7 +22,7 @@ class ParseError(ValueError):
         self.line = line
 
 
-@dataclass(frozen=True)
+@record
 class PerfRow:
     """One size row of an nccl-tests table (out-of-place, then in-place columns)."""
 
@@ -38,7 +40,7 @@ class PerfRow:
     ip_wrong: Optional[int]
 
 
-@dataclass(frozen=True)
+@record
 class PerfResult:
     """One nccl-tests run.
 
@@ -66,7 +68,7 @@ class PerfResult:
         return max(self.rows, key=lambda r: r.size_bytes) if self.rows else None
 
 
-@dataclass(frozen=True)
+@record
 class TransportResult:
     """What carried NCCL's traffic, from an NCCL_DEBUG=INFO log.
 
@@ -89,7 +91,7 @@ class TransportResult:
 # --------------------------------------------------------------------------- NCCL self-test
 
 
-@dataclass(frozen=True)
+@record
 class NcclRun:
     """One all-reduce run of the NCCL self-test in one mode (``nvlink`` or ``ib_loopback``).
 
@@ -123,7 +125,7 @@ class NcclRun:
     setup_kind: str = ""  # "missing" (not installed: SKIPPED) or "config" (configured wrong: UNKNOWN)
 
 
-@dataclass(frozen=True)
+@record
 class NcclObservation:
     """The NCCL self-test's runs, in the order they ran."""
 

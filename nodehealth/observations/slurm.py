@@ -9,8 +9,10 @@ The ``slurm_node`` probe's observation, the Slurm client's answer, the policy's 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping, Optional
+
+from nodehealth.observations.record import record
 
 _OURS = re.compile(r"\s*(?:nh:[a-z][a-z0-9]{0,15}(?: |$)|nodehealth:)")
 
@@ -88,7 +90,7 @@ HANDS_OFF_FLAGS = frozenset(
 _REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
 
 
-@dataclass(frozen=True)
+@record
 class NodeState:
     """A Slurm node state split into its base state and its flags (upper case)."""
 
@@ -145,7 +147,7 @@ def parse_state(text: str) -> NodeState:
     return NodeState(raw, base, frozenset(flags))
 
 
-@dataclass(frozen=True)
+@record
 class Reason:
     """A Slurm node reason: free text and the ``[user@time]`` suffix Slurm adds."""
 
@@ -171,7 +173,7 @@ def parse_reason(full: Optional[str]) -> Optional[Reason]:
     return Reason(full, full)
 
 
-@dataclass(frozen=True)
+@record
 class NodeInfo:
     """One node as ``scontrol show node -o`` (or sinfo) describes it."""
 

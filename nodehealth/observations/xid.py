@@ -8,10 +8,10 @@ Pure data, no I/O. The parser (``nodehealth.xid.parse``) fills in what the line 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from nodehealth.observations.action import Action
+from nodehealth.observations.record import record
 from nodehealth.observations.text import MAX_FIELD_CHARS, MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 KIND_XID = "xid"
@@ -43,7 +43,7 @@ class Severity(str, enum.Enum):
             raise ValueError(f"unknown severity {text!r} (expected one of: {allowed})") from None
 
 
-@dataclass(frozen=True)
+@record
 class XidEvent:
     """One GPU fault reported in the kernel log.
 

@@ -1,0 +1,99 @@
+"""``record``: a frozen dataclass that costs about a third of ``@dataclass(frozen=True)`` to define.
+
+``dataclasses`` writes each class its own ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
+``__setattr__`` and ``__delattr__`` as source text and compiles it: about a millisecond a class, and
+the cold path defines some sixty of them before it judges anything (docs/performance.md, "Import
+budget"). ``record`` lets ``dataclasses`` do the rest (fields, defaults, ``fields()``, ``replace()``,
+``asdict()``, frozen assignment) and gives the four value methods as shared functions that read the
+class's fields, with the same behaviour: positional and keyword arguments, defaults and
+``default_factory``, the same ``repr`` (fields with ``repr=False`` left out), ``==`` between two
+instances of the very same class over the fields with ``compare=True``, and the hash of those.
+A ``@dataclass(frozen=True)`` subclass of a record is an ordinary frozen dataclass.
+Standard library only: ``observations`` imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+_T = TypeVar("_T")
+_MISSING = dataclasses.MISSING
+
+
+def _init(cls: type) -> Callable[..., None]:
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields if f.init)
+    # name -> (default value or _MISSING, default factory or _MISSING), in field order
+    defaults = {f.name: (f.default, f.default_factory) for f in fields}
+    later = tuple(f.name for f in fields if not f.init)  # fields set from their default only
+    title = cls.__qualname__
+    put = object.__setattr__
+
+    def value(name: str) -> Any:
+        default, factory = defaults[name]
+        if factory is not _MISSING:
+            return factory()
+        if default is not _MISSING:
+            return default
+        raise TypeError(f"{title}.__init__() missing 1 required argument: {name!r}")
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > len(names):
+            raise TypeError(
+                f"{title}.__init__() takes {len(names) + 1} positional arguments but {len(args) + 1} were given"
+            )
+        for name, arg in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{title}.__init__() got multiple values for argument {name!r}")
+            put(self, name, arg)
+        for name in names[len(args) :]:
+            put(self, name, kwargs.pop(name) if name in kwargs else value(name))
+        if kwargs:
+            raise TypeError(f"{title}.__init__() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        for name in later:
+            put(self, name, value(name))
+
+    return __init__
+
+
+def _value_methods(cls: type) -> None:
+    fields = dataclasses.fields(cls)
+    shown = tuple(f.name for f in fields if f.repr)
+    compared = tuple(f.name for f in fields if f.compare)
+    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+
+    def __repr__(self: Any) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
+        return f"{type(self).__qualname__}({inner})"
+
+    def __eq__(self: Any, other: Any) -> Any:
+        if other.__class__ is self.__class__:
+            return tuple(getattr(self, n) for n in compared) == tuple(getattr(other, n) for n in compared)
+        return NotImplemented
+
+    def __hash__(self: Any) -> int:
+        return hash(tuple(getattr(self, n) for n in hashed))
+
+    for name, fn in (("__repr__", __repr__), ("__eq__", __eq__), ("__hash__", __hash__)):
+        fn.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, fn)
+
+
+def _record(cls: type[_T]) -> type[_T]:
+    made = dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(cls)
+    init = _init(made)
+    init.__qualname__ = f"{made.__qualname__}.__init__"
+    made.__init__ = init  # type: ignore[method-assign]
+    _value_methods(made)
+    return made
+
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+
+    @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
+    def record(cls: type[_T]) -> type[_T]: ...
+
+else:
+    record = _record

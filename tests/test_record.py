@@ -1,0 +1,89 @@
+"""``observations.record`` behaves as ``@dataclass(frozen=True)`` does, for the price of fewer compiled methods."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any, Callable, Optional
+
+import pytest
+
+from nodehealth.observations.record import record
+
+
+@record
+class Rec:
+    """A record."""
+
+    a: int
+    b: Optional[int] = None
+    c: tuple[int, ...] = dataclasses.field(default_factory=tuple)
+    d: str = dataclasses.field(default="", compare=False)
+    e: str = dataclasses.field(default="hidden", repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dc:
+    """The same fields as an ordinary frozen dataclass."""
+
+    a: int
+    b: Optional[int] = None
+    c: tuple[int, ...] = dataclasses.field(default_factory=tuple)
+    d: str = dataclasses.field(default="", compare=False)
+    e: str = dataclasses.field(default="hidden", repr=False)
+
+
+def both(make: Callable[[type], Any]) -> tuple[Any, Any]:
+    return make(Rec), make(Dc)
+
+
+def test_repr_eq_hash_are_a_dataclass_s() -> None:
+    rec, dc = both(lambda cls: cls(1, c=(2,), d="x"))
+    assert repr(rec).replace("Rec", "Dc") == repr(dc) == "Dc(a=1, b=None, c=(2,), d='x')"
+    assert rec == Rec(1, None, (2,), "other") and dc == Dc(1, None, (2,), "other")  # d is not compared
+    assert rec != Rec(2) and rec != dc and (rec == dc) is False
+    assert hash(rec) == hash(Rec(1, c=(2,))) and hash(dc) == hash(Dc(1, c=(2,)))
+    calls: list[int] = []
+
+    @record
+    class Made:
+        x: list[int] = dataclasses.field(default_factory=lambda: calls.append(1) or [])  # type: ignore[func-returns-value]
+
+    assert Made().x is not Made().x and len(calls) == 2  # a factory's value, made per instance
+
+
+def test_the_dataclass_api_works_on_it() -> None:
+    rec = Rec(1, 2)
+    assert dataclasses.is_dataclass(rec) and [f.name for f in dataclasses.fields(rec)] == list("abcde")
+    assert dataclasses.replace(rec, b=3) == Rec(1, 3)
+    assert dataclasses.asdict(rec) == {"a": 1, "b": 2, "c": (), "d": "", "e": "hidden"}
+    assert Rec.__match_args__ == Dc.__match_args__
+    assert pickle.loads(pickle.dumps(rec)) == rec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.a = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda cls: cls(),
+        lambda cls: cls(1, 2, (), "", "", 6),
+        lambda cls: cls(1, a=2),
+        lambda cls: cls(1, zz=1),
+    ],
+    ids=["missing", "too many", "twice", "unknown"],
+)
+def test_wrong_arguments_are_type_errors(call: Callable[[type], Any]) -> None:
+    for cls in (Rec, Dc):
+        with pytest.raises(TypeError):
+            call(cls)
+
+
+def test_a_frozen_dataclass_may_extend_a_record() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class More(Rec):
+        f: int = 0
+
+    assert (
+        repr(More(1, f=3)) == "test_a_frozen_dataclass_may_extend_a_record.<locals>.More(a=1, b=None, c=(), d='', f=3)"
+    )
