@@ -9,7 +9,7 @@ declared exactly once.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Optional, Sequence, Union
 
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
@@ -21,6 +21,7 @@ from nodehealth.observations import (
     ProbeError,
     SlurmNode,
 )
+from nodehealth.observations.record import record
 
 
 def setting(
@@ -38,7 +39,7 @@ def setting(
     return field(default=default, metadata=meta)
 
 
-@dataclass(frozen=True)
+@record
 class CheckSettings:
     """Keys every ``[checks.<name>]`` table accepts."""
 
@@ -49,7 +50,7 @@ class CheckSettings:
         """Checks beyond type and range (a ValueError names the problem); called at config load."""
 
 
-@dataclass(frozen=True)
+@record
 class Context:
     """What a check may know besides its observations and its own settings."""
 

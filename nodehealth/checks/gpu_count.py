@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from nodehealth.checks.base import (
@@ -15,12 +14,13 @@ from nodehealth.checks.base import (
 )
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, PciGpus
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("gpucount", "not the GPUs the node should have (config, Slurm's Gres or the PCI bus)")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     pass
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodehealth.checks.base import CheckSettings, Context, gpus_expected, nvml_gate, result, setting
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("driver", "an NVIDIA driver the site does not allow")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     allowed: tuple[str, ...] = setting(
         (),

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("ecc", "ECC off, uncorrectable errors, or error totals over thresholds")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     require_enabled: str = setting(
         "fail", "status when ECC is disabled (or will be after the next reset)", choices=("ignore", "warn", "fail")

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, NvmlSnapshot, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("nvlink", "NVLink links inactive or error counters over thresholds")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     expected_links: int = setting(
         0,

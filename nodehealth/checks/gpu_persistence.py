@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("persist", "persistence mode off")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     when_off: str = setting("warn", "status when persistence mode is off", choices=("warn", "fail"))
 

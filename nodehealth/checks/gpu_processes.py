@@ -12,18 +12,18 @@ known and processes are only reported (``details["judged"] = False``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, GpuProcess, JobObservation, NodeJobs, NvmlSnapshot, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("procs", "a compute process no job owns (a stray), or one where the GPUs must be idle")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     idle_phases: tuple[str, ...] = setting(
         ("prolog", "epilog"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("recovery", "the driver's own recovery verdict (reset, reboot, drain)")
@@ -27,7 +27,7 @@ RECOVERY_ACTIONS: dict[int, tuple[str, Action]] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     pass
 

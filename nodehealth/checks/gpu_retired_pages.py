@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("retired", "page retirement pending or over its limit (before Ampere)")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     max_retired: int = setting(
         60,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from nodehealth.checks.base import CheckSettings, Context, field_error, judge_gpus, setting
 from nodehealth.model import Action, CheckResult, Finding, Status
 from nodehealth.observations import GpuObservation, Observations
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("temp", "GPU or memory temperature past NVML's thresholds, slowdowns in force")
@@ -28,7 +28,7 @@ _HW_REASONS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     warn_below_slowdown_c: int = setting(
         8, "WARN when a GPU is this close to its NVML slowdown threshold", unit="degC", min=0, max=50

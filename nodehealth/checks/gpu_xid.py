@@ -10,12 +10,13 @@ defaults`` read it from here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Optional, Protocol
 
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
+from nodehealth.observations.record import record
 from nodehealth.xid.attribution import attribute, gpu_at, gpu_map
 from nodehealth.xid.catalog import application_xid_bursts, catalog_for
 from nodehealth.xid.events import Severity
@@ -42,7 +43,7 @@ class HasChecks(Protocol):
     def checks(self) -> Mapping[str, CheckSettings]: ...
 
 
-@dataclass(frozen=True)
+@record
 class XidSettings(CheckSettings):
     window_s: float = setting(
         0.0,

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import IbPort, Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("ib", "an InfiniBand port not active, down or below its rate")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     min_ports: int = setting(
         0,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import MemoryObservation, Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("memory", "less physical or available memory than the node should have")
@@ -14,7 +13,7 @@ REASON = ("memory", "less physical or available memory than the node should have
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     min_total_gib: float = setting(
         0.0,

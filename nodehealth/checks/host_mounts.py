@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import CheckResult, Finding, Status, fold
 from nodehealth.observations import MountObservation, Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("mount", "a required file system missing, of the wrong type, read-only or full")
@@ -15,7 +15,7 @@ REASON = ("mount", "a required file system missing, of the wrong type, read-only
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record
 class MountSpec:
     """One required mount point (an element of ``mounts``)."""
 
@@ -31,7 +31,7 @@ class MountSpec:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     mounts: tuple[MountSpec, ...] = setting(
         (),

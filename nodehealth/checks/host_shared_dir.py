@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("shareddir", "a shared directory not answering its round trip in time")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     paths: tuple[str, ...] = setting(
         (),

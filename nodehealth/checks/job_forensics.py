@@ -9,12 +9,13 @@ compare. The summary names the job, so the drain reason does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Mapping, Optional, Sequence
 
 from nodehealth.checks.base import CheckSettings, Context
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import COUNTER_KEYS, JobObservation, Observations, ProbeError, gpu_counters
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("jobecc", "an uncorrectable ECC increment during the job that just ended; xidN: XID N during it")
@@ -23,7 +24,7 @@ NAME = "job_forensics"  # the result's name, and so the drain reason's ``nh:<cod
 FORENSICS = NAME
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     """No keys of its own: what counts is the XID catalog's severity and the ECC counter kind."""
 

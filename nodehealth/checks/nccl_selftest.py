@@ -21,13 +21,13 @@ drains a healthy node over a bad config or a parser that does not know an output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from nodehealth.checks.base import CheckSettings, Context, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.nccl import floors
 from nodehealth.observations import NcclObservation, NcclRun, NvmlSnapshot, Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("nccl", "the NCCL self-test below its bandwidth floor or on the wrong transport")
@@ -47,7 +47,7 @@ EXIT_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     timeout_s: float = setting(
         120.0,

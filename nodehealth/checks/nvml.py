@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodehealth.checks.base import CheckSettings, Context, gpus_expected, result
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
+from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("nvml", "NVML missing, failing or not answering in time")
 
 
-@dataclass(frozen=True)
+@record
 class Settings(CheckSettings):
     pass
 
