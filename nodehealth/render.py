@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.hints import hint
 from nodehealth.model import Report, Status
 
@@ -51,7 +52,7 @@ def verdict_line(report: Report, color: bool = False) -> str:
 
 
 def as_json(report: Report) -> str:
-    doc = report.to_json()
+    doc = {"schema_version": SCHEMA_VERSION, **report.to_json()}
     for entry, result in zip(doc.get("checks", []), report.results):
         tip = hint(result)
         if tip:
