@@ -285,3 +285,19 @@ def test_requests_over_the_rate_get_503_and_a_close(serve):
     with _connect(server) as s:  # a second later: one more
         s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
         assert _read_all(s).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_scrape_waits_behind_a_busy_thread_at_most_a_short_switch(serve):
+    """The endpoint shortens the interpreter's switch interval (a round's Python in another thread
+    makes a scrape wait for the lock up to it, each time the scrape's thread blocks)."""
+    import sys
+
+    from nodehealth.daemon.http import SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        serve()
+        assert sys.getswitchinterval() <= SWITCH_INTERVAL_S <= 0.001
+    finally:
+        sys.setswitchinterval(before)

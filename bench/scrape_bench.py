@@ -1,0 +1,192 @@
+"""The scrape and the daemon's footprint, this tree against the previous release, side by side.
+
+    .venv/bin/python bench/scrape_bench.py --baseline /tmp/v020 [--rounds 15] [--window 4]
+        [--rate 50] [--steady 180] [--out bench-scrape.txt]
+
+``--baseline`` is a checkout of the previous release (``git worktree add /tmp/v020 v0.2.0``; its
+simulator's fake libnvidia-ml is this tree's build: ``ln -s $PWD/sim/nodehealth_sim/fakenvml/build
+/tmp/v020/sim/nodehealth_sim/fakenvml/build``). Both daemons run at once, each from its own tree
+with the interpreter of this venv, on examples' healthy-8x-h100 scenario (8 simulated GPUs), 30 s
+rounds, no Slurm hook.
+1. Series and bytes of one scrape (plain) and its gzip size.
+2. Steady state for --steady seconds: a scrape every 15 s each (as Prometheus does), RSS every 5 s,
+   CPU (the daemon and its reaped probe children) over the stretch.
+3. /metrics at --rate requests/s, one connection per request, ``Accept-Encoding: gzip`` (as
+   Prometheus asks), in --rounds windows of --window seconds interleaved A, B, B, A, ...: p50 and
+   p99 per window; the report gives the medians of the windows and the ratio this/previous.
+The report is printed and written to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from test_daemon_util import free_port, wait_for, write_config  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds user+system with reaped children, RSS bytes)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = sum(int(x) for x in fields[11:15]) / TICK
+    with open(f"/proc/{pid}/statm") as f:
+        rss = int(f.read().split()[1]) * PAGE
+    return cpu, rss
+
+
+def scrape(port: int, gzip_ok: bool) -> tuple[float, bytes]:
+    """One GET on a new connection with a raw-socket client (the figure is the server's)."""
+    request = (
+        f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        + ("Accept-Encoding: gzip\r\n" if gzip_ok else "")
+        + "\r\n"
+    ).encode()
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+        conn.sendall(request)
+        chunks = []
+        while True:
+            data = conn.recv(262144)
+            if not data:
+                break
+            chunks.append(data)
+    took = time.perf_counter() - t0
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"200", head
+    return took, body
+
+
+def window(port: int, rate: float, seconds: float) -> list[float]:
+    lat: list[float] = []
+    period, next_at = 1.0 / rate, time.monotonic()
+    end = next_at + seconds
+    while time.monotonic() < end:
+        lat.append(scrape(port, True)[0])
+        next_at += period
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return sorted(lat)
+
+
+def q(lat: list[float], p: float) -> float:
+    return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
+
+
+def series(text: bytes) -> int:
+    return sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
+
+
+def start(tree: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    cfg = write_config(tmp, "healthy-8x-h100", port, interval_s=30)
+    env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'sim'}")
+    env.pop("NOTIFY_SOCKET", None)
+    cmd = [sys.executable, "-m", "nodehealth", "daemon", "--config", str(cfg)]
+    proc = subprocess.Popen(cmd, cwd=str(tree), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--baseline", required=True, help="a checkout of the previous release (v0.2.0)")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--window", type=float, default=4.0)
+    ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--steady", type=float, default=180.0)
+    ap.add_argument("--out", default="bench-scrape.txt")
+    args = ap.parse_args()
+    trees = {"this tree": ROOT, "v0.2.0": Path(args.baseline).resolve()}
+    tmp = Path(tempfile.mkdtemp(prefix="nodehealth-scrape-"))
+    procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    try:
+        for name, tree in trees.items():
+            d = tmp / name.replace(" ", "-")
+            d.mkdir()
+            procs[name] = start(tree, d)
+        for _, port in procs.values():
+            wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"\nnodehealth_rounds_total 1.0" in b, timeout=120)
+        say(f"8 simulated GPUs (healthy-8x-h100), 30 s rounds; {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+        say("| figure | this tree | v0.2.0 | ratio |")
+        say("|---|---|---|---|")
+        size = {}
+        for name, (_, port) in procs.items():
+            _, plain = scrape(port, False)
+            _, zipped = scrape(port, True)
+            size[name] = (series(plain), len(plain), len(zipped), len(gzip.decompress(zipped)))
+        a, b = size["this tree"], size["v0.2.0"]
+        say(f"| series per scrape | {a[0]} | {b[0]} | {a[0] / b[0]:.2f}x |")
+        say(f"| bytes per scrape (plain) | {a[1]} | {b[1]} | {a[1] / b[1]:.2f}x |")
+        say(f"| bytes per scrape (gzip) | {a[2]} | {b[2]} | {a[2] / b[2]:.2f}x |")
+        # Steady state: both at once, a scrape every 15 s each.
+        cpu0 = {n: proc_stats(p.pid)[0] for n, (p, _) in procs.items()}
+        rss: dict[str, list[int]] = {n: [] for n in procs}
+        t0 = time.monotonic()
+        next_scrape = t0
+        while time.monotonic() - t0 < args.steady:
+            if time.monotonic() >= next_scrape:
+                for _, port in procs.values():
+                    scrape(port, True)
+                next_scrape += 15
+            for n, (p, _) in procs.items():
+                rss[n].append(proc_stats(p.pid)[1])
+            time.sleep(5)
+        elapsed = time.monotonic() - t0
+        cpu = {n: 100 * (proc_stats(p.pid)[0] - cpu0[n]) / elapsed for n, (p, _) in procs.items()}
+        ra, rb = (statistics.median(rss[n]) / 2**20 for n in ("this tree", "v0.2.0"))
+        say(f"| daemon RSS, median over {elapsed:.0f} s (MiB) | {ra:.1f} | {rb:.1f} | {ra / rb:.2f}x |")
+        ca, cb = cpu["this tree"], cpu["v0.2.0"]
+        say(f"| daemon CPU, % of a core over {elapsed:.0f} s | {ca:.3f} | {cb:.3f} | {ca / cb if cb else 0:.2f}x |")
+        # Latency windows, interleaved A B B A ...
+        p50: dict[str, list[float]] = {n: [] for n in procs}
+        p99: dict[str, list[float]] = {n: [] for n in procs}
+        pooled: dict[str, list[float]] = {n: [] for n in procs}
+        order = list(procs)
+        for r in range(args.rounds):
+            for n in order if r % 2 == 0 else order[::-1]:
+                lat = window(procs[n][1], args.rate, args.window)
+                p50[n].append(q(lat, 0.5))
+                p99[n].append(q(lat, 0.99))
+                pooled[n] += lat
+        m = {n: (statistics.median(p50[n]), statistics.median(p99[n])) for n in procs}
+        (a50, a99), (b50, b99) = m["this tree"], m["v0.2.0"]
+        what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip, median of windows"
+        say(f"| /metrics p50 (ms), {what} | {a50:.2f} | {b50:.2f} | {a50 / b50:.2f}x |")
+        say(f"| /metrics p99 (ms), {what} | {a99:.2f} | {b99:.2f} | {a99 / b99:.2f}x |")
+        pa, pb = sorted(pooled["this tree"]), sorted(pooled["v0.2.0"])
+        say(
+            f"| /metrics p99 (ms), all {len(pa)} / {len(pb)} requests pooled | {q(pa, 0.99):.2f} | {q(pb, 0.99):.2f} | "
+            f"{q(pa, 0.99) / q(pb, 0.99):.2f}x |"
+        )
+    finally:
+        for p, _ in procs.values():
+            p.terminate()
+        for p, _ in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
