@@ -93,6 +93,11 @@ BOOTSTRAP_REFUSED = (
     "Connection refused\n"
 )
 
+# src/bootstrap.cc's own WARN, with a NET/Socket prefix, of the bootstrap's socket (made fatal here by its error).
+BOOTSTRAP_NET_SOCKET = (
+    "gpu1:100:100 [0] bootstrap.cc:230 NCCL WARN NET/Socket : No usable listening interface found, error 2\n"
+)
+
 
 @pytest.mark.parametrize(
     "log,transport,network",
@@ -106,6 +111,7 @@ BOOTSTRAP_REFUSED = (
         (SHM_CHANNELS + "gpu1:1:2 [0] NCCL WARN Call to ibv_reg_mr failed with error Bad address\n", "ib", None),
         (IB_CHANNEL + BOOTSTRAP_REFUSED, "ib", "IB"),  # misc/socket.cc is the bootstrap's: names no transport
         (SHM_CHANNELS + BOOTSTRAP_REFUSED, "p2p", None),
+        (IB_CHANNEL + BOOTSTRAP_NET_SOCKET + BOOTSTRAP_REFUSED, "ib", "IB"),  # bootstrap.cc's "NET/Socket :"
         (IB_CHANNEL + "gpu1:1:3 [1] transport/shm.cc:310 NCCL WARN Cuda failure 'invalid argument'\n", "p2p", "IB"),
         (text(AZURE), "ib", "IB"),
     ],
@@ -119,6 +125,7 @@ BOOTSTRAP_REFUSED = (
         "ibv-call-beside-shm",
         "bootstrap-socket-beside-ib",
         "bootstrap-socket-beside-shm",
+        "bootstrap-net-socket-warn-beside-ib",
         "shm-failure-beside-ib",
         "azure-fixture",
     ],

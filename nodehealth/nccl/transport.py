@@ -40,7 +40,7 @@ when it tries a plugin that is not there and moves on.
 A fatal line that names its subsystem decides the transport, since that is the one that broke: the
 network in its message (``NET/IB : Got completion ...``, ``NET/Socket : ...``) or the NCCL source file
 of the WARN prefix (``transport/net_ib.cc``, ``misc/ibvwrap.cc``, ``transport/net_socket.cc``,
-``transport/shm.cc``, ``transport/p2p.cc``); ``misc/socket.cc`` is the bootstrap's and names none.
+``transport/shm.cc``, ``transport/p2p.cc``); ``misc/socket.cc`` and ``bootstrap.cc`` are the bootstrap's and name none.
 
 Lines are found wherever they sit in a physical line, so every prefix seen in real logs works:
 ``host:pid:tid [dev] NCCL INFO``, an empty hostname, ``[1,0]<stdout>:``, ``[rank0]:``, ``[0] ``,
@@ -102,6 +102,7 @@ _FATAL_LINE_WORDS = (
 # The subsystem of a failure: the network in its message, or the NCCL source file of its WARN prefix.
 _FAILING_NET_RE = re.compile(r"NET/([A-Za-z][\w.-]*)")
 _FAILING_FILE_RE = re.compile(r"(?<![\w.])(net_ib|ibvwrap|net_socket|coll_net|shm|p2p)\.(?:cc|cu|c):\d")
+_BOOTSTRAP_FILE_RE = re.compile(r"(?<![\w.])(?:bootstrap|socket)\.(?:cc|cu|c):\d")  # misc/socket.cc, bootstrap.cc
 _FAILING_FILES = {"net_ib": "ib", "ibvwrap": "ib", "coll_net": "ib", "net_socket": "socket", "shm": "p2p", "p2p": "p2p"}
 _TCP_NETS = ("socket", "fastsocket", "gpudirecttcpx", "tcpx", "tcp", "fastrak")
 
@@ -189,9 +190,12 @@ def _failing(lines: list[tuple[int, str]], kind_of: Callable[[str], str]) -> Opt
     failed``, ``NET/OFI ...``) names the network; else the source file of NCCL's WARN prefix does
     (``transport/net_ib.cc:1296``, ``misc/ibvwrap.cc:268``, ``transport/net_socket.cc:404``,
     ``transport/shm.cc``, ``transport/p2p.cc``), or a verbs call (``Call to ibv_create_qp failed``).
-    ``misc/socket.cc`` names nothing: the bootstrap's TCP socket fails whatever carries the data.
+    ``misc/socket.cc`` and ``bootstrap.cc`` name nothing (even with ``NET/Socket`` in the message): the
+    bootstrap's TCP socket fails whatever carries the data.
     """
     for _, line in lines:
+        if _BOOTSTRAP_FILE_RE.search(line):
+            continue  # bootstrap.cc warns "NET/Socket : No usable listening interface" of its own socket
         for net in _FAILING_NET_RE.finditer(line):
             kind = kind_of(net.group(1))
             if kind != "unknown":
