@@ -16,6 +16,7 @@ import pytest
 from nodehealth import SCHEMA_VERSION
 from nodehealth.config.schema import DaemonSettings
 from nodehealth.daemon.http import parse_listen
+from nodehealth.statedir import layout
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -31,7 +32,7 @@ def test_metrics_listen_on_this_node_only_by_default_and_the_docs_say_so() -> No
     default = DaemonSettings().listen
     host, _ = parse_listen(default)
     assert ipaddress.ip_address(host).is_loopback, default
-    for doc in ("daemon.md", "security.md"):
+    for doc in ("daemon.md", "security.md", "operations.md"):
         assert f"`{default}`" in _doc(doc) or f'listen = "{default}"' in _doc(doc), doc
     assert "A Prometheus on another host needs an explicit listen address" in _doc("daemon.md")
     assert default in (ROOT / "deploy" / "prometheus" / "scrape.yml").read_text(encoding="utf-8")
@@ -109,3 +110,50 @@ def test_output_md_names_every_key_of_a_preview(tmp_path: Path) -> None:
         doc = json.loads(_run(tmp_path, f"nodehealth check --as {face} --simulate {scenario} --format json"))
         assert doc["schema_version"] == SCHEMA_VERSION
         assert {f"as.{k}" for k in doc["as"]} == table, face
+
+
+# ---------------------------------------------------------------- docs/operations.md's file lists
+FILE_NAME = re.compile(r"[\w-]+\.(?:jsonl|json|marshal)\b")
+# Names the table writes with a placeholder: the job baselines and the fast path's settings per config.
+PLACEHOLDERS = {f"{layout.JOBS_DIR}/<job id>.json", f"{layout.SNAPSHOT_PREFIX}<config>.{layout.SNAPSHOT_FORM}"}
+
+
+def _layout_files() -> set[str]:
+    return {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and FILE_NAME.fullmatch(v)}
+
+
+def _operations_section(title: str) -> str:
+    return _doc("operations.md").split(f"\n{title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_operations_md_files_table_is_statedir_layouts() -> None:
+    """Every state file of statedir/layout.py is a row of docs/operations.md's Files table, in the
+    directory layout.PERSISTENT puts it in; every row is a file of the layout."""
+    rows = re.findall(r"^\| `<(state_dir|persistent_dir)>/([^`]+)` \|", _operations_section("## Files"), re.M)
+    assert rows
+    seen = {name: folder for folder, name in rows}
+    names = _layout_files()
+    assert {layout.DAEMON_STATE, layout.COUNTERS, layout.SLURM_STATE, layout.LEDGER} <= names
+    for name in names:
+        want = "persistent_dir" if name in layout.PERSISTENT else "state_dir"
+        assert seen.get(name) == want, (name, seen.get(name), want)
+    assert set(seen) <= names | PLACEHOLDERS, set(seen) - names - PLACEHOLDERS
+    assert PLACEHOLDERS <= set(seen)
+
+
+def test_operations_md_names_only_files_the_layout_has() -> None:
+    """The check-writes-nothing table and every `name.json` the page mentions are layout files."""
+    table = _operations_section("### What `nodehealth check` reads and writes")
+    named = set(FILE_NAME.findall(_doc("operations.md"))) | set(FILE_NAME.findall(table))
+    known = _layout_files() | {"<id>.json", "<job id>.json", "<config>.marshal"}
+    stray = {n for n in named if n not in known and not n.startswith("nodehealth")}
+    assert not stray, stray
+
+
+def test_operations_md_says_the_daemon_publishes_gpu_counters() -> None:
+    """The daemon rewrites gpu-counters.json every round (daemon/core.py, write_counters)."""
+    text = _doc("operations.md")
+    assert "does not publish GPU counters" not in text
+    assert "the daemon rewrites it every round" in " ".join(_operations_section("## Epilog job forensics").split())
+    row = next(r for r in _operations_section("## Files").splitlines() if f"/{layout.COUNTERS}`" in r)
+    assert "the daemon (every round)" in row
