@@ -1,6 +1,6 @@
 """What a common change costs, counted on a copy of the tree (docs/architecture.md, "What a change costs").
 
-Each case copies the package (and, for a face, the two static packaging files) into the test's directory,
+Each case copies the package (and, for a face, the packaging files that read the table) into the test's directory,
 makes the change there by plain text insertion on stable anchor lines, and counts the files whose content
 differs from the tree's (new files included). The change is then shown to be live: a subprocess runs the
 copy (``PYTHONPATH``, its ``nodehealth.__file__`` checked first) through the CLI, the metrics renderer or
@@ -21,19 +21,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from test_face_table import spec_scripts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.9, 3.10
-    import tomli as tomllib
+from test_face_table import build_wheel, needs_system_setuptools, table_scripts, wheel_scripts
 
 # Files a change touches, besides tests and generated docs:
 # gpu_check: checks/<name>.py (with its drain-reason code, ``REASON``) and its line in registry.py;
-# face: faces/<face>.py, faces/table.py (2 in the package), pyproject.toml and packaging/rpm/nodehealth.spec;
+# face: faces/<face>.py, faces/table.py (the console scripts of the wheel, the .deb and the RPM derive from it);
 # metric: metrics/families.py, metrics/renderers.py;
 # kernel_log_pattern: xid/patterns.py (the store keeps the kinds of the event patterns).
-CHANGE_COST = {"gpu_check": 2, "face": 4, "metric": 2, "kernel_log_pattern": 1}
+CHANGE_COST = {"gpu_check": 2, "face": 2, "metric": 2, "kernel_log_pattern": 1}
 # The cost table's rows in docs/architecture.md, by their leading words.
 DOC_ROWS = {
     "gpu_check": "a new GPU check",
@@ -245,54 +240,56 @@ ROW = """    Face("sweep", "nodehealth.faces.sweep", "epilog", "nodehealth-sweep
 """
 NEW_SCRIPT = "nodehealth-sweep"
 ENTRY = "nodehealth.faces.sweep:cli"
-DISAGREE = """
-import json, sys
-from nodehealth.faces import table
-declared = json.load(sys.stdin)
-print(json.dumps({where: table.disagreements(scripts, where) for where, scripts in declared.items()}))
-"""
 
 
-def packaging_scripts(tree: Path) -> dict[str, dict[str, str]]:
-    """What the copy's two static packaging files declare: script name -> entry point."""
-    pyproject = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    entries, files = spec_scripts((tree / SPEC).read_text(encoding="utf-8"))
-    assert set(entries) == files, "the spec writes other programs than its %files lists"
-    return {"pyproject.toml": pyproject, "nodehealth.spec": entries}
-
-
+@needs_system_setuptools
 def test_a_new_face(tmp_path: Path) -> None:
-    tree = copy_tree(tmp_path, Path("pyproject.toml"), SPEC)
+    tree = copy_tree(tmp_path, Path("pyproject.toml"), Path("setup.py"), SPEC)
     pkg = tree / "nodehealth"
     (pkg / "faces" / "sweep.py").write_text(FACE, encoding="utf-8")
     insert(pkg / "faces" / "table.py", "\n)\nBY_NAME = {face.name: face for face in FACES}", ROW, after=False)
     assert changed(tree) == {"nodehealth/faces/sweep.py", "nodehealth/faces/table.py"}  # 2 in the package
-    assert_runs_the_copy(tree)
-    # The packaging test (tests/test_face_table.py) then names exactly the new script, in both static files.
-    proc = run_copy(tree, code=DISAGREE, stdin=json.dumps(packaging_scripts(tree)))
-    assert json_of(proc) == {
-        where: [f"{where}: missing {NEW_SCRIPT} = {ENTRY!r}"] for where in ("pyproject.toml", "nodehealth.spec")
-    }
-    insert(
-        tree / "pyproject.toml",
-        'nodehealth-healthcheck = "nodehealth.faces.healthcheck:cli"\n',
-        f'{NEW_SCRIPT} = "{ENTRY}"\n',
-    )
-    insert(
-        tree / SPEC,
-        "nodehealth-healthcheck=nodehealth.faces.healthcheck:cli",
-        f" \\\n             {NEW_SCRIPT}={ENTRY}",
-    )
-    insert(tree / SPEC, "%{_bindir}/nodehealth-healthcheck\n", f"%{{_bindir}}/{NEW_SCRIPT}\n")
-    proc = run_copy(tree, code=DISAGREE, stdin=json.dumps(packaging_scripts(tree)))
-    assert json_of(proc) == {"pyproject.toml": [], "nodehealth.spec": []}
-
     assert len(changed(tree)) == CHANGE_COST["face"], sorted(changed(tree))
+    assert_runs_the_copy(tree)
+    # Packaged with nothing more: the copy's wheel installs the script, and the RPM spec's list has it.
+    wheel = build_wheel(tree, tmp_path / "wheel")
+    assert wheel_scripts(wheel)[NEW_SCRIPT] == ENTRY
+    assert table_scripts(tree)[NEW_SCRIPT] == ENTRY and "%{_bindir}/nodehealth-*" in (tree / SPEC).read_text()
+    # Installed as pip installs it, the script runs the face (--help acts on nothing).
+    target = tmp_path / "installed"
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    env = dict(os.environ, PYTHONPATH=str(target))
+    helped = subprocess.run(
+        [sys.executable, str(target / "bin" / NEW_SCRIPT), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {NEW_SCRIPT} "), helped.stdout + helped.stderr
     cfg = config(tmp_path)
     doc = json_of(run_copy(tree, "check", "--as", "sweep", "--config", str(cfg), "--format", "json"))
     assert doc["as"]["face"] == "sweep" and doc["phase"] == "epilog" and doc["as"]["exit_code"] == 0, doc["as"]
-    helped = run_copy(tree, code="from nodehealth.faces import sweep; raise SystemExit(sweep.main(['--help']))")
-    assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {NEW_SCRIPT} "), helped.stdout + helped.stderr
 
 
 # --------------------------------------------------------------------------- a new metric

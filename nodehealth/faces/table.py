@@ -2,10 +2,13 @@
 
 A face is a module under ``nodehealth/faces/`` with a ``cli()`` (the installed script) and a ``main(argv)``,
 plus its row here. The faces' command line (``faces/args.py``: usage text), ``faces/preview.py`` (which
-phase a face runs), ``nodehealth check --as`` (its choices), the packaging (``[project.scripts]`` in
-pyproject.toml and the RPM spec's script list, compared with this table by ``tests/test_packaging.py``,
-since both are static files) and the faces' tests all read it. Standard library only, and nothing of the
-prolog's fast path imports it (it is read only when a face is given arguments).
+phase a face runs), ``nodehealth check --as`` (its choices), the packaging and the faces' tests all read
+it. The console scripts derive from it: setup.py runs this file by path for the wheel's and the .deb's
+entry points (pyproject.toml declares ``scripts`` dynamic), and the RPM spec runs it as a script
+(``python3 nodehealth/faces/table.py`` prints ``NAME=MODULE:FUNCTION``, one script a line), so a new face
+is its module and its row. Standard library only, importing nothing of the package (both run it before
+the package is installed), and nothing of the prolog's fast path imports it (it is read only when a face
+is given arguments).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Face:
 
     @property
     def entry_point(self) -> str:
-        """``[project.scripts]``'s value: ``nodehealth.faces.prolog:cli``."""
+        """The console script's entry point: ``nodehealth.faces.prolog:cli``."""
         return f"{self.module}:cli"
 
     def __repr__(self) -> str:
@@ -90,3 +93,7 @@ def disagreements(declared: Mapping[str, str], where: str) -> list[str]:
     ]
     out += [f"{where}: {name} is in no row of nodehealth.faces.table" for name in declared if name not in want]
     return out
+
+
+if __name__ == "__main__":  # the RPM spec's list of console scripts: NAME=MODULE:FUNCTION, one a line
+    print("\n".join(f"{name}={target}" for name, target in scripts().items()))
