@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from nodehealth import render
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
@@ -108,7 +108,6 @@ def check_names(groups: list[list[str]]) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodehealth import runner
 
     try:
         only = check_names(args.only)
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         gpus = gpu_list(args.gpu)
         cfg = load_config(args)
         # By hand: the state dir is read (verdicts, ledger, XID store) and never written (read_only).
-        judged = runner.execute(cfg, phase=args.phase, only=only, gpus=gpus, read_only=True)
+        judged = _execute(cfg, args.phase, only, gpus)
         gpus_exist(gpus, judged.observations.nvml)
     except UsageError as exc:
         return fail_usage(exc)
@@ -131,6 +130,19 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"config: {config_file(args)}\n")
         sys.stdout.write(render.text(report, color=use_color(sys.stdout), quiet=args.quiet, verbose=args.verbose))
     return exit_code(report.status, cfg.policy.unknown)
+
+
+def _execute(cfg: Any, phase: str, only: tuple[str, ...], gpus: Optional[tuple[int, ...]]) -> Any:
+    """The run, with a progress line on a terminal's stderr while it takes over a second
+    (``commands.progress``: what it waits for, the budget)."""
+    from nodehealth import runner
+    from nodehealth.commands import progress
+    from nodehealth.config.loader import phase_budget
+
+    watch, budget = progress.Watch(), phase_budget(cfg, phase)
+    with progress.Line(sys.stderr, lambda elapsed: progress.describe(watch, budget, elapsed)) as line:
+        probes = progress.watched(watch) if line.active() else None
+        return runner.execute(cfg, phase=phase, only=only, gpus=gpus, read_only=True, probes=probes)
 
 
 def config_file(args: argparse.Namespace) -> str:
