@@ -13,7 +13,9 @@ rounds, no Slurm hook.
    CPU (the daemon and its reaped probe children) over the stretch.
 3. /metrics at --rate requests/s, one connection per request, ``Accept-Encoding: gzip`` (as
    Prometheus asks), in --rounds windows of --window seconds interleaved A, B, B, A, ...: p50 and
-   p99 per window; the report gives the medians of the windows and the ratio this/previous.
+   p99 per window, and the daemon's CPU time per scrape (which a busy machine's scheduling does not
+   inflate the way it does the latency); the report gives the medians of the windows and the ratio
+   this/previous.
 The report is printed and written to --out.
 """
 
@@ -159,10 +161,13 @@ def main() -> int:
         p50: dict[str, list[float]] = {n: [] for n in procs}
         p99: dict[str, list[float]] = {n: [] for n in procs}
         pooled: dict[str, list[float]] = {n: [] for n in procs}
+        cpu_per: dict[str, list[float]] = {n: [] for n in procs}  # daemon CPU ms per scrape, per window
         order = list(procs)
         for r in range(args.rounds):
             for n in order if r % 2 == 0 else order[::-1]:
+                before = proc_stats(procs[n][0].pid)[0]
                 lat = window(procs[n][1], args.rate, args.window)
+                cpu_per[n].append((proc_stats(procs[n][0].pid)[0] - before) * 1000 / len(lat))
                 p50[n].append(q(lat, 0.5))
                 p99[n].append(q(lat, 0.99))
                 pooled[n] += lat
@@ -171,6 +176,11 @@ def main() -> int:
         what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip, median of windows"
         say(f"| /metrics p50 (ms), {what} | {a50:.2f} | {b50:.2f} | {a50 / b50:.2f}x |")
         say(f"| /metrics p99 (ms), {what} | {a99:.2f} | {b99:.2f} | {a99 / b99:.2f}x |")
+        ua, ub = statistics.median(cpu_per["this tree"]), statistics.median(cpu_per["v0.2.0"])
+        say(
+            f"| daemon CPU per scrape (ms, median of windows; the machine's noise left out) | {ua:.3f} | {ub:.3f} | "
+            f"{ua / ub if ub else 0:.2f}x |"
+        )
         pa, pb = sorted(pooled["this tree"]), sorted(pooled["v0.2.0"])
         say(
             f"| /metrics p99 (ms), all {len(pa)} / {len(pb)} requests pooled | {q(pa, 0.99):.2f} | {q(pb, 0.99):.2f} | "
