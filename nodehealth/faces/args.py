@@ -20,7 +20,8 @@ The Slurm {title} of nodehealth ({started_by}). Slurm runs it with no arguments;
 {does}.
 
   --dry-run      decide as Slurm's run would and print it; change nothing (no drain, no resume,
-                 no state written, no Slurm call)
+                 no state written, no Slurm call); exit with the code the face would exit with
+                 (0 healthy, 1 it would fail and drain)
   --config FILE  the config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)
   --version      print the version and exit
   --help         print this and exit
