@@ -26,7 +26,7 @@ from test_face_table import build_wheel, needs_system_setuptools, table_scripts,
 # Files a change touches, besides tests and generated docs:
 # gpu_check: checks/<name>.py (with its drain-reason code, ``REASON``) and its line in registry.py;
 # face: faces/<face>.py, faces/table.py (the console scripts of the wheel, the .deb and the RPM derive from it);
-# metric: metrics/families.py, metrics/renderers.py;
+# metric: metrics/gpu_table.py (a per-GPU row; families.py for the others), metrics/renderers.py;
 # kernel_log_pattern: xid/patterns.py (the store keeps the kinds of the event patterns).
 CHANGE_COST = {"gpu_check": 2, "face": 2, "metric": 2, "kernel_log_pattern": 1}
 # The cost table's rows in docs/architecture.md, by their leading words.
@@ -312,9 +312,9 @@ def test_a_new_metric(tmp_path: Path) -> None:
     tree = copy_tree(tmp_path)
     pkg = tree / "nodehealth"
     insert(
-        pkg / "metrics" / "families.py",
-        """    _f(_G, "nodehealth_gpu_power_watts", GAUGE, GPU""",
-        f'''    _f(_G, "{FAMILY}", GAUGE, GPU, "GPU memory (HBM) temperature", "celsius"),\n''',
+        pkg / "metrics" / "gpu_table.py",
+        """    row(_G, "nodehealth_gpu_power_watts", GAUGE, GPU""",
+        f'''    row(_G, "{FAMILY}", GAUGE, GPU, "GPU memory (HBM) temperature", "celsius"),\n''',
         after=False,
     )
     insert(
@@ -324,7 +324,7 @@ def test_a_new_metric(tmp_path: Path) -> None:
         after=False,
     )
     assert len(changed(tree)) == CHANGE_COST["metric"], sorted(changed(tree))
-    assert changed(tree) == {"nodehealth/metrics/families.py", "nodehealth/metrics/renderers.py"}
+    assert changed(tree) == {"nodehealth/metrics/gpu_table.py", "nodehealth/metrics/renderers.py"}
     assert_runs_the_copy(tree)
     proc = run_copy(tree, code=RENDER)
     assert proc.returncode == 0, proc.stderr
