@@ -155,6 +155,8 @@ def fault(result: CheckResult) -> Optional[str]:
         return refined[0]
     if result.status == Status.UNKNOWN:
         return None
+    if result.action == Action.RESTART_APP:  # a process or an application XID: the job's software
+        return SOFTWARE
     return CHECK_FAULTS.get(result.name, HARDWARE if result.action == Action.INSPECT else SOFTWARE)
 
 

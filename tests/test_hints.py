@@ -167,3 +167,10 @@ def test_an_unknown_names_no_class_unless_its_details_name_the_cause() -> None:
     )
     assert fault(old) == SOFTWARE
     assert fault(CheckResult("gpu_ecc", Status.OK, "fine")) is None
+
+
+def test_a_finding_a_restart_fixes_is_software_whatever_the_check() -> None:
+    """An application XID (13, 31, 43: action restart_app) is the job's software, not the GPU."""
+    app = CheckResult("gpu_xid", Status.FAIL, "GPU 0: XID 13", Action.RESTART_APP, gpu=0)
+    assert fault(app) == SOFTWARE and (hint(app) or "").startswith("software: stop the process")
+    assert fault(CheckResult("gpu_xid", Status.FAIL, "GPU 0: XID 79", Action.REBOOT, gpu=0)) == HARDWARE
