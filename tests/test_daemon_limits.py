@@ -184,3 +184,21 @@ def test_job_ids_leave_the_endpoint_when_switched_off(tmp_path, monkeypatch, pub
     text = d.metrics.payload().decode()
     assert ('job_id="4242"' in text) is publish and ('job_id="4343"' in text) is publish
     assert sample(text, "nodehealth_gpu_temperature_celsius", gpu="0") is not None  # the rest is there
+
+
+def test_metrics_detail_is_the_daemons_setting_and_follows_a_reload(tmp_path):
+    """[daemon] metrics_detail: the default page has no per-link NVLink series of a healthy node;
+    the setting publishes every link, at start and after a reload (SIGHUP) that sets it."""
+    path = write_config(tmp_path, "healthy-8x-h100", free_port())
+    d = Daemon(
+        loader.load(str(path)), str(path), log=Log(stream=io.StringIO()), notify=lambda s: True, use_default_hooks=False
+    )
+    assert d.round() is not None
+    text = d.metrics.payload().decode()
+    assert sample(text, "nodehealth_gpu_nvlink_up") is None and sample(text, "nodehealth_gpu_nvlink_errors_total") == 0
+    path.write_text(path.read_text().replace("[daemon]\n", "[daemon]\nmetrics_detail = true\n"))
+    assert d.reload() is True
+    assert sample(d.metrics.payload().decode(), "nodehealth_gpu_nvlink_up", gpu="0", link="17") == 1
+    started = _daemon(tmp_path, metrics_detail=True)
+    assert started.round() is not None
+    assert sample(started.metrics.payload().decode(), "nodehealth_gpu_nvlink_up", gpu="7", link="0") == 1
