@@ -71,6 +71,18 @@ def test_an_unknown_command_names_the_nearest_one() -> None:
     assert proc.returncode == 2 and "(did you mean status?)" in proc.stderr
 
 
+def test_a_face_by_hand_names_the_nearest_option() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from nodehealth.faces import epilog; sys.exit(epilog.main(['--dryrun']))"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "unknown argument '--dryrun' (did you mean --dry-run?)" in proc.stderr
+    assert proc.stdout == ""
+
+
 def test_as_takes_the_jobs_gpus_not_a_gpu_selection() -> None:
     proc = nodehealth("check", "--as", "prolog", "-i", "3")
     assert proc.returncode == 2 and "no --only, --phase or -i/--gpu (the job's GPUs: --gpus)" in proc.stderr

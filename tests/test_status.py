@@ -112,3 +112,23 @@ def test_status_counts_the_reboots_asked(
     assert doc["reboots"]["held_for_a_person"] is True
     cli_main(["status"])
     assert "reboots: 1 asked within 24 h (at most 1); held for a person after them" in capsys.readouterr().out
+
+
+def test_status_words_for_a_drained_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every field in plain words: the headline names the drain, ages read as ages, no raw values."""
+    import re
+
+    Fake(tmp_path, monkeypatch, scenario="remap-pending.toml", clean_runs=2)
+    for var in ("SLURM_JOB_ID", "SLURM_JOB_GPUS"):
+        monkeypatch.delenv(var)
+    assert healthcheck.main() == 1
+    assert cli_main(["status"]) == 1
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0] == "node n1: drained by nodehealth (gpu_remapped_rows)", lines[0]
+    assert re.search(r"^drain: ours, drained (just now|\d+ s ago): 'nh:rowremap GPU1 ", text, re.M), text
+    assert re.search(r"^last face run: FAIL (just now|\d+ s ago)$", text, re.M), text
+    assert re.search(r"^slurm \(cached view(, read (just now|\d+ s ago))?\): state IDLE, Gres gpu:8$", text, re.M), text
+    assert not any(w in text for w in ("never", "-0 s", "or failing", "{'", "since just now")), text

@@ -249,7 +249,7 @@ def headline(doc: dict[str, Any]) -> str:
     if not doc["config"]["validated"]:
         why.append("the config does not validate")
     if d.get("verdict") is None:
-        why.append("no daemon verdict yet" if not d.get("why") else f"no daemon verdict ({d['why']})")
+        why.append("no daemon verdict to go by (see the daemon line)")
     elif d.get("verdict") == "UNKNOWN":
         why.append("the daemon's last verdict is UNKNOWN")
     return "cannot tell: " + "; ".join(why)
@@ -273,7 +273,7 @@ def text(doc: dict[str, Any]) -> str:
         + ("" if c["validated"] else f" (does NOT validate: {c['error']}; running with {c['using']})")
     )
     if d.get("verdict") is None:
-        lines.append(f"daemon: no usable verdict ({d.get('why') or 'none written yet'})")
+        lines.append(f"daemon: no usable verdict: {d.get('why') or 'none written yet'}")
     else:
         lines.append(
             f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
@@ -293,7 +293,7 @@ def text(doc: dict[str, Any]) -> str:
         lines.append("drain: none of ours")
     else:
         lines.append(
-            f"drain: ours since {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
+            f"drain: ours, drained {_age(dr['age_s'])}: {dr['reason']!r} (check {dr['check']}, action "
             f"{dr['action']}, {dr['phase']}" + (f", job {dr['job_id']}" if dr["job_id"] else "") + ")"
         )
         r = doc["resume"]
@@ -314,7 +314,7 @@ def text(doc: dict[str, Any]) -> str:
         lines.append(f"slurm mode: {mode['mode']}: no scontrol update is sent; would-be actions so far: {counts}")
     if would is not None:
         lines.append(
-            f"would drain (observe mode; Slurm has the node in service) since {_age(would['age_s'])}: "
+            f"would drain (observe mode; Slurm has the node in service), decided {_age(would['age_s'])}: "
             f"{would['reason']!r}"
         )
     rb = doc.get("reboots")
@@ -334,8 +334,8 @@ def text(doc: dict[str, Any]) -> str:
     sv = doc["slurm_view"]
     if sv:
         lines.append(
-            f"slurm (cached {_age(sv['age_s'])}): state {sv['state']}, Gres gpu:{sv['gres_gpus']}"
-            + (f", reason {sv['reason']!r}" if sv["reason"] else "")
+            f"slurm (cached view{', read ' + _age(sv['age_s']) if sv['age_s'] is not None else ''}): "
+            f"state {sv['state']}, Gres gpu:{sv['gres_gpus']}" + (f", reason {sv['reason']!r}" if sv["reason"] else "")
         )
     x = doc["xid"]
     if "error" in x:

@@ -31,6 +31,9 @@ or nodehealth check --as {face} --job N --gpus 0,1.
 """
 
 
+OPTIONS = ("--dry-run", "--config", "--version", "--help")
+
+
 def usage(face: str) -> str:
     """The face's ``--help`` text, from its row of ``faces.table``."""
     from nodehealth.faces.table import BY_NAME
@@ -67,9 +70,14 @@ def handle(face: str, argv: Sequence[str]) -> Optional[int]:
                 return _usage(face, "--config needs a FILE")
             os.environ["NODEHEALTH_CONFIG"] = value
         else:
-            from nodehealth.xid.text import printable
+            import difflib
 
-            return _usage(face, f"unknown argument '{printable(arg)}'")
+            from nodehealth.observations.text import printable
+
+            near = difflib.get_close_matches(arg.partition("=")[0], OPTIONS, n=1)
+            return _usage(
+                face, f"unknown argument '{printable(arg)}'" + (f" (did you mean {near[0]}?)" if near else "")
+            )
     if not dry_run:
         return _usage(face, "--config is for --dry-run (Slurm runs the face with no arguments)")
     from nodehealth.faces.preview import preview
