@@ -21,7 +21,6 @@ def daemon_round_state(c: SlurmCluster) -> None:
     from nodehealth import runner
     from nodehealth.config.loader import load_valid
     from nodehealth.probes import source
-    from nodehealth.statedir.files import write_atomic
 
     source.forget()
     # load_valid records the config as this node's last validated one, as the daemon does at start.
@@ -29,8 +28,8 @@ def daemon_round_state(c: SlurmCluster) -> None:
     report: dict[str, Any] = runner.run(cfg, phase="daemon", node=c.host).to_json()
     assert report["status"] in ("OK", "WARN"), report
     boot = c.boot_id.read_text().strip()
-    write_atomic(
-        daemon_state.path_in(str(c.state_dir)),
+    daemon_state.write(  # as the daemon writes it: the JSON, then its marshal form (the fast path's)
+        str(c.state_dir),
         daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1),
     )
 
@@ -98,8 +97,7 @@ def test_a_killed_daemons_verdict_sends_the_next_prolog_cold(slurm_cluster) -> N
         "end='')"
     )
     dead = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
-    with open(path, "w") as f:
-        f.write(dead)
+    daemon_state.write(str(c.state_dir), dead)
     env = c.face_env(job_id="502", gpus="0")
     res = subprocess.run([c.wrapper("nodehealth-prolog")], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
