@@ -109,6 +109,8 @@ def test_a_file_with_several_errors_still_checks_with_the_defaults(tmp_path: Pat
     loaded = use(write(tmp_path, text), fallback="defaults", remember=False, setup=False)
     assert loaded.using == "defaults" and loaded.error is not None and len(loaded.error.problems) == 3
     assert loaded.cfg.enabled()["gpu_temperature"]  # not switched off by the typo
+    one = loaded.error.oneline()  # what a face logs: one line, every error
+    assert "\n" not in one and one.count(".toml:") == 4 and ": 3 errors: " in one, one
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,10 @@ class ConfigError(Exception):
         self.state_dir: Optional[str] = None  # the state dir the bad file names, when it could be read
         self.persistent_dir: Optional[str] = None  # its persistent dir (where its last good one is kept), the same
 
+    def oneline(self) -> str:
+        """The message on one line (a log line, syslog): several errors joined with ``; ``."""
+        return str(self).replace(":\n  ", ": ", 1).replace("\n  ", "; ")
+
 
 # Keys the loader handles itself rather than through a dataclass field.
 _TOP_EXTRA = {"override"}

@@ -101,7 +101,8 @@ def start(
         if simulate:
             raise
         log(
-            f"error: configuration error, and the built-in defaults do not validate either, not checking: {exc}",
+            "error: configuration error, and the built-in defaults do not validate either, not checking: "
+            + exc.oneline(),
             notable=True,
         )
         return 0
@@ -111,7 +112,7 @@ def start(
             if loaded.using == "last_validated"
             else ("the built-in defaults" + (f" ({loaded.note})" if loaded.note else ""))
         )
-        log(f"error: configuration error: {loaded.error}; checking with {using}", notable=True)
+        log(f"error: configuration error: {loaded.error.oneline()}; checking with {using}", notable=True)
     elif loaded.note:
         log(loaded.note)
     cfg = loaded.cfg
