@@ -1,18 +1,33 @@
-"""What the prolog's fast path imports, in this tree and at an earlier revision, side by side.
+"""The prolog's fast path, this tree beside an earlier release and the interpreter's floor: wall time and imports.
 
-    python bench/fast_path_imports.py [--rev 95dc6dc] [--runs 15]
+    .venv/bin/python bench/fast_path_imports.py [--rev v0.2.0] [--runs 21] [--out FILE]
 
-For each tree: a fresh daemon verdict in a temp state dir, then a fast-path prolog run under
-``python -S -X importtime`` with only that tree on ``sys.path`` (the fast path needs nothing
-outside the standard library). Prints the modules each imports that the other does not, the
-module counts, and the median of the summed import times over ``--runs`` runs, alternating.
-The earlier revision is checked out with ``git worktree`` into a temp dir and removed after.
+Three cases, each a fresh process per run, interleaved round by round (floor, earlier, this tree), so a
+busy machine's drift hits all alike:
+
+* ``python -c pass``: the floor;
+* the fast-path prolog of ``--rev`` (checked out with ``git worktree`` into a temp dir, removed after);
+* the fast-path prolog of this tree.
+
+All three run the same interpreter from a bare venv made for the run (``python -m venv
+--without-pip``, no site-packages: the fast path needs nothing beyond the standard library, and the
+development venv's editable-install finders would add their own imports to the floor), with the tree
+on ``PYTHONPATH``, bytecode written by a warm-up run, and slurmd's environment (no ``PATH``; the job's
+id, user and GPUs). The prolog is started as ``python -c "from nodehealth.faces import prolog; ..."``
+(a pip console script imports ``re`` of its own). Each tree's config is validated by that tree's loader
+first (as its daemon does at start), the verdict is written by a process that stays alive (this one),
+fresh before every round, in the form each tree reads (this tree's ``verdict.write``: the JSON and
+its marshal form), with a GPU counter reading for the job baseline. Every run must exit 0 on the fast
+path (its log line says so, and no "not taken"): a run that took the cold path stops the bench.
+
+Prints (or writes to ``--out``) a markdown report: the medians, min and max, each prolog's cost over
+the floor and its ratio to the earlier release, and one ``-X importtime`` run of each: the module
+counts and the modules one imports that the other does not.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -21,35 +36,52 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodehealth.statedir.verdict import start_ticks  # the bench process stands in for the daemon
-
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
+PROLOG = "from nodehealth.faces import prolog; raise SystemExit(prolog.main())"
 
 
-def prepare(d: Path, old_style: bool) -> dict[str, str]:
-    """A config and a fresh verdict; the verdict is rewritten before each run (fresh = under 90 s)."""
+def bare_venv(d: Path) -> Path:
+    """A venv of this interpreter's base, without pip or site-packages: the same start-up for every case."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(d)], check=True)
+    return d / "bin" / "python"
+
+
+def prepare(d: Path, tree: Path, root: Path) -> dict[str, str]:
+    """A node for ``tree``: config validated by that tree's loader, boot id; the environment of its prolog."""
     state = d / "state"
-    state.mkdir(parents=True)
     proc = d / "proc" / "sys" / "kernel" / "random"
     proc.mkdir(parents=True)
     (proc / "boot_id").write_text(BOOT + "\n")
     cfg = d / "nh.toml"
-    if old_style:
-        cfg.write_text(f'[paths]\nstate_dir = "{state}"\n[resume]\nboot_id_path = "{proc / "boot_id"}"\n')
-    else:
-        cfg.write_text(f'[paths]\nstate_dir = "{state}"\nprocfs_root = "{d / "proc"}"\n')
-        # As the daemon does at start: the fast path answers only for the config file that last validated.
-        subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from nodehealth.config import loader; loader.load_valid(sys.argv[1])",
-                str(cfg),
-            ],
-            check=True,
-            cwd=str(ROOT),
-        )
+    cfg.write_text(f'[paths]\nstate_dir = "{state}"\nprocfs_root = "{d / "proc"}"\n')
+    env = {
+        "NODEHEALTH_CONFIG": str(cfg),
+        "NODEHEALTH_DEFAULT_ROOT": str(root),
+        "PYTHONPATH": str(tree),
+        "SLURMD_NODENAME": "bench",
+        "SLURM_JOB_USER": "bench",
+        "SLURM_JOB_UID": "1000",
+        "SLURM_JOB_GPUS": "0,1",
+    }
+    code = "import sys, nodehealth; from nodehealth.config import loader; loader.load_valid(sys.argv[1]); "
+    code += "print(nodehealth.__file__)"
+    got = subprocess.run(  # the development venv (the loader needs hostlist), this tree first on the path
+        [sys.executable, "-c", code, str(cfg)], env=env, check=True, capture_output=True, text=True, cwd="/"
+    ).stdout.strip()
+    if not got.startswith(str(tree)):
+        raise SystemExit(f"{tree}: the loader imported nodehealth from {got}")
+    return env
+
+
+def refresh(env: dict[str, str]) -> None:
+    """A fresh verdict and counter reading in the node's state dir, as the daemon writes them (this
+    process stands in for the daemon: it stays alive)."""
+    from nodehealth.statedir import counters
+    from nodehealth.statedir import verdict as daemon_state
+
+    state = str(Path(env["NODEHEALTH_CONFIG"]).parent / "state")
     report = {
         "node": "bench",
         "phase": "daemon",
@@ -59,89 +91,108 @@ def prepare(d: Path, old_style: bool) -> dict[str, str]:
         "started_at": time.time(),
         "checks": [{"name": "nvml", "status": "OK", "summary": "8 GPUs", "action": "none", "gpu": None, "details": {}}],
     }
-    (state / "daemon-state.json").write_text(
-        json.dumps(
-            {
-                "v": 1,
-                "kind": "nodehealth-daemon-state",
-                "boot_id": BOOT,
-                "written_at": time.time(),
-                "interval_s": 30.0,
-                "pid": os.getpid(),
-                "pid_start": start_ticks(os.getpid()),
-                "round": 1,
-                "xid": {"follower": "alive", "since": None},
-                "report": report,
-            }
-        )
-    )
-    return {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}
+    daemon_state.write(state, daemon_state.encode(report, BOOT, time.time(), "alive", interval_s=30, round=1))
+    gpus = {str(i): {"volatile_uncorrected": 0, "aggregate_uncorrected": 0} for i in range(8)}
+    counters.write_latest(state, gpus, BOOT, "daemon")
 
 
-def run(tree: Path, env: dict[str, str]) -> tuple[int, dict[str, int]]:
+def run(python: Path, env: dict[str, str], job: int, extra: tuple[str, ...] = ()) -> tuple[float, str]:
+    t0 = time.perf_counter()
     res = subprocess.run(
-        [
-            sys.executable,
-            "-S",
-            "-X",
-            "importtime",
-            "-c",
-            "from nodehealth.faces import prolog; raise SystemExit(prolog.main())",
-        ],
-        env=dict(env, PYTHONPATH=str(tree)),
+        [str(python), *extra, "-c", PROLOG],
+        env=dict(env, SLURM_JOB_ID=str(job)),
         capture_output=True,
         text=True,
-        cwd=str(tree),
+        cwd="/",
+        timeout=120,
     )
-    if res.returncode != 0 or "fast path not taken" in res.stderr:
-        raise SystemExit(f"{tree}: fast-path prolog exit {res.returncode}: {res.stderr[-2000:]}")
-    mods: dict[str, int] = {}
-    for text in res.stderr.splitlines():
+    dt = time.perf_counter() - t0
+    if res.returncode != 0 or "fast path" not in res.stderr or "not taken" in res.stderr:
+        raise SystemExit(f"{env['PYTHONPATH']}: not the fast path (exit {res.returncode}): {res.stderr[-2000:]}")
+    return dt, res.stderr
+
+
+def modules(stderr: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for text in stderr.splitlines():
         if text.startswith("import time:") and "|" in text and "cumulative" not in text:
             own, _, name = (x.strip() for x in text[len("import time:") :].split("|"))
-            mods[name] = int(own)
-    return res.returncode, mods
+            out[name] = int(own)
+    return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rev", default="95dc6dc")
-    ap.add_argument("--runs", type=int, default=15)
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rev", default="v0.2.0")
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--out", help="write the report here (default: stdout)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="nh-fastpath.") as tmp:
         t = Path(tmp)
+        root = t / "root"  # the defaults of [paths] (where this tree keeps the fast path's settings)
+        (root / "run" / "nodehealth").mkdir(parents=True, mode=0o700)
+        (root / "var" / "lib").mkdir(parents=True)
+        os.environ["NODEHEALTH_DEFAULT_ROOT"] = str(root)  # before nodehealth is imported here
         old_tree = t / "old"
         subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old_tree), args.rev], check=True
         )
         try:
-            # The old tree reads the boot id from [resume] boot_id_path; this one from [paths] procfs_root.
-            envs = {"old": prepare(t / "o", old_style=True), "new": prepare(t / "n", old_style=False)}
-            trees = {"old": old_tree, "new": ROOT}
-            totals: dict[str, list[float]] = {"old": [], "new": []}
-            mods: dict[str, dict[str, int]] = {}
-            codes: dict[str, set[int]] = {"old": set(), "new": set()}
+            python = bare_venv(t / "venv")
+            envs = {"old": prepare(t / "o", old_tree, root), "new": prepare(t / "n", ROOT, root)}
+            times: dict[str, list[float]] = {"floor": [], "old": [], "new": []}
+            job = 1000
+            for k in ("old", "new"):  # warm-up: bytecode written, the page cache warm
+                refresh(envs[k])
+                run(python, envs[k], job)
+                job += 1
             for _ in range(args.runs):
                 for k in ("old", "new"):
-                    rc, m = run(trees[k], envs[k])
-                    codes[k].add(rc)
-                    mods[k] = m
-                    totals[k].append(sum(m.values()) / 1000)
+                    refresh(envs[k])
+                t0 = time.perf_counter()
+                subprocess.run([str(python), "-c", "pass"], env={}, check=True, cwd="/")
+                times["floor"].append(time.perf_counter() - t0)
+                for k in ("old", "new"):
+                    times[k].append(run(python, envs[k], job)[0])
+                    job += 1
+            mods = {}
+            for k in ("old", "new"):
+                refresh(envs[k])
+                mods[k] = modules(run(python, envs[k], job, ("-X", "importtime"))[1])
+                job += 1
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], check=False)
-    for k, label in (("old", f"at {args.rev}"), ("new", "this tree")):
-        ours = sorted(n for n in mods[k] if n.startswith("nodehealth"))
-        print(
-            f"{label}: exit codes {sorted(codes[k])}, {len(mods[k])} modules "
-            f"({len(ours)} of nodehealth), summed import time median "
-            f"{statistics.median(totals[k]):.2f} ms (min {min(totals[k]):.2f}, max {max(totals[k]):.2f})"
-        )
-        print("   nodehealth modules:", " ".join(ours))
-    only_new = sorted(set(mods["new"]) - set(mods["old"]))
-    only_old = sorted(set(mods["old"]) - set(mods["new"]))
-    print("imported now and not before:", " ".join(only_new) or "-")
-    print("imported before and not now:", " ".join(only_old) or "-")
+    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    label = {
+        "floor": "python -c pass (the floor)",
+        "old": f"fast-path prolog at {args.rev}",
+        "new": "fast-path prolog, this tree",
+    }
+    lines = [
+        f"{args.runs} rounds, interleaved; {os.cpu_count()} CPUs; Python {sys.version.split()[0]}; "
+        f"load average {os.getloadavg()[0]:.2f} at the end",
+        "",
+        "| case | median | min | max | over the floor | modules imported |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k, values in times.items():
+        over = "" if k == "floor" else f"+{med[k] - med['floor']:.1f} ms"
+        count = "" if k == "floor" else str(len(mods[k]))
+        spread = f"{min(values) * 1000:.1f} ms | {max(values) * 1000:.1f} ms"
+        lines.append(f"| {label[k]} | {med[k]:.1f} ms | {spread} | {over} | {count} |")
+    lines += [
+        "",
+        f"this tree / {args.rev}: {med['new'] / med['old']:.2f}x; cost over the floor: "
+        f"{med['new'] - med['floor']:.1f} ms (at {args.rev}: {med['old'] - med['floor']:.1f} ms)",
+        f"imported at {args.rev} and not now: {' '.join(sorted(set(mods['old']) - set(mods['new']))) or '-'}",
+        f"imported now and not at {args.rev}: {' '.join(sorted(set(mods['new']) - set(mods['old']))) or '-'}",
+    ]
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text, end="")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
