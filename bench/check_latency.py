@@ -33,7 +33,9 @@ NODEHEALTH = [sys.executable, "-m", "nodehealth"]
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+    # From the root directory: `python -c` and `-m` put the working directory first on sys.path, where a
+    # source tree would shadow the one PYTHONPATH names.
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False, cwd="/")
     return time.perf_counter() - t0, proc.returncode
 
 
@@ -43,7 +45,8 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--previous", help="a checkout of the previous release (its simulator built in its sim/)")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # As an installed package runs: with bytecode (the warm-up run writes it), this tree's own modules.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     env["NO_COLOR"] = "1"
     envs = {"this tree": env}
     if args.previous:

@@ -41,7 +41,8 @@ def import_times(argv: list[str]) -> dict[str, float]:
         capture_output=True,
         text=True,
         check=False,
-        env=dict(os.environ, NO_COLOR="1"),
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "NO_COLOR": "1"},  # bytecode
+        cwd="/",  # not a source tree's directory, which `-c` would put first on sys.path
     )
     if proc.returncode != 0:
         raise SystemExit(f"{argv}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
