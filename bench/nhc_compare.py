@@ -13,8 +13,14 @@ empty environment apart from what each needs (slurmd gives the prolog no PATH):
   * python -c pass                      the interpreter's floor
   * NHC, 11 checks, watchdog off (-t 0) and with its default 30 s watchdog
   * nodehealth-prolog, fast path        a running `nodehealth daemon` (8 simulated GPUs)
-                                        keeps a fresh verdict in the state dir
+                                        keeps a fresh verdict in the state dir; every run must
+                                        say it took the fast path
   * nodehealth-prolog, cold path        no daemon state: the prolog runs its checks itself
+The floor and the fast path run the same interpreter from a bare venv made for the run (no pip, no
+site-packages, the tree on PYTHONPATH: the fast path needs nothing else, and the development venv's
+editable-install finders would add their own imports to both); the cold path and the daemon need the
+development venv's packages and run its installed scripts. The defaults of [paths] are moved under the
+run's temp dir (NODEHEALTH_DEFAULT_ROOT), where the fast path's settings are kept.
 """
 
 from __future__ import annotations
@@ -47,12 +53,13 @@ NHC_CONF = """\
 """
 
 
-def timed(argv: list[str], env: dict[str, str], want: int = 0) -> float:
+def timed(argv: list[str], env: dict[str, str], want: int = 0, says: str = "") -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = time.perf_counter() - t0
-    if proc.returncode != want:
-        raise SystemExit(f"{argv[0]}: exit {proc.returncode}: {proc.stderr.decode()[-400:]}")
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode != want or (says and (says not in err or "not taken" in err)):
+        raise SystemExit(f"{argv[0]}: exit {proc.returncode}: {err[-400:]}")
     return elapsed
 
 
@@ -71,7 +78,14 @@ def main() -> int:
     nhc = Path(args.nhc).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="nh-nhc."))
     daemon = None
+    root = tmp / "root"  # the defaults of [paths]: the fast path's settings are kept in its run/nodehealth
+    (root / "run" / "nodehealth").mkdir(parents=True, mode=0o700)
+    (root / "var" / "lib").mkdir(parents=True)
+    moved = {"NODEHEALTH_DEFAULT_ROOT": str(root)}
     try:
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True)
+        bare = str(tmp / "venv" / "bin" / "python")
         # NHC: our config; its check scripts from the checkout (or /etc/nhc/scripts when installed).
         (tmp / "nhc").mkdir()
         pid1 = Path("/proc/1/comm").read_text().strip()
@@ -115,6 +129,7 @@ def main() -> int:
             [str(BIN / "nodehealth"), "daemon", "--config", str(warm)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=dict(os.environ, **moved),
         )
         deadline = time.monotonic() + 30
         while not (state / "daemon-state.json").exists():
@@ -122,20 +137,25 @@ def main() -> int:
                 raise SystemExit("the daemon wrote no state within 30 s")
             time.sleep(0.1)
         job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1", "SLURMD_NODENAME": "gpu001"}
+        fast = [bare, "-c", "from nodehealth.faces import prolog; raise SystemExit(prolog.main())"]
         prolog = [str(BIN / "nodehealth-prolog")]
         cases = {
-            "python -c pass": ([sys.executable, "-c", "pass"], {}),
-            "NHC 11 checks, -t 0": ([*nhc_base, "-t", "0"], nhc_env),
-            "NHC 11 checks, default watchdog": (nhc_base, nhc_env),
-            "nodehealth-prolog, fast path": (prolog, {**job, "NODEHEALTH_CONFIG": str(warm)}),
-            "nodehealth-prolog, cold path": (prolog, {**job, "NODEHEALTH_CONFIG": str(cold)}),
+            "python -c pass": ([bare, "-c", "pass"], {}, ""),
+            "NHC 11 checks, -t 0": ([*nhc_base, "-t", "0"], nhc_env, ""),
+            "NHC 11 checks, default watchdog": (nhc_base, nhc_env, ""),
+            "nodehealth-prolog, fast path": (
+                fast,
+                {**job, **moved, "NODEHEALTH_CONFIG": str(warm), "PYTHONPATH": str(ROOT)},
+                "fast path",
+            ),
+            "nodehealth-prolog, cold path": (prolog, {**job, **moved, "NODEHEALTH_CONFIG": str(cold)}, ""),
         }
-        for argv, env in cases.values():
-            timed(argv, env)
+        for argv, env, says in cases.values():
+            timed(argv, env, says=says)
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
-            for name, (argv, env) in cases.items():
-                times[name].append(timed(argv, env))
+            for name, (argv, env, says) in cases.items():
+                times[name].append(timed(argv, env, says=says))
     finally:
         if daemon is not None:
             daemon.terminate()
