@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROLOG = Path(sys.executable).parent / "nodehealth-prolog"
 SCENARIOS = ROOT / "tests" / "fixtures" / "slurm"
+ROOT_ENV = "NODEHEALTH_DEFAULT_ROOT"  # nodehealth.config.lean.DEFAULT_ROOT_ENV
 
 
 def free_port() -> int:
@@ -77,17 +78,15 @@ def write_config(d: Path, scenario: str, budget: float, slurm_timeout: float) ->
 def write_daemon_state(cfg: Path) -> None:
     """A fresh daemon verdict for the config's node, with the daemon's own writer."""
     from nodehealth import runner
-    from nodehealth.config.loader import load
+    from nodehealth.config.loader import load_valid
     from nodehealth.statedir import layout
     from nodehealth.statedir import verdict as daemon_state
-    from nodehealth.statedir.files import write_atomic
 
-    c = load(str(cfg))
+    c, _ = load_valid(str(cfg))  # as the daemon at start: the config recorded, the fast path's settings kept
     report = runner.run(c, phase="daemon", node="bench").to_json()
     boot = layout.read_boot_id(c.paths.procfs_root) or "unknown"
-    write_atomic(
-        daemon_state.path_in(c.paths.state_dir),
-        daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1),
+    daemon_state.write(  # the JSON and its marshal form, as the daemon writes them
+        c.paths.state_dir, daemon_state.encode(report, boot, time.time(), "alive", interval_s=30, round=1)
     )
 
 
@@ -153,6 +152,7 @@ def importtime(d: Path) -> None:
     cfg = write_config(d, "healthy.toml", 20.0, 3.0)
     write_daemon_state(cfg)
     env = {"NODEHEALTH_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1"}
+    env[ROOT_ENV] = os.environ[ROOT_ENV]
     res = subprocess.run(
         [
             sys.executable,
@@ -186,6 +186,7 @@ def run_once(cfg: Path, conf: Path, job: int) -> tuple[float, int]:
         "SLURM_JOB_GPUS": "0,1",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+        ROOT_ENV: os.environ[ROOT_ENV],
     }
     t0 = time.perf_counter()
     res = subprocess.run(
@@ -226,6 +227,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nh-bench.") as tmp:
         d = Path(tmp)
         os.chmod(d, 0o755)
+        # The defaults of [paths] under the temp dir (before nodehealth is imported): the fast path's
+        # settings are kept in its run/nodehealth, as the unit's RuntimeDirectory makes it.
+        (d / "root" / "run" / "nodehealth").mkdir(parents=True, mode=0o700)
+        (d / "root" / "var" / "lib").mkdir(parents=True)
+        os.environ[ROOT_ENV] = str(d / "root")
         if args.importtime:
             importtime(d)
             return 0
