@@ -14,7 +14,8 @@ All three run the same interpreter from a bare venv made for the run (``python -
 development venv's editable-install finders would add their own imports to the floor), with the tree
 on ``PYTHONPATH``, bytecode written by a warm-up run, and slurmd's environment (no ``PATH``; the job's
 id, user and GPUs). The prolog is started as ``python -c "from nodehealth.faces import prolog; ..."``
-(a pip console script imports ``re`` of its own). Each tree's config is validated by that tree's loader
+(a pip console script imports ``re`` of its own); the nodes' directories are on a tmpfs
+(``/dev/shm``) when there is one, as ``/run`` is. Each tree's config is validated by that tree's loader
 first (as its daemon does at start), the verdict is written by a process that stays alive (this one),
 fresh before every round, in the form each tree reads (this tree's ``verdict.write``: the JSON and
 its marshal form), with a GPU counter reading for the job baseline. Every run must exit 0 on the fast
@@ -127,9 +128,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--out", help="write the report here (default: stdout)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nh-fastpath.") as tmp:
-        t = Path(tmp)
-        root = t / "root"  # the defaults of [paths] (where this tree keeps the fast path's settings)
+    # The nodes' dirs on a tmpfs when there is one, as /run is (a disk's fsync is not the prolog's cost there).
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with (
+        tempfile.TemporaryDirectory(prefix="nh-fastpath.") as tmp,
+        tempfile.TemporaryDirectory(prefix="nh-fastpath.", dir=shm) as nodes,
+    ):
+        t, n = Path(tmp), Path(nodes)
+        root = n / "root"  # the defaults of [paths] (where this tree keeps the fast path's settings)
         (root / "run" / "nodehealth").mkdir(parents=True, mode=0o700)
         (root / "var" / "lib").mkdir(parents=True)
         os.environ["NODEHEALTH_DEFAULT_ROOT"] = str(root)  # before nodehealth is imported here
@@ -139,7 +145,7 @@ def main() -> int:
         )
         try:
             python = bare_venv(t / "venv")
-            envs = {"old": prepare(t / "o", old_tree, root), "new": prepare(t / "n", ROOT, root)}
+            envs = {"old": prepare(n / "o", old_tree, root), "new": prepare(n / "n", ROOT, root)}
             times: dict[str, list[float]] = {"floor": [], "old": [], "new": []}
             job = 1000
             for k in ("old", "new"):  # warm-up: bytecode written, the page cache warm
