@@ -598,10 +598,10 @@ def test_the_live_tail_is_cached_between_rounds():
     real = m.process.families
     m.process.families = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
     first = m.payload()
-    assert m.payload() == first and len(reads) == 1  # no /proc read, no rendering
+    assert m.payload() is first and len(reads) == 1  # no /proc read, no rendering, not even a copy
     zipped = m.payload_gzip()
     tail_gz = m._tail_gz
-    assert m.payload_gzip() == zipped and m._tail_gz is tail_gz  # the gzip of both parts kept
+    assert m.payload_gzip() is zipped and m._tail_gz is tail_gz  # the gzip of both parts kept
     assert gzip.decompress(zipped) == first
     now[0] += 6.0  # past PROCESS_EVERY_S: the process figures are read again
     m.payload()

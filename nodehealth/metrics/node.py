@@ -94,6 +94,7 @@ class NodeMetrics:
         self._tail: tuple[Optional[float], bytes, bytes] = (None, b"", b"")  # round started, config, process
         self._tail_text: Optional[bytes] = None
         self._tail_gz: Optional[tuple[bytes, bytes]] = None
+        self._join: dict[bool, Optional[tuple[bytes, bytes, bytes]]] = {False: None, True: None}
         self._running_head = render([one("nodehealth_round_running_seconds", 0.0)])
 
     # ------------------------------------------------------------------ updates
@@ -193,7 +194,7 @@ class NodeMetrics:
         with self._lock:
             if self._payload is None:
                 self._payload = render(list(self.families()))
-            return self._payload + tail
+            return self._joined(self._payload, tail, False)
 
     def payload_gzip(self) -> bytes:
         """The same text gzip-encoded (what Prometheus asks for): each part is compressed once per
@@ -206,7 +207,14 @@ class NodeMetrics:
                 self._payload_gz = (self._payload, gzip.compress(self._payload, compresslevel=6, mtime=0))
             if self._tail_gz is None or self._tail_gz[0] is not tail:
                 self._tail_gz = (tail, gzip.compress(tail, compresslevel=1, mtime=0))
-            return self._payload_gz[1] + self._tail_gz[1]
+            return self._joined(self._payload_gz[1], self._tail_gz[1], True)
+
+    def _joined(self, body: bytes, tail: bytes, zipped: bool) -> bytes:
+        """``body + tail``, kept until either changes (a scrape between rounds copies nothing)."""
+        last = self._join[zipped]
+        if last is None or last[0] is not body or last[1] is not tail:
+            last = self._join[zipped] = (body, tail, body + tail)
+        return last[2]
 
     def _live(self) -> bytes:
         """The live tail as bytes, re-rendered only where a part of it changed."""
