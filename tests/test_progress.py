@@ -32,11 +32,10 @@ def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "NODEHEALTH_CONFIG"} | {"NO_COLOR": "1"}
 
 
-def test_a_slow_check_on_a_terminal_names_what_it_waits_for_and_the_budget(tmp_path: Path) -> None:
+def on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
+    """Run ``argv`` with its stderr on a pseudo-terminal: (exit code, what the terminal got, stdout)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        args(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env(), cwd=ROOT
-    )
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env(), cwd=ROOT)
     os.close(slave)
     seen = b""
     while True:  # read the terminal until the program closes it
@@ -53,11 +52,24 @@ def test_a_slow_check_on_a_terminal_names_what_it_waits_for_and_the_budget(tmp_p
         seen += chunk
     os.close(master)
     out = proc.stdout.read().decode() if proc.stdout else ""
-    assert proc.wait(timeout=DEADLINE_S) == 0  # UNKNOWN passes by default; the point is the line
-    text = seen.decode()
+    return proc.wait(timeout=DEADLINE_S), seen.decode(), out
+
+
+def test_a_slow_check_on_a_terminal_names_what_it_waits_for_and_the_budget(tmp_path: Path) -> None:
+    code, text, out = on_a_terminal(args(tmp_path))
+    assert code == 0  # UNKNOWN passes by default; the point is the line
     assert "nodehealth: waiting for nvml (" in text and "; budget 2 s" in text, text
     assert text.endswith(progress.ERASE), text  # erased at the end: the report reads as without it
     assert "UNKNOWN nvml" in out and "waiting for" not in out
+
+
+def test_a_slow_preview_on_a_terminal_names_what_it_waits_for(tmp_path: Path) -> None:
+    cfg = tmp_path / "nh.toml"
+    cfg.write_text(f'[phases.healthcheck]\nbudget_s = 2\n[paths]\nstate_dir = "{tmp_path / "state"}"\n')
+    argv = [sys.executable, "-m", "nodehealth", "check", "--as", "healthcheck", "--config", str(cfg), "--simulate"]
+    code, text, out = on_a_terminal([*argv, str(HUNG)])
+    assert "nodehealth: waiting for nvml (" in text and "within the face's budget" in text, text
+    assert text.endswith(progress.ERASE) and "healthcheck exit code would be" in out, out
 
 
 def test_a_slow_check_on_a_pipe_prints_no_progress(tmp_path: Path) -> None:
@@ -88,7 +100,8 @@ def test_the_line_names_each_probe_not_answered_longest_first() -> None:
     )
     watch.answered("nvml")
     watch.answered("pci_gpus")
-    assert progress.describe(watch, 10.0, 4.25) == "nodehealth: judging; 4.2 s of the budget of 10 s"
+    assert progress.describe(watch, 10.0, 4.25) == "nodehealth: deciding, 4.2 s so far; budget 10 s"
+    assert progress.describe(watch, None, 4.25) == "nodehealth: deciding, 4.2 s so far; within the face's budget"
 
 
 def test_a_watched_forking_probe_is_answered_when_its_read_is_collected() -> None:

@@ -174,10 +174,14 @@ def _as_face(args: argparse.Namespace) -> int:
         env["SLURM_JOB_GPUS"] = args.gpus
     if args.job is not None and valid_job_id(args.job) is None:
         raise UsageError(f"--job: '{printable(args.job)}' is not a Slurm job id (a plain number, 1 to {MAX_JOB_ID})")
+    from nodehealth.commands import progress
     from nodehealth.config.use import ConfigError
 
+    watch = progress.Watch()
     try:
-        result = preview(args.as_face, env, simulate=args.simulate)
+        with progress.Line(sys.stderr, lambda elapsed: progress.describe(watch, None, elapsed)) as line:
+            probes = progress.watched(watch) if line.active() else None
+            result = preview(args.as_face, env, simulate=args.simulate, probes=probes)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     if args.format == "json":

@@ -81,14 +81,16 @@ class _Pending:
             self.watch.answered(self.name)
 
 
-def describe(watch: Watch, budget_s: float, elapsed_s: float) -> str:
-    """The progress line: what the run waits for, and the budget."""
+def describe(watch: Watch, budget_s: Optional[float], elapsed_s: float) -> str:
+    """The progress line: what the run waits for, and the budget (None: the face's own, which each probe's
+    deadline is held within: ``check --as``)."""
     waiting = watch.waiting()
+    budget = f"budget {_s(budget_s)} s" if budget_s is not None else "within the face's budget"
     if waiting:
         what = ", ".join(f"{n} ({_s(ran)} s of its {_s(limit)} s)" for n, ran, limit in waiting)
-        line = f"nodehealth: waiting for {what}; budget {_s(budget_s)} s"
+        line = f"nodehealth: waiting for {what}; {budget}"
     else:
-        line = f"nodehealth: judging; {_s(elapsed_s)} s of the budget of {_s(budget_s)} s"
+        line = f"nodehealth: deciding, {_s(elapsed_s)} s so far; {budget}"
     return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
 
 

@@ -130,7 +130,9 @@ def start(
     )
 
 
-def run_outcome(run: Run, look_only: bool = False) -> tuple[Report, Observations]:
+def run_outcome(
+    run: Run, look_only: bool = False, probes: Optional[dict[str, Any]] = None
+) -> tuple[Report, Observations]:
     """The phase's checks (``gpu_processes`` scoped to the job's GPUs) and what they judged.
 
     The ``slurm_node`` probe makes no Slurm call from the prolog or epilog (it reads the view the
@@ -139,7 +141,13 @@ def run_outcome(run: Run, look_only: bool = False) -> tuple[Report, Observations
     from nodehealth import runner
 
     outcome = runner.execute(
-        run.cfg, phase=run.phase, node=run.node, environ=run.environ, budget_s=run.deadline.left(), look_only=look_only
+        run.cfg,
+        phase=run.phase,
+        node=run.node,
+        environ=run.environ,
+        budget_s=run.deadline.left(),
+        look_only=look_only,
+        probes=probes,
     )
     return scope_processes(outcome.report, jobenv.job_gpus(run.environ)), outcome.observations
 

@@ -40,12 +40,15 @@ class Preview:
         return out
 
 
-def preview(face: str, environ: Mapping[str, str], simulate: Optional[str] = None) -> Preview:
+def preview(
+    face: str, environ: Mapping[str, str], simulate: Optional[str] = None, probes: Optional[dict[str, Any]] = None
+) -> Preview:
     """Decide as ``face`` would with ``environ`` (the job's variables, ``NODEHEALTH_CONFIG``).
 
     ``simulate``: a scenario file (``check --as FACE --simulate FILE``): the face's checks run now on
     those simulated GPUs (the daemon's verdict is of the real ones, so the prolog's fast path is not
-    taken); a scenario that does not load raises ``ConfigError`` (a usage error by hand)."""
+    taken); a scenario that does not load raises ``ConfigError`` (a usage error by hand). ``probes``: the
+    runner's probe table when the checks run now (``check --as`` watches it for its progress line)."""
     from nodehealth.faces import fast
 
     if simulate:
@@ -54,6 +57,7 @@ def preview(face: str, environ: Mapping[str, str], simulate: Optional[str] = Non
             environ,
             "checks run now on the simulated GPUs (--simulate: not the daemon's verdict)",
             simulate=simulate,
+            probes=probes,
         )
     if face == "prolog":
         answer = fast.prolog(environ, act=False)
@@ -70,8 +74,8 @@ def preview(face: str, environ: Mapping[str, str], simulate: Optional[str] = Non
                 _inputs(report, environ),
             )
         miss = answer if isinstance(answer, str) else "fast path not taken"
-        return _run(face, environ, f"checks run now (fast path not taken: {miss})")
-    return _run(face, environ, "checks run now")
+        return _run(face, environ, f"checks run now (fast path not taken: {miss})", probes=probes)
+    return _run(face, environ, "checks run now", probes=probes)
 
 
 def _verdict_source(verdict: Any) -> str:
@@ -84,6 +88,7 @@ def _run(
     source: str,
     fast_report: Optional[Report] = None,
     simulate: Optional[str] = None,
+    probes: Optional[dict[str, Any]] = None,
 ) -> Preview:
     """The face's cold path (or the fast path's fault) through its own exit-code function, acting on nothing."""
     from nodehealth.faces.common import exit_code, healthcheck_exit, run_outcome, start
@@ -106,7 +111,7 @@ def _run(
     if fast_report is not None:
         report = replace(fast_report, phase="prolog")
     else:
-        report, obs = run_outcome(run, look_only=True)
+        report, obs = run_outcome(run, look_only=True, probes=probes)
         slurm_node = _as_read(face, obs.slurm_node, client, cfg, run.node)
     inputs = _inputs(report, environ) + _memory(cfg, store.state, client)
     if face == "healthcheck":
