@@ -1,23 +1,27 @@
-"""The keys the prolog's fast path needs, read straight from the TOML file, and their one default.
+"""The keys the prolog's fast path needs, read from the TOML file by their own reader, and their one default.
 
 ``KEYS`` declares, once, the default, range and choices of every key the fast path reads;
 ``nodehealth.config.schema`` declares the same keys from it, so the full loader and this reader
 cannot disagree. ``DEFAULT_PATH``, ``ENV_VAR``, ``config_path`` and ``node_name`` live here for
 the same reason: both readers use them.
 
+The fast path itself reads no TOML: when a file validates, ``resolve`` reads these keys from the
+same text (with the same defaults, bounds and ``[[override]]`` rules) and ``nodehealth.config.snapshot``
+keeps the result in ``marshal`` form, which the fast path checks with ``valid`` and the file's
+``identity`` before it believes it. ``read_settings`` reads a file the same way.
+
 Standard library only at import time (``os``, ``sys``): the fast path pays for every module.
 ``tomllib`` (``tomli`` below Python 3.11) is imported when a file is read, ``socket`` only when
 the node name falls back to the host name, and ``hostlist`` only when an ``[[override]]`` touches
 one of these keys. ``read_settings`` never raises on a bad file: any doubt (unreadable, not a
 regular file, not root's own while running as root, invalid TOML, a value of the wrong type, out
-of range or not finite) is returned as a reason, and the caller takes the cold path, where the
-full loader reports the problem.
+of range or not finite) is returned as a reason.
 
 ``read_regular`` is the one way either reader opens a config file: ``stat`` first, and only a
 regular file is opened (non-blocking, so a FIFO swapped in between cannot hang the prolog), then
 checked again on the open descriptor. ``identity`` names the file that was read (device, inode,
-size, modification and change times): the prolog's fast path compares it with the one recorded
-when the file last validated (``nodehealth.config.lastgood``).
+size, modification and change times): the prolog's fast path compares it with the one its
+snapshot was made from (and ``nodehealth.config.lastgood`` records it too).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A job's environment as data, and the job ledger's record, without heavy imports.
 
 ``sanitize`` and ``job_gpus`` are the Slurm policy's (``nodehealth.slurm.policy`` re-exports
-them); they live here so the prolog's fast path can build its ledger record while importing
-only the standard library's ``json`` (no ``dataclasses``, ``typing`` or ``nodehealth.model``).
+them); they live here so the prolog's fast path can build its ledger record with ``str`` methods
+alone (no ``re``, ``json``, ``dataclasses``, ``typing`` or ``nodehealth.model``; the ledger encodes it).
 ``record`` is the ledger's record format (``nodehealth.statedir.ledger``; docs/operations.md).
 """
 
