@@ -106,7 +106,7 @@ class Catalog:
 def _toml() -> Any:
     """The TOML reader, imported when the catalog is first read (not by importing the catalog)."""
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin - tomli below 3.11
     else:
         import tomli as tomllib
     return tomllib
