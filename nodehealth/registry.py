@@ -10,9 +10,10 @@ check judges; the runner gathers only what the enabled checks need.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable
+
+from nodehealth.observations.record import record
 
 if TYPE_CHECKING:
     from nodehealth.checks.base import CheckSettings
@@ -27,7 +28,7 @@ EPILOG = frozenset({"epilog"})
 SELFTEST = frozenset({"epilog", "manual"})
 
 
-@dataclass(frozen=True)
+@record
 class CheckSpec:
     """One registered check.
 

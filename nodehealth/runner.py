@@ -24,6 +24,7 @@ from nodehealth.config.loader import phase_budget
 from nodehealth.config.schema import Config
 from nodehealth.model import CheckResult, Report, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
+from nodehealth.observations.record import record
 from nodehealth.probes import PROBES, Probe, ProbeContext, source
 from nodehealth.registry import CheckSpec, select
 
@@ -47,7 +48,7 @@ class _Slot:
                 self.done.set()
 
 
-@dataclass(frozen=True)
+@record
 class Judged:
     """A run's Report and the observations it judged (the daemon publishes both as metrics)."""
 

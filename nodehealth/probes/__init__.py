@@ -8,10 +8,11 @@ only for the probes it runs. Vendor and OS errors are translated here, at the bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from nodehealth.observations import ProbeError
+from nodehealth.observations.record import record
 from nodehealth.probes.source import ProbeSetupError, resolve
 
 __all__ = ["PROBES", "Probe", "ProbeContext", "ProbeSetupError", "validate"]
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from nodehealth.config.schema import Config
 
 
-@dataclass(frozen=True)
+@record
 class ProbeContext:
     config: Config
     node: str
@@ -33,7 +34,7 @@ class ProbeContext:
     writes: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class Probe:
     """``gather(ctx, timeout_s)`` returns the observation, or, for a probe with ``forks``,
     an object whose ``collect()`` returns it; forking probes are started before any thread."""

@@ -22,6 +22,7 @@ from nodehealth.observations import (
     ProbeError,
     SharedDirObservation,
 )
+from nodehealth.observations.record import record
 from nodehealth.platform import child
 
 # --------------------------------------------------------------------------- memory
@@ -82,7 +83,7 @@ def memory(procfs_root: str = "/proc") -> Union[MemoryObservation, ProbeError]:
 # --------------------------------------------------------------------------- mounts
 
 
-@dataclass(frozen=True)
+@record
 class MountEntry:
     """One line of /proc/<pid>/mountinfo (escapes decoded)."""
 

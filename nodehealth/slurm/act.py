@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Union
 
 from nodehealth.model import Report
 from nodehealth.observations import ProbeError
+from nodehealth.observations.record import record
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy, reboot
 from nodehealth.slurm.client import SlurmClient
@@ -65,7 +66,7 @@ class ActOutcome(str, enum.Enum):
         return self in (ActOutcome.DRAINED, ActOutcome.ALREADY)
 
 
-@dataclass(frozen=True)
+@record
 class Acted:
     outcome: ActOutcome
     node: Optional[NodeInfo] = None  # this node as Slurm last showed it (None: not read)

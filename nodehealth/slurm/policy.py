@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Mapping, Optional, Sequence
 
 from nodehealth.model import Action, CheckResult, Report, Status
+from nodehealth.observations.record import record
 from nodehealth.slurm.nodes import NodeInfo
 from nodehealth.slurm.reasons import REASON_MAX as REASON_MAX
 from nodehealth.slurm.reasons import flap_reason as flap_reason
@@ -87,7 +88,7 @@ def scope_processes(report: Report, gpus: Optional[Sequence[int]]) -> Report:
 # ----------------------------------------------------------------------------- breaker
 
 
-@dataclass(frozen=True)
+@record
 class Breaker:
     """The drain-storm breaker's view of the cluster."""
 
@@ -298,7 +299,7 @@ REBOOT_ISSUED_SUFFIX = " : reboot issued"
 # ----------------------------------------------------------------------------- decisions
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """What a face should do with Slurm: ``none``, ``drain`` or ``resume``, and why."""
 
