@@ -15,7 +15,7 @@ import functools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from nodehealth import __version__
 from nodehealth.checks.base import Context
@@ -106,16 +106,7 @@ def execute(
         )
     name = node or node_name(config.node_name)
     specs = select(phase, config.enabled(), only)
-    needed: dict[str, float] = {}
-    used: dict[str, float] = {}
-    for spec in specs:
-        timeout = config.checks[spec.name].timeout_s
-        for probe in spec.needs:
-            needed[probe] = max(needed.get(probe, 0.0), timeout)
-        for probe in spec.uses:
-            used[probe] = max(used.get(probe, 0.0), timeout)
-    for probe, timeout in used.items():
-        needed.setdefault(probe, timeout)  # a probe only used takes its users' deadline
+    needed = Deadlines(specs, config)
     pctx = ProbeContext(
         config=config,
         node=name,
@@ -145,9 +136,41 @@ def execute(
     return Judged(report, obs)
 
 
+class Deadlines(Mapping[str, float]):
+    """Probe -> its deadline: the largest ``timeout_s`` among the selected checks that need it (a probe
+    only used, none of them needing it, takes its users' largest).
+
+    Which probes, and in which order, is the registry's data; a deadline reads its checks' settings,
+    which imports their modules, when ``_gather`` starts that probe. So the NVML child is forked after
+    only the GPU checks' modules are imported, and the others (``gpu_xid``'s XID catalog) load while it
+    reads the GPUs.
+    """
+
+    def __init__(self, specs: tuple[CheckSpec, ...], config: Config) -> None:
+        self.specs, self.config = specs, config
+        order: dict[str, None] = {}
+        for spec in specs:
+            order.update(dict.fromkeys(spec.needs))
+        for spec in specs:
+            order.update((probe, None) for probe in spec.uses if probe not in order)
+        self.names = tuple(order)
+
+    def __getitem__(self, probe: str) -> float:
+        if probe not in self.names:
+            raise KeyError(probe)
+        users = [s for s in self.specs if probe in s.needs] or [s for s in self.specs if probe in s.uses]
+        return max(self.config.checks[s.name].timeout_s for s in users)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 def _gather(
     table: dict[str, Probe],
-    needed: dict[str, float],
+    needed: Mapping[str, float],
     pctx: ProbeContext,
     started: float,
     budget: float,

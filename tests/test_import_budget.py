@@ -193,3 +193,54 @@ def test_the_lazy_table_is_every_check(tmp_path: Path) -> None:
         cfg.checks["nope"]
     plain = {spec.name: spec.settings_class() for spec in CHECKS}
     assert cfg.checks == plain and {**cfg.checks} == plain and Config() == cfg
+
+
+def test_the_nvml_child_starts_before_the_xid_check_is_imported() -> None:
+    """The runner reads a probe's deadline (its checks' settings, their modules) when it starts that probe:
+    NVML, forked first, needs only the GPU checks', and gpu_xid's XID stack loads while the child reads."""
+    code = (
+        "import json, sys\n"
+        "from nodehealth import runner\n"
+        "from nodehealth.config.schema import Config\n"
+        "from nodehealth.observations import ProbeError\n"
+        "from nodehealth.probes import PROBES, Probe\n"
+        "seen = {}\n"
+        "def fake(name):\n"
+        "    def gather(ctx, timeout_s):\n"
+        "        seen[name] = ('nodehealth.checks.gpu_xid' in sys.modules, timeout_s)\n"
+        "        return ProbeError(name, 'unavailable', 'fake')\n"
+        "    return gather\n"
+        "table = {n: Probe(n, fake(n), forks=p.forks) for n, p in PROBES.items()}\n"
+        "report = runner.run(Config(), 'prolog', probes=table)\n"
+        "print(json.dumps([seen, sorted(r.name for r in report.results)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    seen, judged = json.loads(proc.stdout)
+    assert seen["nvml"][0] is False and seen["xid"][0] is True, seen
+    assert seen["nvml"][1] == seen["xid"][1] == 10.0  # the checks' default timeout_s, as before
+    assert judged == sorted(spec.name for spec in select("prolog", {}))
+
+
+def test_deadlines_are_the_largest_timeout_of_the_checks_that_need_the_probe() -> None:
+    import dataclasses
+
+    from nodehealth.config.schema import CheckTable, Config
+    from nodehealth.runner import Deadlines
+
+    base = Config()
+    checks = CheckTable({"gpu_ecc": dataclasses.replace(base.checks["gpu_ecc"], timeout_s=20.0)})
+    checks["gpu_xid"] = dataclasses.replace(base.checks["gpu_xid"], timeout_s=30.0)
+    cfg = dataclasses.replace(base, checks=checks)
+    specs = select("prolog", {})
+    deadlines = Deadlines(specs, cfg)
+    assert deadlines["nvml"] == 20.0  # gpu_xid only uses NVML: its 30 s is not NVML's deadline
+    assert deadlines["xid"] == 30.0
+    only_xid = Deadlines(select("prolog", {}, only=("gpu_xid",)), cfg)
+    assert list(only_xid) == ["xid", "nvml"] and only_xid["nvml"] == 30.0  # used only: its users' deadline
+    with pytest.raises(KeyError):
+        deadlines["nccl"]
+    order: dict[str, None] = {}
+    for spec in specs:
+        order.update(dict.fromkeys(spec.needs))
+    assert list(deadlines) == list(order)
