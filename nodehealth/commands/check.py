@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from nodehealth import render
+from nodehealth import SCHEMA_VERSION, render
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
 from nodehealth.commands.options import ExitCode, add_config, add_format, add_simulate
 from nodehealth.faces.table import FACES as TABLE
@@ -185,7 +185,11 @@ def _as_face(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     if args.format == "json":
-        doc = json.loads(render.as_json(result.report)) if result.report is not None else {}
+        doc = (
+            json.loads(render.as_json(result.report))
+            if result.report is not None
+            else {"schema_version": SCHEMA_VERSION}
+        )
         doc["as"] = {
             "face": result.face,
             "source": result.source,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.commands.common import UsageError, fail_usage
 from nodehealth.commands.options import add_format
 from nodehealth.config.lean import node_name
@@ -35,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
     host = args.host or node_name(cfg.node_name)
     data = to_toml_dict(cfg)
     if args.format == "json":
-        print(json.dumps({"source": cfg.source, "host": host, "config": data}, indent=2))
+        print(
+            json.dumps({"schema_version": SCHEMA_VERSION, "source": cfg.source, "host": host, "config": data}, indent=2)
+        )
         return 0
     print(f"# {cfg.source}: valid; effective configuration for host {host}")
     print(_toml(data))

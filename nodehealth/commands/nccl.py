@@ -17,6 +17,7 @@ import dataclasses
 import json
 import sys
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.commands.common import UsageError, fail_usage, load_config, use_color
 from nodehealth.commands.options import ExitCode, add_config, add_format
 
@@ -90,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     report = outcome.report
     if args.format == "json":
         res = report.results[0]
-        sys.stdout.write(json.dumps(res.to_json(), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(
+            json.dumps({"schema_version": SCHEMA_VERSION, **res.to_json()}, indent=2, sort_keys=True) + "\n"
+        )
     else:
         sys.stdout.write(render.text(report, color=use_color(sys.stdout)))
     return exit_code(report.status, cfg.policy.unknown)

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.commands.common import UsageError, fail_usage
 from nodehealth.commands.options import ExitCode, add_config, add_format
 
@@ -351,5 +352,7 @@ def run(args: argparse.Namespace) -> int:
         doc = gather(args.config)
     except UsageError as exc:
         return fail_usage(exc)
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else text(doc))
+    sys.stdout.write(
+        json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n" if args.format == "json" else text(doc)
+    )
     return int(doc["exit_code"])

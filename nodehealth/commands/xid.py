@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.commands.options import ExitCode, add_config, add_format
 from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
@@ -296,7 +297,7 @@ def _emit(
 
 def _print_event(event: XidEvent, fmt: str, out: IO[str], flush: bool = False, booted: Optional[float] = None) -> None:
     if fmt == "json":
-        out.write(json.dumps(event.to_json(), sort_keys=False) + "\n")
+        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **event.to_json()}, sort_keys=False) + "\n")
     else:
         out.write(format_event(event, booted) + "\n")
     if flush:
@@ -383,7 +384,7 @@ def run_explain(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     entry = catalog.entry(args.xid)
     if args.format == "json":
-        data = entry.to_json()
+        data = {"schema_version": SCHEMA_VERSION, **entry.to_json()}
         data["source"] = catalog.source
         if args.xid == 154:
             data["recovery_actions"] = [

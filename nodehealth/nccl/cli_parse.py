@@ -19,6 +19,7 @@ import math
 import sys
 from typing import IO, Any, Optional
 
+from nodehealth import SCHEMA_VERSION
 from nodehealth.nccl.parse import parse_perf
 from nodehealth.nccl.results import ParseError, PerfResult, PerfRow, TransportResult
 from nodehealth.nccl.transport import classify
@@ -214,7 +215,7 @@ def run_parse(
     except ParseError as e:
         return _fail("parse", f"{args.source}: could not parse: {e}", err)
     if args.format == "json":
-        out.write(json.dumps(perf_dict(res), sort_keys=False) + "\n")
+        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **perf_dict(res)}, sort_keys=False) + "\n")
     else:
         _print_perf_text(res, out)
     return EXIT_OK
@@ -234,7 +235,7 @@ def run_transport(
         return _fail("transport", str(e), err)
     res = classify(text)
     if args.format == "json":
-        out.write(json.dumps(transport_dict(res)) + "\n")
+        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **transport_dict(res)}) + "\n")
     else:
         _print_transport_text(res, out)
     return EXIT_OK
