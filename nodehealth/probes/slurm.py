@@ -17,9 +17,6 @@ from dataclasses import replace
 from typing import Any, Union
 
 from nodehealth.observations import ProbeError
-from nodehealth.platform.deadline import Deadline
-from nodehealth.slurm import observe
-from nodehealth.slurm.client import Scontrol, me
 from nodehealth.slurm.nodes import NodeInfo, reconcile_after_s
 from nodehealth.statedir import slurmstate
 
@@ -58,6 +55,10 @@ def cached_view(info: NodeInfo) -> Union[dict[str, Any], None]:
 
 def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") -> Union[NodeInfo, ProbeError]:
     """``scontrol show node -o NODE`` now (one call)."""
+    # Imported here: the prolog and epilog read the cached view only, and never pay for the client.
+    from nodehealth.platform.deadline import Deadline
+    from nodehealth.slurm.client import Scontrol, me
+
     got = me(Scontrol(scontrol, timeout_s, Deadline(timeout_s), slurm_conf), node)
     if isinstance(got, ProbeError):
         return ProbeError("slurm_node", got.kind, got.message)
@@ -85,6 +86,8 @@ def node_view(
         return cached
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
     if isinstance(got, NodeInfo):
+        from nodehealth.slurm import observe
+
         got = observe.view(cfg, got)  # observe mode: the would-be drain over the real record
         view = cached_view(got) if cache else None
         if view is not None:
