@@ -7,7 +7,7 @@ packages=(python3 python3-venv python3-pip make gcc libc6-dev slurmctld slurmd s
 # the systemd bindings from Debian, libsystemd headers for the venv's `systemd` extra, journal-remote to
 # write the journal file the xid scan --journal test reads.
 packages+=(debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-wheel
-           python3-psutil python3-prometheus-client python3-systemd libsystemd-dev pkg-config
+           python3-psutil python3-systemd libsystemd-dev pkg-config
            devscripts lintian rpm fakeroot git systemd-journal-remote)
 missing=()
 for p in "${packages[@]}"; do

@@ -267,6 +267,7 @@ STATE_FILE_NAMES = (
     "jobs.jsonl",
     "xid-events.json",
     "xid-events.lock",
+    "ib-history.json",
     "config-good.json",
     "slurm-observe.json",
     "reboots.json",
@@ -972,6 +973,14 @@ def test_no_shell_and_no_sudo(path):
             assert isinstance(node.value, ast.Constant) and node.value.value is False, f"shell= in {path}"
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             assert not node.value.split() or node.value.split()[0] not in ("sudo", "/usr/bin/sudo"), path
+
+
+def test_the_architecture_doc_shows_the_layers_as_ranked_here() -> None:
+    """docs/architecture.md's layer table is this test's ``LAYERS``: a layer added or a module moved here
+    without the doc fails (``python tests/test_architecture.py`` prints the table to paste)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = layers_markdown().split("\n\n", 1)[0]
+    assert table in doc, "docs/architecture.md's layer table is not LAYERS: paste `python tests/test_architecture.py`"
 
 
 if __name__ == "__main__":
