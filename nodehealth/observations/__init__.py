@@ -256,6 +256,20 @@ class IbPort:
     rate_gbps: Optional[float]  # from "400 Gb/sec (4X NDR)"
     link_layer: Optional[str] = None  # "InfiniBand" or "Ethernet"
     error: Optional[str] = None  # a sysfs value was missing or malformed
+    # ports/<n>/counters/<name> as read now (name, value); () when the port has none or they were not read.
+    counters: tuple[tuple[str, int], ...] = ()
+    # What earlier rounds saw of this port (probes.ib_history), oldest first, this round's last; () = not kept.
+    history: tuple[IbSample, ...] = ()
+
+
+@record
+class IbSample:
+    """One port as a round saw it, kept when it differs from the one before (probes.ib_history):
+    ``t`` Unix seconds, ``up`` state ACTIVE and LinkUp, ``counters`` as in ``IbPort.counters``."""
+
+    t: float
+    up: bool
+    counters: tuple[tuple[str, int], ...] = ()
 
 
 # --------------------------------------------------------------------------- XID watch

@@ -124,9 +124,11 @@ def _shared_dirs(ctx: ProbeContext, timeout_s: float) -> Any:
 
 
 def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
-    from nodehealth.probes import host
+    from nodehealth.probes import infiniband
 
-    return host.infiniband(ctx.config.paths.sysfs_root)
+    paths = ctx.config.paths
+    # In a killable child (a PMA counter read waits on the HCA); the history is this boot's (run dir).
+    return infiniband.start(paths.sysfs_root, paths, timeout_s, persist=ctx.writes and not ctx.look_only)
 
 
 def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
@@ -177,6 +179,6 @@ PROBES: dict[str, Probe] = {
     "memory": Probe("memory", _memory),
     "mounts": Probe("mounts", _mounts, forks=True),
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
-    "infiniband": Probe("infiniband", _infiniband),
+    "infiniband": Probe("infiniband", _infiniband, forks=True),
     "nccl": Probe("nccl", _nccl, forks=True),
 }

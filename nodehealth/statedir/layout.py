@@ -25,6 +25,7 @@ file                       what                                                 
 ``jobs.jsonl``             the job ledger (``statedir.ledger``)                   run   prolog, epilog
 ``jobs/<id>.json``         one job's counters at its start (its baseline)         run   prolog
 ``xid-events.json``        XID events of this boot and the kmsg position          run   XID follower, probe
+``ib-history.json``        InfiniBand ports' state and error counters per round   run   faces, daemon
 ``slurm-state.json``       the Slurm faces' memory: drain record, clean runs,     kept  faces, daemon
                            drain history, the cached Slurm view
 ``config-good.json``       the last config that validated here (text, sha256)     kept  faces, daemon
@@ -62,6 +63,7 @@ LEDGER = "jobs.jsonl"
 JOBS_DIR = "jobs"
 XID_EVENTS = "xid-events.json"
 XID_LOCK = "xid-events.lock"
+IB_HISTORY = "ib-history.json"  # the InfiniBand ports' change log (probes.ib_history)
 CONFIG_GOOD = "config-good.json"
 SLURM_OBSERVE = "slurm-observe.json"  # observe mode: the would-be drain of this node, would-be counts
 REBOOTS = "reboots.json"  # [slurm] reboot = "asap": the reboots asked per check (slurm.reboot)
