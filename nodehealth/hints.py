@@ -54,6 +54,7 @@ CHECK_FAULTS = {
     "gpu_persistence": CONFIGURATION,
     "gpu_processes": SOFTWARE,
     "gpu_xid": HARDWARE,
+    "gpu_sxid": FABRIC,  # an NVSwitch of the node's NVLink fabric
     "host_memory": HARDWARE,
     "host_mounts": CONFIGURATION,
     "host_shared_dir": CONFIGURATION,
@@ -66,6 +67,7 @@ CHECK_HINTS = {
     "gpu_persistence": "systemctl enable --now nvidia-persistenced (or nvidia-smi -pm 1)",
     "nvml": "nvidia-smi; lsmod | grep nvidia; dmesg | grep -i nvrm",
     "gpu_xid": "nodehealth xid list; nodehealth xid explain <XID>",
+    "gpu_sxid": "journalctl -k -b | grep SXid; nvidia-smi nvlink -s; journalctl -b -u nvidia-fabricmanager",
     "gpu_count": "nvidia-smi -L; lspci -d 10de:; dmesg | grep -i nvrm",
     "gpu_driver": "nvidia-smi --query-gpu=driver_version --format=csv",
     "gpu_processes": "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",

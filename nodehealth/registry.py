@@ -94,6 +94,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_persistence", "gpu_persistence", _GPU, ALL, True, "cheap"),
     CheckSpec("gpu_processes", "gpu_processes", _GPU + ("job", "node_jobs"), ALL, True, "cheap"),
     CheckSpec("gpu_xid", "gpu_xid", ("xid",), ALL, True, "cheap", uses=("nvml",)),
+    # NVSwitch SXids from the same kernel-log store (a node without NVSwitches logs none: OK).
+    CheckSpec("gpu_sxid", "gpu_sxid", ("xid",), ALL, True, "cheap"),
     CheckSpec("host_memory", "host_memory", ("memory",), ALL, True, "cheap"),
     CheckSpec("host_mounts", "host_mounts", ("mounts",), ALL, True, "cheap"),
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.

@@ -22,6 +22,7 @@ from nodehealth.xid.catalog import application_xid_bursts, catalog_for
 from nodehealth.xid.events import Severity
 from nodehealth.xid.history import DEFAULT_MAX_EVENTS
 from nodehealth.xid.patterns import KMSG_PATH
+from nodehealth.xid.sxid import KIND_SXID
 from nodehealth.xid.text import printable
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
@@ -175,7 +176,11 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
 def judge(x: XidObservation, nvml: Optional[object], settings: Settings, ctx: Context) -> CheckResult:
     """The verdict on one XID observation (GPU index and UUID from ``nvml`` when it is a snapshot)."""
     gpus = gpu_map(nvml.gpus) if isinstance(nvml, NvmlSnapshot) else {}
-    records = [XidRecord(attribute(r.event, gpus, x.ledger, r.at), r.boot_id, r.at, r.current_boot) for r in x.records]
+    records = [
+        XidRecord(attribute(r.event, gpus, x.ledger, r.at), r.boot_id, r.at, r.current_boot)
+        for r in x.records
+        if r.event.kind != KIND_SXID  # an NVSwitch's, judged by gpu_sxid
+    ]
     now = x.gathered_at
     this_boot = [r for r in records if r.current_boot]
     drain = [r for r in records if r.event.severity == Severity.DRAIN and _within(r, now, settings.window_s)]

@@ -19,8 +19,10 @@ from typing import Any, Callable, Optional, Union
 from nodehealth.model import Action
 from nodehealth.xid.events import Severity, XidEvent
 from nodehealth.xid.patterns import FATAL, RECOVERY_ACTION
+from nodehealth.xid.sxid import KIND_SXID, SxidCatalog, enrich_sxid, parse_sxid_overrides, sxid_catalog_from_mapping
 
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "xid_catalog.toml"
+SXID_CATALOG_PATH = DEFAULT_CATALOG_PATH.with_name("sxid_catalog.toml")
 RECOVERY_ACTION_XID = 154
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
@@ -296,6 +298,8 @@ def enrich(event: XidEvent, catalog: Catalog, job_id: Optional[str] = None) -> X
     when given; the event's own is kept otherwise). GPU and job attribution:
     ``nodehealth.xid.attribution``.
     """
+    if event.kind == KIND_SXID:  # an NVSwitch's SXid: its own catalog (nodehealth.xid.sxid)
+        return enrich_sxid(event, sxid_catalog_for())
     severity, action = judge(event, catalog)
     return replace(
         event,
@@ -404,3 +408,11 @@ def parse_overrides(items: Iterable[str]) -> dict[int, str]:
 def catalog_for(overrides: tuple[str, ...] = ()) -> Catalog:
     """The XID catalog with the site's ``"XID=severity"`` overrides (ValueError if malformed)."""
     return load_catalog(overrides=parse_overrides(overrides))
+
+
+@functools.lru_cache(maxsize=8)
+def sxid_catalog_for(overrides: tuple[str, ...] = ()) -> SxidCatalog:
+    """The SXid catalog (``data/sxid_catalog.toml``) with the site's ``"SXID=severity"`` overrides."""
+    with open(SXID_CATALOG_PATH, "rb") as fh:
+        data = _toml().load(fh)
+    return sxid_catalog_from_mapping(data, parse_sxid_overrides(overrides), where=str(SXID_CATALOG_PATH))

@@ -124,6 +124,8 @@ NVIDIA_XID_DOC = (
     'https://docs.nvidia.com/deploy/xid-errors/index.html ("Viewing Xid Error Messages"; '
     "tests/fixtures/real-world/xid_lines_prefix_forms.jsonl)"
 )
+GPUD_SXID_README = _GPUD + "components/accelerator/nvidia/sxid/README.md"
+GPUD_SXID_KMSG_TEST = _GPUD + "components/accelerator/nvidia/sxid/kmsg_test.go"
 TESTS = "tests/test_xid_parser.py (the driver's format, written by hand)"
 CATALOG_NOTES = "nodehealth/data/xid_catalog.toml (154 entry: recovery-action names per driver)"
 
@@ -134,6 +136,8 @@ PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
 FALLEN_TEXT = "fallen off the bus"
 # The driver's tag: every line of its messages starts with it.
 DRIVER_TAG = "NVRM:"
+# The NVSwitch driver's tag (``nvidia-nvswitch<N>:``, N its device instance): its SXid lines start with it.
+SWITCH_TAG = r"nvidia-nvswitch\d{1,3}:"
 
 # The clocks of the log formats (the wall clocks are also the ``t`` groups of CTIME, ISO, SYSLOG).
 MONO_CLOCK = r"\[\s*\d+\.\d+(?:\s*<\s*\d+\.\d+>)?\]"  # dmesg [   94.571234], dmesg -d [ 94.57 < 0.01>]

@@ -75,6 +75,7 @@ from nodehealth.xid.prefixes import KMSG_RECORD as KMSG_RECORD
 from nodehealth.xid.prefixes import MESSAGE_START as MESSAGE_START
 from nodehealth.xid.prefixes import MONOTONIC as MONOTONIC
 from nodehealth.xid.prefixes import SYSLOG as SYSLOG
+from nodehealth.xid.sxid import SXID_LINE
 
 # --------------------------------------------------------------------------- events
 
@@ -408,6 +409,7 @@ NVIDIA_GPU = Pattern(
 EVENTS_AND_CONTEXT: tuple[Pattern, ...] = (
     XID_LINE,
     FALLEN_OFF_BUS,
+    SXID_LINE,
     NVIDIA_GPU,
 )
 PATTERNS: tuple[Pattern, ...] = EVENTS_AND_CONTEXT + PARTS + RECORDS + (MESSAGE_START,) + CLOCKS

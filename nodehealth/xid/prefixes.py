@@ -14,6 +14,7 @@ from nodehealth.xid.pattern_kit import (
     GPUD_KMSG_EXTENDED_TEST,
     GPUD_KMSG_TEST,
     GPUD_PSTORE,
+    GPUD_SXID_README,
     GPUD_XID119_LOG,
     ISO_CLOCK,
     KERNEL_STAMP,
@@ -28,6 +29,7 @@ from nodehealth.xid.pattern_kit import (
     PLAIN_WORDS,
     RECORD,
     RELTIME_CLOCK,
+    SWITCH_TAG,
     SYSLOG_CLOCK,
     TESTS,
     UPTIME,
@@ -174,7 +176,8 @@ MESSAGE_START = Pattern(
     "monitoring alert's; `journalctl --no-hostname`: clock and `kernel:`; a shipper's `kernel:` tag alone; a "
     "document's elided clock `[…]` or `[...]`), or at the start of a bare message. Events are read only from a "
     "message that "
-    "starts there with the driver's tag `NVRM:`: a driver line quoted inside another record (a file or "
+    "starts there with the driver's tag `NVRM:` (or the NVSwitch driver's `nvidia-nvswitch<N>:`): a driver line "
+    "quoted inside another record (a file or "
     "process name in an exec warning, an audit or ext4 message) is no event, nor is a syslog line "
     "another program than the kernel logged",
     regex=Regex(
@@ -211,6 +214,8 @@ MESSAGE_START = Pattern(
         + KERNEL_STAMP
         + r")(?="
         + DRIVER_TAG
+        + "|"
+        + SWITCH_TAG
         + r")"
     ),
     samples=(
@@ -291,6 +296,12 @@ MESSAGE_START = Pattern(
             prefix="kernel: [16450076.435595] ",
         ),
         gives("[...] NVRM: Xid (PCI:0000:3b:00): 79, pid=1", TESTS, prefix="[...] "),
+        gives(
+            "[6781753.400584] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+            GPUD_SXID_README,
+            prefix="[6781753.400584] ",
+        ),
+        no_match("[ 5.1] kernel: nvidia-nvswitch: SXid (PCI:0000:06:00.0): 20034, Fatal", TESTS),
         no_match("Feb 23 16:24:18 gpu017 logger: kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
         no_match("   kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", TESTS),
         no_match("[ 5.1] EXT4-fs: name '[...] NVRM: Xid (PCI:0000:3b:00): 79, x'", TESTS),
