@@ -22,6 +22,7 @@ import pytest
 from test_daemon_util import (
     NOBODY,
     ROOT,
+    SCENARIOS,
     as_nobody_with_tasks,
     free_port,
     get,
@@ -202,3 +203,27 @@ def test_metrics_detail_is_the_daemons_setting_and_follows_a_reload(tmp_path):
     started = _daemon(tmp_path, metrics_detail=True)
     assert started.round() is not None
     assert sample(started.metrics.payload().decode(), "nodehealth_gpu_nvlink_up", gpu="7", link="0") == 1
+
+
+def test_a_reload_keeps_the_daemons_simulate(tmp_path):
+    """`nodehealth daemon --simulate FILE`: a SIGHUP re-reads the file, which names no scenario; the
+    daemon keeps running on the command line's scenario (a reload once dropped it: the real NVML, or none)."""
+    path = write_config(tmp_path, "healthy-8x-h100", free_port())
+    path.write_text("\n".join(ln for ln in path.read_text().splitlines() if not ln.startswith("simulate =")) + "\n")
+    scenario = str(SCENARIOS / "row-remap-pending.toml")
+    from nodehealth.config.use import simulated
+
+    d = Daemon(
+        simulated(loader.load(str(path)), scenario),
+        str(path),
+        log=Log(stream=io.StringIO()),
+        notify=lambda s: True,
+        use_default_hooks=False,
+        simulate=scenario,
+    )
+    assert loader.load(str(path)).nvml.simulate in (None, "")
+    path.write_text(path.read_text().replace("[daemon]\n", "[daemon]\nmetrics_detail = true\n"))
+    assert d.reload() is True and d.cfg.daemon.metrics_detail is True
+    assert d.cfg.nvml.simulate == scenario
+    report = d.round()
+    assert report is not None and "gpu_remapped_rows" in {r.name for r in report.results if r.status.name == "FAIL"}

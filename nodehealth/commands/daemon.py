@@ -13,6 +13,7 @@ that same last configuration, or the built-in defaults.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from nodehealth.commands.common import UsageError, fail_usage
@@ -48,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return ExitCode.USAGE
     cfg = loaded.cfg
-    daemon = Daemon(cfg, config_path=args.config, loaded=loaded)
+    daemon = Daemon(
+        cfg, config_path=args.config, loaded=loaded, simulate=os.path.abspath(args.simulate) if args.simulate else None
+    )
     if loaded.error is not None:
         daemon.log(f"configuration error: {loaded.error}; running with {loaded.note}", "err", config=loaded.file)
     elif loaded.note:

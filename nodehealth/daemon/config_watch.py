@@ -17,7 +17,7 @@ from typing import Any, Optional
 from nodehealth.config import lean
 from nodehealth.config.loader import ConfigError, load_valid
 from nodehealth.config.schema import Config
-from nodehealth.config.use import probe_setup
+from nodehealth.config.use import probe_setup, simulated
 from nodehealth.daemon.logs import Log
 from nodehealth.metrics import NodeMetrics
 
@@ -41,15 +41,26 @@ class ConfigWatch:
     config_lock: threading.Lock  # one watch at a time (scrapes come in parallel)
     config_using: str  # "file", or "last_validated" after a rejected file
     config_seen: Any  # ``file_identity`` of the file when it was last judged
+    simulate: Optional[str]  # the daemon's --simulate: a reload and the watch apply it as the start did
     log: Log
     metrics: NodeMetrics
     wake: threading.Event
+
+    def load(self) -> tuple[Config, str]:
+        """The config file validated as the start's ``config.use`` did: with the daemon's ``--simulate``
+        applied before the probes' setup is checked (a SIGHUP must not drop the scenario)."""
+        if not self.simulate:
+            return load_valid(self.config_path, check=probe_setup)
+        cfg, note = load_valid(self.config_path)
+        cfg = simulated(cfg, self.simulate)
+        probe_setup(cfg)
+        return cfg, note
 
     def reload(self) -> bool:
         """Re-read the config file; a bad one is rejected and the running config kept."""
         seen = file_identity(self.config_file)
         try:
-            new, note = load_valid(self.config_path, check=probe_setup)
+            new, note = self.load()
             if new.daemon.textfile_dir and not os.path.isdir(new.daemon.textfile_dir):
                 raise ConfigError(f"{new.source}: daemon.textfile_dir: {new.daemon.textfile_dir} does not exist")
         except ConfigError as exc:
@@ -90,7 +101,7 @@ class ConfigWatch:
             if seen == self.config_seen:
                 return
             try:
-                load_valid(self.config_path, check=probe_setup)
+                self.load()
             except ConfigError as exc:
                 self.log(
                     f"the config file changed and does not validate (the running configuration stays): {exc}", "err"

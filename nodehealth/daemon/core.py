@@ -50,11 +50,13 @@ class Daemon(ConfigWatch):
         notify: Optional[Callable[[str], bool]] = None,
         use_default_hooks: bool = True,
         loaded: Optional[Loaded] = None,
+        simulate: Optional[str] = None,
     ) -> None:
         """``loaded``: how ``cfg`` was loaded (``loader.load_safe``); with it, the config file is
         watched for ``nodehealth_config_valid``."""
         self.cfg = cfg
         self.config_path = config_path
+        self.simulate = simulate  # --simulate: kept across reloads (daemon/config_watch.py)
         self.log = log or Log.default()
         self.node = node_name(cfg.node_name)
         self.metrics = NodeMetrics(self.node, detail=cfg.daemon.metrics_detail)
