@@ -70,14 +70,36 @@ def _nccl_result():
     return nccl_selftest.evaluate(Observations(nccl=NcclObservation(runs=runs)), settings, ctx)
 
 
-def _metrics(name: str = "healthy-8x-h100", detail: bool = False, **over) -> NodeMetrics:
+def _with_ib(report):
+    """``report`` with host_infiniband's result for a port that went down and back 3 times and whose
+    symbol_error rose by 40 (its details carry both: the InfiniBand families' samples)."""
+    import dataclasses
+
+    from nodehealth.checks import host_infiniband
+    from nodehealth.checks.base import Context
+    from nodehealth.observations import IbPort, IbSample, Observations
+
+    history = [IbSample(0.0, True, (("symbol_error", 0),))]
+    for i in range(3):
+        history += [IbSample(60.0 * i + 30, False, (("symbol_error", 0),)), IbSample(60.0 * i + 60, True, ())]
+    history[-1] = IbSample(180.0, True, (("symbol_error", 40),))
+    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", 400.0, "InfiniBand", None, history[-1].counters, tuple(history))
+    settings = host_infiniband.Settings(error_increase_max=10)
+    ctx = Context(name="host_infiniband", phase="daemon", node="gpu001", expected_gpus=8)
+    res = host_infiniband.evaluate(Observations(infiniband=(port,)), settings, ctx)
+    return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
+
+
+def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = False, **over) -> NodeMetrics:
     """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
-    daemon carries it) and one call of every other update; ``detail``: every series of the table."""
+    daemon carries it) and one call of every other update; ``detail``: every series of the table;
+    ``ib``: with a flapping InfiniBand port (``_with_ib``)."""
     from nodehealth.daemon.selftest import merge
 
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False, detail=detail)
-    m.update_round(merge(out.report, _nccl_result()), out.observations)
+    report = merge(out.report, _nccl_result())
+    m.update_round(_with_ib(report) if ib else report, out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(
@@ -192,7 +214,7 @@ def test_every_family_of_the_table_has_a_producer():
     retirement comes from a Volta node: Ampere and later report it N/A)."""
     fams: dict[str, dict] = {}
     for scenario in ("v100-retired-pages-pending", "healthy-8x-h100"):
-        m = _metrics(scenario, detail=True)
+        m = _metrics(scenario, detail=True, ib=True)
         m.round_started_now()
         for name, fam in _parse(m.payload().decode()).items():
             if fam.get("samples"):
@@ -204,7 +226,7 @@ def test_every_family_of_the_table_has_a_producer():
 def _golden_text() -> str:
     """Names, types, label names and HELP lines of the page with every series of the table
     (``detail``), without values, sorted by name."""
-    m = _metrics(detail=True)
+    m = _metrics(detail=True, ib=True)
     m.round_started_now()
     out = []
     for name, fam in sorted(_parse(m.payload().decode()).items()):

@@ -140,6 +140,12 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
             "link_layer": p.link_layer,
             "flaps": flaps(p.history, settings.flap_window_s),
             "counters": dict(p.counters),
+            # Each judged counter's increase within error_window_s (the nodehealth_ib_port_error_increase metric).
+            "increase": {
+                c: v
+                for c in settings.error_counters
+                if (v := increase(p.history, c, settings.error_window_s)) is not None
+            },
         }
         for p in chosen
     }

@@ -142,6 +142,24 @@ FAMILIES: tuple[Family, ...] = (
         _C, "nodehealth_node_status", GAUGE, (), "The node's verdict in the last round: 0 OK, 2 WARN, 3 UNKNOWN, 4 FAIL"
     ),
     row(_C, "nodehealth_node_failing_checks", GAUGE, (), "Checks that FAILed in the last round"),
+    row(
+        _C,
+        "nodehealth_ib_port_flaps",
+        GAUGE,
+        ("port",),
+        "Times the InfiniBand port went down and came back within host_infiniband's flap_window_s",
+        note="`port`: `mlx5_0/1`; from the check's details; only ports that flapped (0 is left out)",
+        quiet=0.0,
+    ),
+    row(
+        _C,
+        "nodehealth_ib_port_error_increase",
+        GAUGE,
+        ("port", "counter"),
+        "Increase of the port's error counter (ports/<n>/counters/) within host_infiniband's error_window_s",
+        note="`counter`: one of the check's error_counters; only counters that rose (0 is left out)",
+        quiet=0.0,
+    ),
     *GPU_FAMILIES,
     # ---------------------------------------------------------------- XID
     row(

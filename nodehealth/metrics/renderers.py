@@ -50,6 +50,24 @@ def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
     yield one("nodehealth_node_status", int(report.status))
     yield one("nodehealth_node_failing_checks", sum(1 for r in report.results if r.status == Status.FAIL))
     yield from nccl_families(report)
+    yield from infiniband_families(report)
+
+def infiniband_families(report: Report) -> Iterator[Metric]:
+    """host_infiniband's flaps and counter increases per port, from its result's details (``ports``)."""
+    result = next((r for r in report.results if r.name == "host_infiniband"), None)
+    ports = result.details.get("ports") if result is not None else None
+    if not isinstance(ports, dict) or not ports:
+        return
+    flaps, rose = new("nodehealth_ib_port_flaps"), new("nodehealth_ib_port_error_increase")
+    for name, port in sorted(ports.items()):
+        if not isinstance(port, dict):
+            continue
+        if isinstance(port.get("flaps"), int):
+            flaps.add([name], port["flaps"])
+        for counter, value in sorted((port.get("increase") or {}).items()):
+            if isinstance(value, int):
+                rose.add([name, counter], value)
+    yield from (flaps, rose)
 
 
 NCCL_CHECK = "nccl_selftest"
