@@ -310,7 +310,35 @@ def test_expected_ports_and_rate_per_host_pattern_come_from_an_override(tmp_path
     )
     gpu = load(str(conf), host="gpu003").checks["host_infiniband"]
     cpu = load(str(conf), host="cpu001").checks["host_infiniband"]
-    assert (getattr(gpu, "min_ports"), getattr(gpu, "min_rate_gbps")) == (8, 400.0)
-    assert (getattr(cpu, "min_ports"), getattr(cpu, "min_rate_gbps")) == (0, 0.0)
+    assert (gpu.min_ports, gpu.min_rate_gbps) == (8, 400.0)
+    assert (cpu.min_ports, cpu.min_rate_gbps) == (0, 0.0)
     res = _judge((_with([IbSample(0.0, True)]),), min_ports=8, min_rate_gbps=400)
     assert res.status is Status.FAIL and "1 InfiniBand port(s) found, 8 expected" in res.summary
+
+
+# --------------------------------------------------------------------------- through the runner
+
+
+def _runner_config(tmp_path: Path) -> Any:
+    from nodehealth.config import loader as config
+
+    return config.resolve(
+        {"paths": {"sysfs_root": str(tmp_path / "sys"), "state_dir": str(tmp_path / "state")}}, "<test>"
+    )
+
+
+def test_the_daemon_and_faces_keep_the_history_and_a_check_by_hand_writes_none(tmp_path: Path) -> None:
+    from nodehealth import runner
+
+    d = _port(tmp_path / "sys", link_downed="0", symbol_error="3")
+    cfg = _runner_config(tmp_path)
+    out = runner.execute(cfg, phase="manual", only=("host_infiniband",), node="gpu001", read_only=True)
+    assert out.report.results[0].status is Status.OK
+    assert not (tmp_path / "state" / layout.IB_HISTORY).exists()
+    for downs in ("1", "2", "3", "4"):  # the look by hand kept nothing: the daemon's first round is the baseline
+        (d / "counters" / "link_downed").write_text(downs + "\n")
+        out = runner.execute(cfg, phase="daemon", only=("host_infiniband",), node="gpu001")
+    assert (tmp_path / "state" / layout.IB_HISTORY).exists()
+    (res,) = out.report.results
+    assert res.status is Status.WARN and "down and back 3 time(s)" in res.summary
+    assert res.details["ports"]["mlx5_0/1"]["counters"] == {"symbol_error": 3, "link_downed": 4}
