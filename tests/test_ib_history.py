@@ -342,3 +342,25 @@ def test_the_daemon_and_faces_keep_the_history_and_a_check_by_hand_writes_none(t
     (res,) = out.report.results
     assert res.status is Status.WARN and "down and back 3 time(s)" in res.summary
     assert res.details["ports"]["mlx5_0/1"]["counters"] == {"symbol_error": 3, "link_downed": 4}
+
+
+def test_many_ports_flapping_all_day_still_leave_a_file_the_next_round_reads(tmp_path: Path) -> None:
+    from nodehealth.statedir import files
+
+    ports = tuple(
+        IbPort(f"mlx5_{i}", 1, "ACTIVE", "LinkUp", 400.0, "InfiniBand", counters=(("symbol_error", 10**12),))
+        for i in range(200)
+    )
+    flapping = tuple(IbSample(float(t), t % 2 == 0, (("symbol_error", 10**12 + t),)) for t in range(300))
+    history = {ib_history.key(p): flapping for p in ports}
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / layout.IB_HISTORY).write_text(json.dumps(ib_history.encode(history)))
+    assert (state / layout.IB_HISTORY).stat().st_size > files.MAX_READ  # refused by the reader: history lost
+    ib_history.update(str(state), ports, 400.0)
+    kept = ib_history.read(str(state))
+    assert (state / layout.IB_HISTORY).stat().st_size <= files.MAX_READ // 2 and len(kept) == 200
+    big = {k: flapping[:255] + (IbSample(400.0, True, (("symbol_error", 10**12),)),) for k in history}
+    trimmed = ib_history.fit(big)
+    assert all(v[-1].t == 400.0 and 1 <= len(v) < 256 for v in trimmed.values())
+    assert len(json.dumps(ib_history.encode(trimmed))) <= files.MAX_READ // 2

@@ -117,6 +117,17 @@ def attach(
     return tuple(dataclasses.replace(p, history=history.get(key(p), ())) for p in ports), history
 
 
+def fit(history: dict[str, tuple[IbSample, ...]], limit: int = files.MAX_READ // 2) -> dict[str, tuple[IbSample, ...]]:
+    """``history`` cut to what its file may hold (the reader's limit, halved for headroom): each port's
+    oldest samples go first, half at a time, so many ports flapping all day still leave a file the
+    next round reads (a file over the limit would be refused and never rewritten)."""
+    import json
+
+    while len(json.dumps(encode(history))) > limit and any(len(v) > 1 for v in history.values()):
+        history = {k: v[len(v) // 2 :] if len(v) > 1 else v for k, v in history.items()}
+    return history
+
+
 def read(paths: Any) -> dict[str, tuple[IbSample, ...]]:
     """The kept history, for a run that writes nothing; {} when there is none or it is unusable.
     ``paths``: the config's ``[paths]`` (or one directory, as ``layout.path_for`` takes it)."""
@@ -133,7 +144,7 @@ def update(paths: Any, ports: Sequence[IbPort], now: float, lock_timeout_s: floa
     def change(raw: Any) -> dict[str, tuple[IbSample, ...]]:
         out, history = attach(ports, decode(raw), now)
         seen["ports"] = out
-        return history
+        return fit(history)
 
     try:
         files.require_state_dir(layout.dir_for(paths, layout.IB_HISTORY))
