@@ -87,3 +87,50 @@ def test_a_frozen_dataclass_may_extend_a_record() -> None:
     assert (
         repr(More(1, f=3)) == "test_a_frozen_dataclass_may_extend_a_record.<locals>.More(a=1, b=None, c=(), d='', f=3)"
     )
+
+
+def test_frozen_as_a_frozen_dataclass_is() -> None:
+    """Assigning or deleting a field fails as on a frozen dataclass, with the same words; a plain subclass
+    may set an attribute of its own, as there; and the methods are shared, not compiled per class."""
+    for cls in (Rec, Dc):
+        obj = cls(1)
+        for act, words in (
+            (lambda o: setattr(o, "a", 2), "cannot assign to field 'a'"),
+            (lambda o: delattr(o, "b"), "cannot delete field 'b'"),
+        ):
+            with pytest.raises(dataclasses.FrozenInstanceError, match=words):
+                act(obj)
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'other'"):
+            obj.other = 1  # type: ignore[attr-defined]
+        assert cls.__dataclass_params__.frozen is True
+
+        class Plain(cls):  # type: ignore[valid-type,misc]
+            pass
+
+        plain = Plain(1)
+        plain.other = 1
+        assert plain.other == 1
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            plain.a = 2
+        with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+            dataclasses.dataclass(type("Loose", (cls,), {"__annotations__": {"f": int}, "f": 0}))
+
+    @record
+    class Other:
+        x: int = 0
+
+    assert Other.__setattr__.__code__ is Rec.__setattr__.__code__  # shared, not compiled per class
+    assert Other.__delattr__.__qualname__.endswith("Other.__delattr__")
+
+
+def test_a_record_may_extend_a_record_and_not_overwrite_setattr() -> None:
+    @record
+    class Sub(Rec):
+        f: int = 0
+
+    assert Sub(1, f=2) == Sub(1, f=2) and repr(Sub(1)).endswith("Sub(a=1, b=None, c=(), d='', f=0)")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Sub(1).f = 3  # type: ignore[misc]
+    for make in (record, dataclasses.dataclass(frozen=True)):
+        with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
+            make(type("Own", (), {"__setattr__": lambda self, n, v: None}))

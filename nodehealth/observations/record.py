@@ -1,13 +1,14 @@
-"""``record``: a frozen dataclass that costs about a third of ``@dataclass(frozen=True)`` to define.
+"""``record``: a frozen dataclass that costs about a tenth of ``@dataclass(frozen=True)`` to define.
 
 ``dataclasses`` writes each class its own ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
 ``__setattr__`` and ``__delattr__`` as source text and compiles it: about a millisecond a class, and
 the cold path defines some sixty of them before it judges anything (docs/performance.md, "Import
 budget"). ``record`` lets ``dataclasses`` do the rest (fields, defaults, ``fields()``, ``replace()``,
-``asdict()``, frozen assignment) and gives the four value methods as shared functions that read the
-class's fields, with the same behaviour: positional and keyword arguments, defaults and
+``asdict()``) and gives the six methods as shared functions that read the class's fields, compiling
+none, with the same behaviour: positional and keyword arguments, defaults and
 ``default_factory``, the same ``repr`` (fields with ``repr=False`` left out), ``==`` between two
-instances of the very same class over the fields with ``compare=True``, and the hash of those.
+instances of the very same class over the fields with ``compare=True``, the hash of those, and the
+same ``FrozenInstanceError`` on assigning or deleting a field.
 A ``@dataclass(frozen=True)`` subclass of a record is an ordinary frozen dataclass.
 Standard library only: ``observations`` imports nothing of ours.
 """
@@ -80,8 +81,38 @@ def _value_methods(cls: type) -> None:
         setattr(cls, name, fn)
 
 
+def _frozen(cls: type[Any]) -> None:
+    """What ``frozen=True`` writes (``__setattr__``, ``__delattr__``), as shared functions: the same
+    FrozenInstanceError for a field or on the class itself, ``super()``'s for another attribute of a
+    subclass; and ``__dataclass_params__.frozen``, which ``replace()`` and a frozen subclass read."""
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    frozen_error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is cls or name in names:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    for fn in (__setattr__, __delattr__):
+        fn.__qualname__ = f"{cls.__qualname__}.{fn.__name__}"
+        setattr(cls, fn.__name__, fn)
+    cls.__dataclass_params__.frozen = True
+
+
 def _record(cls: type[_T]) -> type[_T]:
-    made = dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(cls)
+    plain = not any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]) and not (
+        {"__setattr__", "__delattr__"} & set(cls.__dict__)
+    )
+    if plain:  # no dataclass base, no own __setattr__: frozen without compiling two methods
+        made = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+        _frozen(made)
+    else:  # dataclasses' own checks (a frozen base, an overwritten __setattr__) and methods
+        made = dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(cls)
     init = _init(made)
     init.__qualname__ = f"{made.__qualname__}.__init__"
     made.__init__ = init  # type: ignore[method-assign]
