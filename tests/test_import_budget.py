@@ -40,6 +40,8 @@ NEVER = ("pynvml", "prometheus_client", "nodehealth_sim.validation", "nodehealth
 # `import nodehealth.cli`: the parser's frame and the exit codes; each command is imported when it runs.
 CLI_ALLOWED = ("nodehealth", "nodehealth.cli", "nodehealth.commands", "nodehealth.commands.options")
 CLI_NEVER = NEVER + (
+    "typing",  # cli's annotations only (TYPE_CHECKING)
+    "difflib",  # a did-you-mean is imported for the word to correct
     "hostlist",
     "tomllib",
     "nodehealth.checks",
@@ -90,6 +92,17 @@ PROLOG_ALLOWED = (
 )
 PROLOG_NEVER = NEVER + (
     "psutil",  # the memory probe reads /proc/meminfo itself
+    # OpenSSL and the network stack: private names are os.urandom's, the host name os.uname()'s, the Slurm
+    # reconciliation's hash _blake2's; tempfile and ctypes.util are pynvml's, in the NVML child only
+    "hashlib",
+    "_hashlib",
+    "hmac",
+    "secrets",
+    "socket",
+    "tempfile",
+    "ctypes.util",
+    "difflib",  # --only's did-you-mean, for a name to correct
+    "shlex",  # the simulator's build, not its driver
     "nodehealth.checks.nccl_selftest",  # a check the prolog does not run is not imported
     "nodehealth.checks.job_forensics",
     "nodehealth.observations.nccl",

@@ -11,9 +11,9 @@ keeps the result in ``marshal`` form, which the fast path checks with ``valid`` 
 ``identity`` before it believes it. ``read_settings`` reads a file the same way.
 
 Standard library only at import time (``os``, ``sys``): the fast path pays for every module.
-``tomllib`` (``tomli`` below Python 3.11) is imported when a file is read, ``socket`` only when
-the node name falls back to the host name, and ``hostlist`` only when an ``[[override]]`` touches
-one of these keys. ``read_settings`` never raises on a bad file: any doubt (unreadable, not a
+``tomllib`` (``tomli`` below Python 3.11) is imported when a file is read (the host name, where
+the node name falls back to it, is ``os.uname()``'s: no ``socket``), and ``hostlist`` only when an
+``[[override]]`` touches one of these keys. ``read_settings`` never raises on a bad file: any doubt (unreadable, not a
 regular file, not root's own while running as root, invalid TOML, a value of the wrong type, out
 of range or not finite) is returned as a reason.
 
@@ -234,9 +234,7 @@ def node_name(configured: str = "", environ: Optional[Mapping[str, str]] = None)
         return env["SLURMD_NODENAME"]
     if configured:
         return configured
-    import socket
-
-    return socket.gethostname().split(".")[0]
+    return os.uname().nodename.split(".")[0]  # gethostname(2) on Linux: without importing socket
 
 
 def config_path(explicit: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> tuple[str, bool]:

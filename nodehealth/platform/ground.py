@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from typing import Optional
 
@@ -131,14 +130,14 @@ def open_own_dir(path: str, dir_fd: Optional[int] = None) -> int:
 
 
 def make_own_dir(parent: str, prefix: str, mode: int = 0o700) -> tuple[int, str]:
-    """mkdir a fresh directory named prefix + random (secrets.token_hex) under parent; verify it with lstat/fstat
+    """mkdir a fresh directory named prefix + random (os.urandom, in hex) under parent; verify it with lstat/fstat
     (ours, a directory, not a link); return (O_DIRECTORY|O_NOFOLLOW descriptor, name)."""
     if mode & _OTHERS_WRITE:
         raise ValueError(f"mode {mode:04o} lets others write: not a directory of our own")
     pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for _ in range(8):
-            name = prefix + secrets.token_hex(TOKEN_BYTES)
+            name = prefix + os.urandom(TOKEN_BYTES).hex()
             _check_name(name)
             try:
                 os.mkdir(name, mode, dir_fd=pfd)
@@ -251,7 +250,7 @@ def replace_own(dir_fd: int, name: str, data: bytes, mode: int = 0o600, tmp: Opt
     """
     _check_name(name)
     if tmp is None:
-        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        tmp = f".{name}.{os.urandom(8).hex()}.tmp"
     else:
         _check_name(tmp)
         unlink_own(dir_fd, tmp)
@@ -273,7 +272,7 @@ def publish_new(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> os.st
     FileExistsError when the name is taken.
     """
     _check_name(name)
-    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    tmp = f".{name}.{os.urandom(8).hex()}.tmp"
     create_new(dir_fd, tmp, data, mode)
     try:
         os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)

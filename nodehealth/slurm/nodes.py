@@ -9,7 +9,6 @@ policy's input and (``to_json``/``from_json``) the cached copy in the Slurm stat
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Optional, Union
 
@@ -168,6 +167,11 @@ def reconcile_after_s(node: str, reconcile_s: float, jitter: float = RECONCILE_J
     no ``hash()`` salt), spread uniformly over the nodes, so that nodes whose reads once fell due
     together drift apart instead of asking slurmctld at the same tick every period.
     """
-    digest = hashlib.blake2b(node.encode("utf-8", "surrogateescape"), digest_size=8, person=b"nh-reconcile").digest()
+    try:
+        from _blake2 import blake2b  # hashlib's blake2b, without hashlib's OpenSSL (_hashlib)
+    except ImportError:  # pragma: no cover - another interpreter
+        from hashlib import blake2b
+
+    digest = blake2b(node.encode("utf-8", "surrogateescape"), digest_size=8, person=b"nh-reconcile").digest()
     share = int.from_bytes(digest, "big") / float(1 << 64)  # [0, 1)
     return reconcile_s * (1.0 + jitter * (2.0 * share - 1.0))
