@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
 
 from nodehealth.commands.options import ExitCode
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing only for the annotations: ``import nodehealth.cli`` does not load it
+    from typing import Optional, Sequence
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = ExitCode.OK, ExitCode.FAULT, ExitCode.USAGE, ExitCode.INTERNAL
 

@@ -94,12 +94,12 @@ def check_names(groups: list[list[str]]) -> tuple[str, ...]:
     """--only a b --only c,d -> (a, b, c, d); UsageError naming unknown ones, with a suggestion.
 
     A name is echoed through ``printable`` (a terminal escape in it is shown, never acted on)."""
-    import difflib
-
     names = [n for group in groups for item in group for n in item.split(",") if n]
     bad = []
     for name in names:
         if name not in BY_NAME:
+            import difflib  # only for a name to correct
+
             near = difflib.get_close_matches(name, list(BY_NAME), n=1)
             bad.append(printable(name) + (f" (did you mean {near[0]}?)" if near else ""))
     if bad:

@@ -10,9 +10,7 @@ column of ``symbols.tsv``: a linker version script made from that column hides e
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
-import subprocess  # noqa: TID251 - the simulator's build runs the C compiler; not product code
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -52,6 +50,8 @@ def version_script(symbols_tsv: str, branch: int) -> str:
 
 def compiler() -> list[str]:
     """The C compiler's argv: ``$CC`` if set, else ``cc``; BuildError saying what to install when none."""
+    import shlex  # here, as subprocess in build: loading the simulated driver (BRANCHES, SONAME) needs neither
+
     argv = shlex.split(os.environ.get("CC", "") or "cc")
     if not argv or shutil.which(argv[0]) is None:
         raise BuildError(
@@ -66,6 +66,9 @@ def build(out_dir: Path, branches: Sequence[int] = BRANCHES, source_dir: Path = 
     """Build ``out_dir/<branch>/libnvidia-ml.so.1`` (and its ``exports.map``) for each branch; the paths built.
 
     A library newer than its sources and the table is kept (a second install compiles nothing)."""
+    import shlex
+    import subprocess  # noqa: TID251 - the simulator's build runs the C compiler; not product code
+
     cc = compiler()
     sources = sorted(source_dir.glob("*.c"))
     inputs = sources + sorted(source_dir.glob("*.h")) + [source_dir / "symbols.tsv"]
