@@ -44,6 +44,7 @@ from nodehealth.config.build import to_toml_dict as to_toml_dict
 from nodehealth.config.lean import config_path as config_path
 from nodehealth.config.lean import node_name as node_name
 from nodehealth.config.schema import Config as Config
+from nodehealth.observations.record import record
 from nodehealth.registry import PHASES
 
 if sys.version_info >= (3, 11):
@@ -58,7 +59,7 @@ MAX_DEPTH = 16  # tables and arrays inside each other; the schema needs 5
 PROGRAMS = (("slurm", "scontrol"),)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Source:
     """One config file as read: its path, text and ``lean.identity`` (None: the default file is absent)."""
 
@@ -245,7 +246,7 @@ def check_programs(cfg: Config, file: str) -> None:
             )
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Loaded:
     """What ``load_safe`` found: the config to run with, and why it is not the file's own."""
 

@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
+from nodehealth.observations.record import record
 from nodehealth.platform.reap import end_tree as reap_tree
 
 _ORPHANS: set[int] = set()
@@ -67,7 +68,7 @@ class ParentGone(BaseException):
     body's ``except Exception`` does not swallow it, its ``finally`` runs)."""
 
 
-@dataclass(frozen=True)
+@record
 class ChildEnd:
     """How one single-answer child ended.
 

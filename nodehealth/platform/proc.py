@@ -35,8 +35,9 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
+
+from nodehealth.observations.record import record
 
 MAX_OUTPUT = 1 << 20
 READ_CHUNK = 1 << 16
@@ -50,7 +51,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PYTHON = re.compile(r"python[0-9.]*(-dbg)?$")
 
 
-@dataclass(frozen=True)
+@record
 class CommandResult:
     argv: tuple[str, ...]
     returncode: Optional[int]  # None: killed at the deadline

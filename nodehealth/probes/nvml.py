@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import Any, Callable, Optional, Union
 
 from nodehealth.observations import GpuObservation, NvmlSnapshot, ProbeError
+from nodehealth.observations.record import record
 from nodehealth.platform import child
 from nodehealth.probes.nvml_h import (
     ARGUMENT_VERSION_MISMATCH,
@@ -189,7 +190,7 @@ class PendingProbe:
         )
 
 
-@dataclass(frozen=True)
+@record
 class StalledProbe:
     """No reader forked: the previous one is still stuck. ``collect`` gives the stall at once."""
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Optional
+
+from nodehealth.observations.record import record
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
@@ -33,7 +34,7 @@ def _real_loader() -> ModuleType:
     return load_module()
 
 
-@dataclass(frozen=True)
+@record
 class NvmlSource:
     """The library the NVML probe reads through.
 

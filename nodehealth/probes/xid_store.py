@@ -44,11 +44,11 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.observations import ProbeError, XidObservation, XidRecord
+from nodehealth.observations.record import record
 from nodehealth.probes.kernel_log import FilePosition, KernelLogUnavailable, KmsgReader, boot_time, open_log
 from nodehealth.probes.process_job import live_job
 from nodehealth.probes.xid_store_file import MAX_STORE_BYTES as MAX_STORE_BYTES
@@ -96,7 +96,7 @@ def _check_readable(path: str) -> None:
     os.close(open_log(path))
 
 
-@dataclass(frozen=True)
+@record
 class SyncResult:
     state: StoreState
     boot_id: str

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from nodehealth.model import Action
+from nodehealth.observations.record import record
 from nodehealth.xid.catalog import Catalog, enrich
 from nodehealth.xid.events import KIND_FALLEN_OFF_BUS, KIND_XID, Severity, XidEvent
 from nodehealth.xid.parse import wall_clock_time
@@ -43,7 +44,7 @@ class StoreError(Exception):
     """The event store cannot be locked, read or written; the message names the path."""
 
 
-@dataclass(frozen=True)
+@record
 class FilePosition:
     """How far a recorded log (a regular file) has been read: its identity, the offset of the first
     byte not read (always just after a newline), and the bytes before that offset (``tail``, hex),

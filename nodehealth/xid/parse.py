@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Optional, Union
 
+from nodehealth.observations.record import record
 from nodehealth.xid import patterns
 from nodehealth.xid.events import FALLEN_OFF_BUS_XID, KIND_FALLEN_OFF_BUS, KIND_XID, XidEvent
 from nodehealth.xid.pattern_kit import Regex
@@ -47,7 +48,7 @@ _MESSAGE_START = patterns.MESSAGE_START.regex
 _TAG = patterns.DRIVER_TAG
 
 
-@dataclass(frozen=True)
+@record
 class _Stamp:
     time: Optional[str] = None
     uptime_s: Optional[float] = None
