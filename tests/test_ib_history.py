@@ -113,8 +113,9 @@ def test_a_hung_sysfs_read_is_bounded_by_the_deadline(tmp_path: Path) -> None:
     assert res.status is Status.UNKNOWN
 
 
-def test_no_infiniband_class_is_no_ports_and_no_history_file(tmp_path: Path) -> None:
+def test_no_infiniband_class_is_no_ports_no_child_and_no_history_file(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    assert infiniband.start(str(tmp_path), str(state), 5.0).child is None
     assert _collect(tmp_path, state) == ()
     assert not (state / layout.IB_HISTORY).exists()
 

@@ -102,6 +102,8 @@ class PendingPorts:
     clock: Callable[[], float] = time.time
 
     def collect(self) -> Union[tuple[IbPort, ...], ProbeError]:
+        if self.child is None:
+            return ()
         (end,) = child.wait_all([self.child], self.timeout_s)
         if not end.ok:
             kind = "timeout" if end.timed_out else "error"
@@ -122,5 +124,9 @@ def start(
     persist: bool = True,
     read: Callable[[str], tuple[IbPort, ...]] = read_ports,
 ) -> PendingPorts:
-    """Fork the child that reads the ports. ``read`` is injectable so a test can make it block for real."""
+    """Fork the child that reads the ports. ``read`` is injectable so a test can make it block for real.
+    No ``class/infiniband`` directory (no HCA, no driver: most nodes of a CPU partition): no ports and
+    no child (a directory's lookup in sysfs does not wait on a device)."""
+    if read is read_ports and not os.path.isdir(os.path.join(sysfs_root, "class", "infiniband")):
+        return PendingPorts(None, timeout_s, paths, persist)
     return PendingPorts(child.start(lambda: read(sysfs_root)), timeout_s, paths, persist)
