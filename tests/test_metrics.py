@@ -90,16 +90,34 @@ def _with_ib(report):
     return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
 
 
+def _with_sxid(report):
+    """``report`` with gpu_sxid's result for a fatal SXid on one NVSwitch (its details: the SXid family's samples)."""
+    import dataclasses
+
+    from nodehealth.checks import gpu_sxid
+    from nodehealth.checks.base import Context
+    from nodehealth.observations import Observations, XidObservation, XidRecord
+    from nodehealth.xid.catalog import catalog_for, enrich
+    from nodehealth.xid.parse import parse_line
+
+    event = parse_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up")
+    assert event is not None
+    x = XidObservation("b", (XidRecord(enrich(event, catalog_for()), "b", 1.0),), 2.0, "/dev/kmsg")
+    ctx = Context(name="gpu_sxid", phase="daemon", node="gpu001", expected_gpus=8)
+    res = gpu_sxid.evaluate(Observations(xid=x), gpu_sxid.Settings(), ctx)
+    return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
+
+
 def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = False, **over) -> NodeMetrics:
     """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
     daemon carries it) and one call of every other update; ``detail``: every series of the table;
-    ``ib``: with a flapping InfiniBand port (``_with_ib``)."""
+    ``ib``: with a flapping InfiniBand port (``_with_ib``) and a fatal NVSwitch SXid (``_with_sxid``)."""
     from nodehealth.daemon.selftest import merge
 
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False, detail=detail)
     report = merge(out.report, _nccl_result())
-    m.update_round(_with_ib(report) if ib else report, out.observations)
+    m.update_round(_with_sxid(_with_ib(report)) if ib else report, out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(

@@ -100,6 +100,16 @@ def _most_within(records: Sequence[XidRecord], window_s: float) -> int:
     return best + untimed
 
 
+def _counts(fatal: dict[str, list[XidRecord]], nonfatal: dict[str, list[XidRecord]]) -> dict[str, dict[str, int]]:
+    """Events this boot per NVSwitch PCI address and severity (``fatal``, ``non_fatal``): the metric's values."""
+    out: dict[str, dict[str, int]] = {}
+    for severity, groups in (("fatal", fatal), ("non_fatal", nonfatal)):
+        for group in groups.values():
+            pci = printable(group[0].event.pci) if group[0].event.pci else "unknown"
+            out.setdefault(pci, {})[severity] = len(group)
+    return out
+
+
 def _record_json(record: XidRecord) -> dict[str, Any]:
     data = record.event.to_json()
     data["sxid"] = data.pop("xid")
@@ -149,6 +159,7 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         "sxid_events_this_boot": len(records),
         "fatal_events": sum(len(g) for g in fatal.values()),
         "switches": sorted(set(fatal) | set(nonfatal)),
+        "counts": _counts(fatal, nonfatal),
         "events": [_record_json(r) for r in records[-DETAIL_EVENTS:]],
     }
     if not records:

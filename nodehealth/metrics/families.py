@@ -174,6 +174,16 @@ FAMILIES: tuple[Family, ...] = (
     ),
     row(
         _X,
+        "nodehealth_nvswitch_sxid_errors_total",
+        COUNTER,
+        ("switch", "severity"),
+        "NVSwitch SXid events this boot, by NVSwitch and severity (fatal, non_fatal), as gpu_sxid judged them",
+        note="`switch` is the NVSwitch's PCI address; read from the XID store every round (a daemon restart keeps "
+        "the count, a reboot starts it again); only NVSwitches that logged an SXid",
+        per="event",
+    ),
+    row(
+        _X,
         "nodehealth_xid_follower_up",
         GAUGE,
         ("state",),

@@ -51,6 +51,7 @@ def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
     yield one("nodehealth_node_failing_checks", sum(1 for r in report.results if r.status == Status.FAIL))
     yield from nccl_families(report)
     yield from infiniband_families(report)
+    yield from sxid_families(report)
 
 def infiniband_families(report: Report) -> Iterator[Metric]:
     """host_infiniband's flaps and counter increases per port, from its result's details (``ports``)."""
@@ -68,6 +69,20 @@ def infiniband_families(report: Report) -> Iterator[Metric]:
             if isinstance(value, int):
                 rose.add([name, counter], value)
     yield from (flaps, rose)
+
+
+def sxid_families(report: Report) -> Iterator[Metric]:
+    """gpu_sxid's SXid events this boot per NVSwitch and severity, from its result's details (``counts``)."""
+    result = next((r for r in report.results if r.name == "gpu_sxid"), None)
+    counts = result.details.get("counts") if result is not None else None
+    if not isinstance(counts, dict) or not counts:
+        return
+    sxid = new("nodehealth_nvswitch_sxid_errors_total")
+    for switch, by_severity in sorted(counts.items()):
+        for severity, n in sorted(by_severity.items()) if isinstance(by_severity, dict) else ():
+            if isinstance(n, int):
+                sxid.add([switch, severity], n)
+    yield sxid
 
 
 NCCL_CHECK = "nccl_selftest"
