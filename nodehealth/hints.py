@@ -59,6 +59,7 @@ CHECK_FAULTS = {
     "host_mounts": CONFIGURATION,
     "host_shared_dir": CONFIGURATION,
     "host_infiniband": FABRIC,
+    "host_services": SOFTWARE,
     "job_forensics": SOFTWARE,
     "nccl_selftest": FABRIC,
 }
@@ -81,6 +82,7 @@ CHECK_HINTS = {
     "host_mounts": "findmnt; mount -a",
     "host_shared_dir": "ls -ld <dir>; findmnt -T <dir>",
     "host_infiniband": "ibstat; ibv_devinfo",
+    "host_services": "systemctl status <unit>; journalctl -b -u <unit>; ls /sys/module | grep nvidia",
     "host_memory": "free -g; cat /proc/meminfo",
 }
 

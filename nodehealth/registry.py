@@ -101,6 +101,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
     CheckSpec("host_shared_dir", "host_shared_dir", ("shared_dirs",), ALL, True, "cheap"),
     CheckSpec("host_infiniband", "host_infiniband", ("infiniband",), ALL, True, "cheap"),
+    # On by default: it demands a unit only where the node shows it needs one (the module says why).
+    CheckSpec("host_services", "host_services", ("services",), ALL, True, "cheap"),
     # Off by default (seconds, the GPUs busy): enabled = true runs it in the epilog and `nodehealth check`.
     CheckSpec("nccl_selftest", "nccl_selftest", ("nccl",), SELFTEST, False, "slow", uses=("nvml",)),
 )

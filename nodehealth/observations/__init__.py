@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nodehealth.observations.nccl import NcclRun as NcclRun
     from nodehealth.observations.nccl import PerfResult as PerfResult
     from nodehealth.observations.nccl import TransportResult as TransportResult
+    from nodehealth.observations.services import ServicesObservation as ServicesObservation
 
 # Defined in nodehealth.observations.nccl and named here on first use (``from nodehealth.observations
 # import NcclRun`` works as before): only the NCCL self-test makes them, so no other run pays for them.
@@ -350,6 +351,7 @@ class Observations:
     job: Union[JobObservation, ProbeError, None] = None
     node_jobs: Union[NodeJobs, ProbeError, None] = None
     nccl: Union[NcclObservation, ProbeError, None] = None
+    services: Union[ServicesObservation, ProbeError, None] = None
 
 
 @record

@@ -169,6 +169,21 @@ def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
     return nccl_runner.start(nccl_runner.Plan.from_settings(settings), gpus, timeout_s)
 
 
+def _services(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import services
+
+    settings = ctx.config.checks["host_services"]
+    return services.gather(
+        ctx.config.paths.sysfs_root,
+        settings.gpu_units(),  # type: ignore[attr-defined]
+        getattr(settings, "units", ()),
+        settings.all_modules(),  # type: ignore[attr-defined]
+        timeout_s,
+        systemctl=getattr(settings, "systemctl", services.SYSTEMCTL),
+        systemd_dir=getattr(settings, "systemd_run_dir", services.SYSTEMD_RUN_DIR),
+    )
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
@@ -181,4 +196,5 @@ PROBES: dict[str, Probe] = {
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband, forks=True),
     "nccl": Probe("nccl", _nccl, forks=True),
+    "services": Probe("services", _services),
 }
