@@ -103,6 +103,8 @@ PROLOG_NEVER = NEVER + (
     "ctypes.util",
     "difflib",  # --only's did-you-mean, for a name to correct
     "shlex",  # the simulator's build, not its driver
+    "hostlist",  # a config's [[override]] rules (this one has none)
+    "nodehealth.config.locate",  # the lines of a config's errors
     "nodehealth.checks.nccl_selftest",  # a check the prolog does not run is not imported
     "nodehealth.checks.job_forensics",
     "nodehealth.observations.nccl",

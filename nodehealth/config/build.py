@@ -19,7 +19,6 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from nodehealth.checks.base import CheckSettings
 from nodehealth.config import lean
-from nodehealth.config.locate import near
 from nodehealth.config.schema import Config, default_checks
 from nodehealth.registry import BY_NAME
 
@@ -58,6 +57,13 @@ ABSOLUTE = tuple((k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.K
 )
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
+
+
+def near(name: str, known: list[str]) -> str:
+    """``locate.near``: imported for a mistyped name only (``locate``'s regexes are for a config with errors)."""
+    from nodehealth.config.locate import near as nearest
+
+    return nearest(name, known)
 
 
 def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

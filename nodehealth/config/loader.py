@@ -31,9 +31,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
-import hostlist
-
-from nodehealth.config import lastgood, lean, locate, trust
+from nodehealth.config import lastgood, lean, trust
 from nodehealth.config.build import ABSOLUTE as ABSOLUTE
 from nodehealth.config.build import KINDS as KINDS
 from nodehealth.config.build import ConfigError as ConfigError
@@ -118,6 +116,8 @@ def located(exc: ConfigError, text: str, file: str) -> ConfigError:
     or as it was where no line is found; one error per line when there are several."""
     if file == "<defaults>" or not text:
         return exc
+    from nodehealth.config import locate  # its regexes, for a config with errors only
+
     lines = locate.index(text)
     out: list[tuple[float, int, ConfigError]] = []
     for e in exc.problems:
@@ -192,6 +192,8 @@ def resolve(
                 )
             )
         else:
+            import hostlist  # for [[override]] rules only
+
             try:
                 names = hostlist.expand_hostlist(expr)
             except hostlist.BadHostlist as exc:
