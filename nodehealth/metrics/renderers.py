@@ -51,7 +51,22 @@ def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
     yield one("nodehealth_node_failing_checks", sum(1 for r in report.results if r.status == Status.FAIL))
     yield from nccl_families(report)
     yield from infiniband_families(report)
+    yield from services_families(report)
     yield from sxid_families(report)
+
+
+def services_families(report: Report) -> Iterator[Metric]:
+    """host_services' units and modules, 1 running/loaded or 0, from its result's details (``judged``)."""
+    result = next((r for r in report.results if r.name == "host_services"), None)
+    judged = result.details.get("judged") if result is not None else None
+    if not isinstance(judged, dict) or not judged:
+        return
+    running = new("nodehealth_host_service_running")
+    for name, seen in sorted(judged.items()):
+        if isinstance(seen, dict) and isinstance(seen.get("ok"), bool):
+            running.add([name], 1 if seen["ok"] else 0)
+    yield running
+
 
 def infiniband_families(report: Report) -> Iterator[Metric]:
     """host_infiniband's flaps and counter increases per port, from its result's details (``ports``)."""
@@ -128,6 +143,7 @@ GPU_VALUES: tuple[tuple[str, Callable[[GpuObservation], Any]], ...] = (
     ("nodehealth_gpu_temperature_slowdown_celsius", lambda g: g.slowdown_c),
     ("nodehealth_gpu_power_watts", lambda g: g.power_w),
     ("nodehealth_gpu_power_limit_watts", lambda g: g.power_limit_w),
+    ("nodehealth_gpu_power_default_limit_watts", lambda g: g.power_default_limit_w),
     (
         "nodehealth_gpu_utilization_ratio",
         lambda g: None if g.utilization_gpu_pct is None else g.utilization_gpu_pct / 100.0,
@@ -173,6 +189,7 @@ def gpu_families(snap: NvmlSnapshot, detail: bool = False) -> Iterator[Metric]:
     nvl_up, nvl_err = fams["nodehealth_gpu_nvlink_up"], fams["nodehealth_gpu_nvlink_link_errors_total"]
     nvl_total = fams["nodehealth_gpu_nvlink_errors_total"]
     throttle = fams["nodehealth_gpu_throttle_reason_active"]
+    throttled = fams["nodehealth_gpu_throttle_seconds_total"]
     for g in snap.gpus:
         lab = gpu_labels(g)
         info.add([*lab, snap.driver_version or ""], 1)
@@ -208,6 +225,8 @@ def gpu_families(snap: NvmlSnapshot, detail: bool = False) -> Iterator[Metric]:
         if g.throttle_reasons is not None:
             for bit, reason in THROTTLE_BITS:
                 throttle.add([*lab, reason], b(g.throttle_reasons & bit))
+        for reason, ns in g.throttle_ns or ():
+            throttled.add([*lab, reason], ns / 1e9)
     yield from (f for f in fams.values() if detail or not f.family.detail)
 
 
