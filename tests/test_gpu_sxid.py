@@ -265,14 +265,14 @@ def test_an_sxid_written_from_user_space_is_not_the_kernels(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- the metric
 
 
-def test_the_metric_counts_this_boots_sxids_per_nvswitch_and_severity() -> None:
+def test_the_metric_counts_this_boots_sxids_per_nvswitch_and_class() -> None:
     from nodehealth.metrics.exposition import render
     from nodehealth.metrics.renderers import report_families
     from nodehealth.model import Report
 
     res = _judge(rec(FATAL_20034), rec(FATAL_20034), rec(NONFATAL_12028), rec(FATAL_20034, boot=OLD_BOOT))
     page = render(report_families(Report("gpu017", "daemon", (res,), 0.0, "X", NOW))).decode()
-    assert 'nodehealth_nvswitch_sxid_errors_total{severity="fatal",switch="0000:06:00"} 2.0' in page
-    assert 'nodehealth_nvswitch_sxid_errors_total{severity="non_fatal",switch="0000:05:00"} 1.0' in page
+    assert 'nodehealth_nvswitch_sxid_errors_total{class="fatal",switch="0000:06:00"} 2.0' in page
+    assert 'nodehealth_nvswitch_sxid_errors_total{class="non_fatal",switch="0000:05:00"} 1.0' in page
     quiet = render(report_families(Report("gpu017", "daemon", (_judge(),), 0.0, "X", NOW))).decode()
     assert "nvswitch_sxid" not in quiet  # no SXid, no series

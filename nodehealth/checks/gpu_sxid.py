@@ -101,12 +101,12 @@ def _most_within(records: Sequence[XidRecord], window_s: float) -> int:
 
 
 def _counts(fatal: dict[str, list[XidRecord]], nonfatal: dict[str, list[XidRecord]]) -> dict[str, dict[str, int]]:
-    """Events this boot per NVSwitch PCI address and severity (``fatal``, ``non_fatal``): the metric's values."""
+    """Events this boot per NVSwitch PCI address and class (``fatal``, ``non_fatal``): the metric's values."""
     out: dict[str, dict[str, int]] = {}
-    for severity, groups in (("fatal", fatal), ("non_fatal", nonfatal)):
+    for klass, groups in (("fatal", fatal), ("non_fatal", nonfatal)):
         for group in groups.values():
             pci = printable(group[0].event.pci) if group[0].event.pci else "unknown"
-            out.setdefault(pci, {})[severity] = len(group)
+            out.setdefault(pci, {})[klass] = len(group)
     return out
 
 

@@ -176,8 +176,8 @@ FAMILIES: tuple[Family, ...] = (
         _X,
         "nodehealth_nvswitch_sxid_errors_total",
         COUNTER,
-        ("switch", "severity"),
-        "NVSwitch SXid events this boot, by NVSwitch and severity (fatal, non_fatal), as gpu_sxid judged them",
+        ("switch", "class"),
+        "NVSwitch SXid events this boot, by NVSwitch and class (fatal, non_fatal), as gpu_sxid judged them",
         note="`switch` is the NVSwitch's PCI address; read from the XID store every round (a daemon restart keeps "
         "the count, a reboot starts it again); only NVSwitches that logged an SXid",
         per="event",

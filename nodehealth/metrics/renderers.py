@@ -87,16 +87,16 @@ def infiniband_families(report: Report) -> Iterator[Metric]:
 
 
 def sxid_families(report: Report) -> Iterator[Metric]:
-    """gpu_sxid's SXid events this boot per NVSwitch and severity, from its result's details (``counts``)."""
+    """gpu_sxid's SXid events this boot per NVSwitch and class, from its result's details (``counts``)."""
     result = next((r for r in report.results if r.name == "gpu_sxid"), None)
     counts = result.details.get("counts") if result is not None else None
     if not isinstance(counts, dict) or not counts:
         return
     sxid = new("nodehealth_nvswitch_sxid_errors_total")
-    for switch, by_severity in sorted(counts.items()):
-        for severity, n in sorted(by_severity.items()) if isinstance(by_severity, dict) else ():
+    for switch, by_class in sorted(counts.items()):
+        for klass, n in sorted(by_class.items()) if isinstance(by_class, dict) else ():
             if isinstance(n, int):
-                sxid.add([switch, severity], n)
+                sxid.add([switch, klass], n)
     yield sxid
 
 
