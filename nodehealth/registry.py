@@ -84,6 +84,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gpu_count", "gpu_count", _GPU, ALL, True, "cheap"),
     CheckSpec("gpu_driver", "gpu_driver", _GPU, ALL, True, "cheap"),
     CheckSpec("gpu_temperature", "gpu_temperature", _GPU, ALL, True, "cheap"),
+    CheckSpec("gpu_throttle", "gpu_throttle", _GPU, ALL, True, "cheap", uses=("job", "counter_reading")),
     CheckSpec("gpu_ecc", "gpu_ecc", _GPU, ALL, True, "cheap"),
     CheckSpec("gpu_retired_pages", "gpu_retired_pages", _GPU, ALL, True, "cheap"),
     CheckSpec("gpu_remapped_rows", "gpu_remapped_rows", _GPU, ALL, True, "cheap"),

@@ -30,6 +30,7 @@ from nodehealth.checks import (
     gpu_remapped_rows,
     gpu_retired_pages,
     gpu_temperature,
+    gpu_throttle,
     nvml,
 )
 from nodehealth.checks.base import Context
@@ -88,6 +89,7 @@ def h100(index: int = 0, **changes: Any) -> GpuObservation:
         shutdown_c=92,
         power_w=71.5,
         power_limit_w=700.0,
+        power_default_limit_w=700.0,
         utilization_gpu_pct=0,
         utilization_memory_pct=0,
         memory_used_bytes=0,
@@ -921,6 +923,24 @@ ROWS = [
         settings={"idle_phases": ("daemon",)},
     ),
     Row("processes-not-supported", gpu_processes, node(*(bare(i) for i in range(8))), SKIPPED, phase="prolog"),
+    # ---------------------------------------------------------------- gpu_throttle (windows: test_gpu_throttle.py)
+    Row("throttle-ok", gpu_throttle, node(), OK, summary_has="throttle time not judged: no counter reading"),
+    Row(
+        "throttle-power-limit-below-default-warn",
+        gpu_throttle,
+        eight(6, power_limit_w=500.0),
+        WARN,
+        INSPECT,
+        6,
+        "power limit 500 W, below its default 700 W",
+    ),
+    Row(
+        "throttle-power-limit-ignored",
+        gpu_throttle,
+        eight(6, power_limit_w=500.0),
+        OK,
+        settings={"power_limit": "ignore"},
+    ),
 ]
 
 

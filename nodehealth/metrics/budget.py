@@ -24,8 +24,17 @@ class Node:
 
     gpus: int = 8
     links: int = 18  # NVLink links per GPU
-    checks: int = 18  # checks of the daemon phase
-    probes: int = 10
+    checks: int = -1  # checks of the daemon phase on by default (-1: counted from the registry)
+    probes: int = -1  # probes those checks need or use (-1: counted from the registry)
+
+    def __post_init__(self) -> None:
+        if self.checks < 0 or self.probes < 0:
+            from nodehealth.registry import CHECKS
+
+            daemon = [c for c in CHECKS if c.default_enabled and "daemon" in c.phases]
+            probes = {p for c in daemon for p in (*c.needs, *c.uses)}
+            object.__setattr__(self, "checks", len(daemon) if self.checks < 0 else self.checks)
+            object.__setattr__(self, "probes", len(probes) if self.probes < 0 else self.probes)
     modes: int = 0  # NCCL self-test modes (0: the self-test is off, the default)
 
 

@@ -22,6 +22,17 @@ THROTTLE_REASONS = (
     "display_clock_setting",
 )
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+# The throttle-time reasons (probes.nvml_h.THROTTLE_FIELDS and _580), in field order.
+THROTTLE_TIME_REASONS = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "hw_thermal",
+    "hw_power_brake",
+)
 
 _G = "gpu"
 _DETAIL = "published with `[daemon] metrics_detail = true`"
@@ -53,6 +64,16 @@ GPU_FAMILIES: tuple[Family, ...] = (
         "Enforced GPU power limit",
         "watts",
         note=_DETAIL,
+        detail=True,
+    ),
+    row(
+        _G,
+        "nodehealth_gpu_power_default_limit_watts",
+        GAUGE,
+        GPU,
+        "The power limit the GPU boots with (NVML default power management limit)",
+        "watts",
+        note=_DETAIL + "; gpu_throttle judges the enforced limit against it",
         detail=True,
     ),
     row(
@@ -208,6 +229,18 @@ GPU_FAMILIES: tuple[Family, ...] = (
         "1 while this clock throttle (clocks event) reason is active",
         values={"reason": THROTTLE_REASONS},
         note="by default only the reasons active (1); the inactive ones (0) " + _DETAIL,
+        quiet=0.0,
+    ),
+    row(
+        _G,
+        "nodehealth_gpu_throttle_seconds_total",
+        COUNTER,
+        (*GPU, "reason"),
+        "Time the GPU's clocks were held down for this reason since the driver loaded "
+        "(NVML_FI_DEV_PERF_POLICY_*; hw_thermal and hw_power_brake from driver 580)",
+        "seconds",
+        values={"reason": THROTTLE_TIME_REASONS},
+        note="`rate()` of it is the share of time throttled; by default only the reasons not 0, every one " + _DETAIL,
         quiet=0.0,
     ),
     row(

@@ -16,6 +16,7 @@ from nodehealth.observations.slurm import NodeInfo
 from nodehealth.observations.xid import XidEvent
 
 if TYPE_CHECKING:
+    from nodehealth.observations.counters import CounterReading as CounterReading
     from nodehealth.observations.nccl import NcclObservation as NcclObservation
     from nodehealth.observations.nccl import NcclRun as NcclRun
     from nodehealth.observations.nccl import PerfResult as PerfResult
@@ -123,7 +124,8 @@ class GpuObservation:
     mem_max_c: Optional[int] = None  # NVML_TEMPERATURE_THRESHOLD_MEM_MAX (HBM max operating)
     memory_temp_c: Optional[int] = None  # NVML_FI_DEV_MEMORY_TEMP (HBM)
     power_w: Optional[float] = None
-    power_limit_w: Optional[float] = None
+    power_limit_w: Optional[float] = None  # enforced (nvmlDeviceGetEnforcedPowerLimit)
+    power_default_limit_w: Optional[float] = None  # nvmlDeviceGetPowerManagementDefaultLimit
     utilization_gpu_pct: Optional[int] = None
     utilization_memory_pct: Optional[int] = None
     memory_used_bytes: Optional[int] = None
@@ -146,6 +148,9 @@ class GpuObservation:
     fabric_health_summary: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_* (v3)
     processes: Optional[tuple[GpuProcess, ...]] = None
     throttle_reasons: Optional[int] = None  # nvmlClocksEventReason* bitmask
+    # ns throttled per reason since the driver loaded (probes.nvml_h.THROTTLE_FIELDS): ("thermal", ns), ...;
+    # only the reasons the GPU reports. None: none reported.
+    throttle_ns: Optional[tuple[tuple[str, int], ...]] = None
     persistence_mode: Optional[bool] = None
     recovery_action: Optional[int] = None  # NVML_GPU_RECOVERY_ACTION_*; None: not reported
     mig_enabled: Optional[bool] = None  # current MIG mode
@@ -351,6 +356,7 @@ class Observations:
     job: Union[JobObservation, ProbeError, None] = None
     node_jobs: Union[NodeJobs, ProbeError, None] = None
     nccl: Union[NcclObservation, ProbeError, None] = None
+    counter_reading: Union[CounterReading, ProbeError, None] = None
     services: Union[ServicesObservation, ProbeError, None] = None
 
 
@@ -397,5 +403,6 @@ def gpu_counters(gpus: Iterable[GpuObservation]) -> dict[str, dict[str, Any]]:
             "volatile_corrected": ecc.volatile_corrected,
             "remapped_uncorrectable": rows.uncorrectable if rows is not None else None,
             "remapped_correctable": rows.correctable if rows is not None else None,
+            **{f"throttle_{reason}_ns": ns for reason, ns in g.throttle_ns or ()},
         }
     return out

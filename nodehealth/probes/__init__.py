@@ -184,6 +184,18 @@ def _services(ctx: ProbeContext, timeout_s: float) -> Any:
     )
 
 
+def _counter_reading(ctx: ProbeContext, timeout_s: float) -> Any:
+    """The latest GPU counter reading in the state dir (a bounded read of one small file)."""
+    import time
+
+    from nodehealth.observations.counters import CounterReading
+    from nodehealth.statedir import counters, layout
+
+    reading, problem = counters.read_latest_checked(ctx.config.paths.state_dir)
+    boot = layout.read_boot_id(ctx.config.paths.procfs_root)
+    return CounterReading(reading, problem, boot, time.time())
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
@@ -196,5 +208,6 @@ PROBES: dict[str, Probe] = {
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband, forks=True),
     "nccl": Probe("nccl", _nccl, forks=True),
+    "counter_reading": Probe("counter_reading", _counter_reading),
     "services": Probe("services", _services),
 }

@@ -24,6 +24,7 @@ NVML_FUNCTIONS = (
     "nvmlDeviceGetTemperatureThreshold",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetEccMode",
@@ -113,6 +114,22 @@ FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142
 FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC = 161, 162, 163
 FI_NVLINK_GET_STATE = 165
 FI_GET_GPU_RECOVERY_ACTION = 230  # drivers 570 and later; nvidia-ml-py from 12.570.86
+# Time throttled per reason, in ns, since the driver loaded: NVML_FI_DEV_PERF_POLICY_* (74-79, in every
+# branch's nvml.h since 11.4; 13.0 calls 74 "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP ... in ns" and
+# deprecates nvmlDeviceGetViolationStatus for them). Read in the one field-values call: no call of their own.
+THROTTLE_FIELDS = (
+    (74, "power"),
+    (75, "thermal"),
+    (76, "sync_boost"),
+    (77, "board_limit"),
+    (78, "low_utilization"),
+    (79, "reliability"),
+)
+# NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN / _HW_POWER_BRAKE_SLOWDOWN (ns), first in the 13.0 header
+# (driver 580). Asked only of drivers from THROTTLE_FIELDS_580_FROM: in the 12.8 header (570) the same ids are
+# NVML_FI_PWR_SMOOTHING_PRIV_LVL and _IMM_RAMP_DOWN_ENABLED, which a 570 driver would answer.
+THROTTLE_FIELDS_580 = ((252, "hw_thermal"), (253, "hw_power_brake"))
+THROTTLE_FIELDS_580_FROM = 580
 GPU_FIELDS = (
     FI_ECC_SBE_VOL_TOTAL,
     FI_ECC_DBE_VOL_TOTAL,
@@ -128,6 +145,7 @@ GPU_FIELDS = (
     FI_REMAPPED_PENDING,
     FI_REMAPPED_FAILURE,
     FI_GET_GPU_RECOVERY_ACTION,
+    *(fid for fid, _ in THROTTLE_FIELDS),
 )
 LINK_FIELDS = (FI_NVLINK_GET_STATE, FI_NVLINK_ERROR_DL_REPLAY, FI_NVLINK_ERROR_DL_RECOVERY, FI_NVLINK_ERROR_DL_CRC)
 
@@ -160,6 +178,7 @@ FIELD_GROUP = {
     FI_REMAPPED_PENDING: "remapped_rows",
     FI_REMAPPED_FAILURE: "remapped_rows",
     FI_GET_GPU_RECOVERY_ACTION: "recovery_action",
+    **{fid: "throttle_time" for fid, _ in THROTTLE_FIELDS + THROTTLE_FIELDS_580},
     FI_NVLINK_GET_STATE: "nvlink",
     FI_NVLINK_ERROR_DL_REPLAY: "nvlink",
     FI_NVLINK_ERROR_DL_RECOVERY: "nvlink",

@@ -52,6 +52,9 @@ from nodehealth.probes.nvml_h import (
     THRESHOLD_MEM_MAX,
     THRESHOLD_SHUTDOWN,
     THRESHOLD_SLOWDOWN,
+    THROTTLE_FIELDS,
+    THROTTLE_FIELDS_580,
+    THROTTLE_FIELDS_580_FROM,
     FabricInfoV1,
     legacy_link_fields,
 )
@@ -112,12 +115,15 @@ class GpuReader:
         ecc_mode = c("ecc_mode", "nvmlDeviceGetEccMode", handle)
         power_mw = c("power", "nvmlDeviceGetPowerUsage", handle)
         limit_mw = c("power", "nvmlDeviceGetEnforcedPowerLimit", handle)
+        default_mw = c("power", "nvmlDeviceGetPowerManagementDefaultLimit", handle)
         procs = c(
             "processes", ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), handle
         )
         persistence = c("persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
         mig = c("mig_mode", "nvmlDeviceGetMigMode", handle)
-        fields = self._fields(handle, [(fid, 0) for fid in GPU_FIELDS])
+        newer = THROTTLE_FIELDS_580 if self.node.get("driver_major", 0) >= THROTTLE_FIELDS_580_FROM else ()
+        fields = self._fields(handle, [(fid, 0) for fid in GPU_FIELDS + tuple(fid for fid, _ in newer)])
+        throttled = ((reason, _counter(fields.get(fid))) for fid, reason in THROTTLE_FIELDS + newer)
         links = self._nvlinks(handle, fields.get(FI_NVLINK_LINK_COUNT))
         remap: list[Any] = [
             fields.get(f) for f in (FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE)
@@ -136,6 +142,7 @@ class GpuReader:
             memory_temp_c=_opt(int, fields.get(FI_MEMORY_TEMP)),
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            power_default_limit_w=None if default_mw is None else default_mw / 1000.0,
             utilization_gpu_pct=None if util is None else int(util.gpu),
             utilization_memory_pct=None if util is None else int(util.memory),
             memory_used_bytes=None if mem is None else int(mem.used),
@@ -172,6 +179,7 @@ class GpuReader:
                 ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
                 handle,
             ),
+            throttle_ns=tuple((reason, ns) for reason, ns in throttled if ns is not None) or None,
             persistence_mode=None if persistence is None else bool(persistence == FEATURE_ENABLED),
             mig_enabled=None if mig is None else bool(mig[0] == FEATURE_ENABLED),
             recovery_action=_opt(int, fields.get(FI_GET_GPU_RECOVERY_ACTION)),
@@ -299,6 +307,13 @@ def _field_value(value: Any) -> Any:
     return getattr(value.value, member.get(int(value.valueType), "ullVal"))
 
 
+def _counter(value: Any) -> Optional[int]:
+    """A cumulative counter (0 to 2**64), else None: a float, a negative or a wrapped value is refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+        return None
+    return value
+
+
 def _opt(fn: Callable[[Any], Any], value: Any) -> Any:
     return None if value is None else fn(value)
 
@@ -350,7 +365,7 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
                 },
             )
         )
-        node: dict[str, Any] = {}
+        node: dict[str, Any] = {"driver_major": _major(driver)}
         for index in range(count):
             announce(("begin", index))
             announce(("gpu", GpuReader(nv, announce, node).read(index)))
@@ -360,6 +375,12 @@ def read_node(nv: ModuleType, announce: Callable[[Any], None]) -> None:
             nv.nvmlShutdown()
         except Exception:  # noqa: BLE001 - shutdown failure changes nothing we report
             pass
+
+
+def _major(driver: Any) -> int:
+    """The driver's branch ("580.65.06" -> 580), 0 when it cannot be told."""
+    head = (as_text(driver) if driver is not None else "").split(".", 1)[0]
+    return int(head) if head.isdigit() and len(head) < 5 else 0
 
 
 def _safe(fn: Callable[[], Any]) -> Any:

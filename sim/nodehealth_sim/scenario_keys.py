@@ -65,6 +65,17 @@ THROTTLE_BITS = {
     "hw_power_brake_slowdown": 0x80,
     "display_clocks": 0x100,
 }
+# The reasons of nodehealth.probes.nvml_h.THROTTLE_FIELDS (and _580), in the fake library's key names.
+THROTTLE_TIME_REASONS = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "hw_thermal",
+    "hw_power_brake",
+)
 RECOVERY_ACTIONS = {
     "none": 0,
     "gpu_reset": 1,
@@ -104,6 +115,7 @@ GPU_KEYS: dict[str, Any] = {
     "init_ms": float,
     "power_w": float,
     "power_limit_w": float,
+    "power_default_limit_w": float,
     "utilization_gpu_pct": int,
     "utilization_memory_pct": int,
     "memory_total_mib": int,
@@ -132,6 +144,8 @@ GPU_KEYS: dict[str, Any] = {
     "fabric": {"state": str, "status": int, "health_mask": int, "health_summary": int},
     "processes": [{"pid": int, "used_memory_mib": int}],
     "throttle_reasons": [str],
+    # ns throttled per reason since the driver loaded (NVML_FI_DEV_PERF_POLICY_*; hw_* on 580 only)
+    "throttle_time_ns": {reason: int for reason in THROTTLE_TIME_REASONS},
     "persistence_mode": bool,
     "recovery_action": str,
     "unsupported": [str],
@@ -169,6 +183,7 @@ H100 = {
     "fabric": {"state": "completed", "status": 0},
     "processes": [],
     "throttle_reasons": ["gpu_idle"],
+    "throttle_time_ns": {reason: 0 for reason in THROTTLE_TIME_REASONS},
     "persistence_mode": True,
     "recovery_action": "none",
     "mig_mode": False,

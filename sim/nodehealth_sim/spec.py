@@ -74,6 +74,8 @@ def _gpu_lines(gpu: SimGpu) -> list[str]:
     out += [
         f"power_mw {int(round(v['power_w'] * 1000))}",
         f"power_limit_mw {int(round(v['power_limit_w'] * 1000))}",
+        # nvidia-smi's "Default Power Limit": the enforced one unless the scenario lowers the latter
+        f"power_default_mw {int(round(v.get('power_default_limit_w', v['power_limit_w']) * 1000))}",
         f"util_gpu {v['utilization_gpu_pct']}",
         f"util_memory {v['utilization_memory_pct']}",
         f"memory_total {v['memory_total_mib'] << 20}",
@@ -143,6 +145,7 @@ def _gpu_lines(gpu: SimGpu) -> list[str]:
         f"mig_current {int(bool(v.get('mig_mode')))}",
         f"mig_pending {int(bool(v.get('mig_mode')))}",
     ]
+    out += [f"throttle_{reason}_ns {int(ns)}" for reason, ns in sorted(v.get("throttle_time_ns", {}).items())]
     procs = ",".join(f"{int(pr['pid'])}:{int(pr.get('used_memory_mib', 0)) << 20}" for pr in v["processes"])
     out.append(f"processes {procs or '-'}")
     if v.get("init_ms"):

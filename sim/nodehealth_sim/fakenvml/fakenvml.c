@@ -41,7 +41,8 @@ enum key {
     K_ECC_VOL_C, K_ECC_VOL_U, K_ECC_AGG_C, K_ECC_AGG_U, K_RET_SBE, K_RET_DBE, K_RET_PEND, K_REMAP_C, K_REMAP_U,
     K_REMAP_P, K_REMAP_F, K_PCIE_GEN, K_PCIE_MAX_GEN, K_PCIE_W, K_PCIE_MAX_W, K_NVL_LINKS, K_NVL_COUNTERS,
     K_FAB_STATE, K_FAB_STATUS, K_FAB_CLIQUE, K_FAB_HMASK, K_FAB_HSUM, K_THROTTLE, K_PERSIST, K_RECOVERY, K_MIG_CUR,
-    K_MIG_PEND, K_INIT_MS, K_MINOR, K_COUNT
+    K_MIG_PEND, K_INIT_MS, K_MINOR, K_POWER_DEFAULT, K_THR_POWER, K_THR_THERMAL, K_THR_SYNC_BOOST, K_THR_BOARD,
+    K_THR_LOW_UTIL, K_THR_RELIABILITY, K_THR_HW_THERMAL, K_THR_HW_POWER_BRAKE, K_COUNT
 };
 
 static const struct {
@@ -63,7 +64,11 @@ static const struct {
     {"fabric_status", K_FAB_STATUS}, {"fabric_clique", K_FAB_CLIQUE}, {"fabric_health_mask", K_FAB_HMASK},
     {"fabric_health_summary", K_FAB_HSUM}, {"throttle", K_THROTTLE}, {"persistence", K_PERSIST},
     {"recovery_action", K_RECOVERY}, {"mig_current", K_MIG_CUR}, {"mig_pending", K_MIG_PEND},
-    {"init_ms", K_INIT_MS}, {"minor_number", K_MINOR},
+    {"init_ms", K_INIT_MS}, {"minor_number", K_MINOR}, {"power_default_mw", K_POWER_DEFAULT},
+    {"throttle_power_ns", K_THR_POWER}, {"throttle_thermal_ns", K_THR_THERMAL},
+    {"throttle_sync_boost_ns", K_THR_SYNC_BOOST}, {"throttle_board_limit_ns", K_THR_BOARD},
+    {"throttle_low_utilization_ns", K_THR_LOW_UTIL}, {"throttle_reliability_ns", K_THR_RELIABILITY},
+    {"throttle_hw_thermal_ns", K_THR_HW_THERMAL}, {"throttle_hw_power_brake_ns", K_THR_HW_POWER_BRAKE},
 };
 
 struct proc {
@@ -160,7 +165,7 @@ static const char *const KNOWN[] = {
     "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetCurrentClocksThrottleReasons",
     "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMigMode", "nvmlDeviceGetPowerManagementDefaultLimit",
 };
 
 static int known_function(const char *base) {
@@ -856,6 +861,15 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *
     RET(NVML_SUCCESS);
 }
 
+/* nvml.h: "the power management limit that the device boots with", in milliwatts. */
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit) {
+    DEV_ENTER("nvmlDeviceGetPowerManagementDefaultLimit");
+    NONNULL(limit);
+    NEED(K_POWER_DEFAULT);
+    *limit = (unsigned)G->v[K_POWER_DEFAULT];
+    RET(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
     DEV_ENTER("nvmlDeviceGetUtilizationRates");
     NONNULL(u);
@@ -1156,6 +1170,10 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, un
 #define FI_NVLINK_DL_CRC 163
 #define FI_NVLINK_GET_STATE 165 /* NVML_NVLINK_STATE_INACTIVE 0 / ACTIVE 1 / SLEEP 2 */
 #define FI_GPU_RECOVERY_ACTION 230
+#define FI_PERF_POLICY_POWER 74 /* NVML_FI_DEV_PERF_POLICY_POWER ... _RELIABILITY 79: ns throttled, every branch */
+#define FI_PERF_POLICY_RELIABILITY 79
+#define FI_HW_THERM_SLOWDOWN 252 /* NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: 13.0 header (580) only */
+#define FI_HW_POWER_BRAKE_SLOWDOWN 253
 
 /* The legacy per-link counters (links 0-5 and 6-11, no scopeId), first in the 11.x headers:
  * what a driver before 525, which lacks the scoped NVLINK_ERROR_DL_* fields, answers. Returns
@@ -1226,6 +1244,16 @@ static nvmlReturn_t field_value(const struct gpu *g, int gi, nvmlFieldValue_t *f
         return NVML_SUCCESS;
     }
     case FI_GPU_RECOVERY_ACTION: key = K_RECOVERY; break;
+    case FI_PERF_POLICY_POWER:
+    case FI_PERF_POLICY_POWER + 1:
+    case FI_PERF_POLICY_POWER + 2:
+    case FI_PERF_POLICY_POWER + 3:
+    case FI_PERF_POLICY_POWER + 4:
+    case FI_PERF_POLICY_RELIABILITY: key = K_THR_POWER + (int)(id - FI_PERF_POLICY_POWER), ull = 1; break;
+#if NVML_BRANCH >= 580 /* in the 12.8 header (570) 252/253 are power-smoothing fields: not simulated there */
+    case FI_HW_THERM_SLOWDOWN: key = K_THR_HW_THERMAL, ull = 1; break;
+    case FI_HW_POWER_BRAKE_SLOWDOWN: key = K_THR_HW_POWER_BRAKE, ull = 1; break;
+#endif
     default: return NVML_ERROR_NOT_SUPPORTED; /* a field this branch knows but the fake does not simulate */
     }
     if (!g->has[key]) return NVML_ERROR_NOT_SUPPORTED;
