@@ -134,8 +134,10 @@ def test_rounds_build_a_change_log_in_the_state_dir(tmp_path: Path) -> None:
         (d / name).write_text(text + "\n")
     (d / "counters" / "link_downed").write_text("1\n")
     (port,) = _collect(sysfs, state, now=190.0)
-    assert [(s.t, s.up) for s in port.history] == [(100.0, True), (160.0, True), (190.0, False)]
+    # The file keeps changes: up since 100 (the rounds at 130 and 160 only moved the time), down at 190.
+    assert [(s.t, s.up) for s in port.history] == [(100.0, True), (190.0, False)]
     saved = json.loads((state / layout.IB_HISTORY).read_text())
+    assert [s[0] for s in saved["ports"]["mlx5_0/1"]] == [100.0, 190.0]  # the time-only sample is not kept
     assert saved["format"] == 1 and list(saved["ports"]) == ["mlx5_0/1"]
     assert oct((state / layout.IB_HISTORY).stat().st_mode & 0o777) == "0o600"
 
@@ -365,3 +367,20 @@ def test_many_ports_flapping_all_day_still_leave_a_file_the_next_round_reads(tmp
     trimmed = ib_history.fit(big)
     assert all(v[-1].t == 400.0 and 1 <= len(v) < 256 for v in trimmed.values())
     assert len(json.dumps(ib_history.encode(trimmed))) <= files.MAX_READ // 2
+
+
+def test_a_quiet_round_does_not_rewrite_the_file_and_a_change_does(tmp_path: Path) -> None:
+    sysfs, state = tmp_path / "sys", tmp_path / "state"
+    d = _port(sysfs, symbol_error="0")
+    _collect(sysfs, state, now=100.0)
+    before = (state / layout.IB_HISTORY).stat()
+    (port,) = _collect(sysfs, state, now=200.0)
+    assert [s.t for s in port.history] == [100.0, 200.0]
+    after = (state / layout.IB_HISTORY).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    (d / "counters" / "symbol_error").write_text("5\n")
+    (port,) = _collect(sysfs, state, now=300.0)
+    assert [s.t for s in port.history] == [100.0, 300.0]
+    assert (state / layout.IB_HISTORY).stat().st_ino != before.st_ino
+    (port,) = _collect(sysfs, state, now=400.0)
+    assert [s.t for s in port.history] == [100.0, 300.0, 400.0]

@@ -3,7 +3,8 @@ error counters' increase over a window (``checks.host_infiniband``).
 
 A port's history is a change log: a sample (``IbSample``: time, up, counters) is kept when the port's
 ``up`` or any counter differs from the sample before it, and this round's sample is always last. So a
-daemon that looks every 30 s keeps a few samples a day on a quiet port. Kept in memory by the caller
+daemon that looks every 30 s keeps a few samples a day on a quiet port, and a quiet round rewrites
+nothing (the file holds the changes; the last sample only moves the time). Kept in memory by the caller
 for one run and in the state dir (``ib-history.json``, this boot's: a reboot starts afresh) between
 runs; every face and the daemon add their round. Bounded: samples older than ``HORIZON_S`` go (the
 newest of them stays, as the baseline at the horizon), at most ``MAX_SAMPLES`` per port and
@@ -117,12 +118,27 @@ def attach(
     return tuple(dataclasses.replace(p, history=history.get(key(p), ())) for p in ports), history
 
 
+def stored(history: dict[str, tuple[IbSample, ...]]) -> dict[str, tuple[IbSample, ...]]:
+    """What the file keeps: each port's change log without its last sample when that one says what the
+    one before it says (it only moves the time, and this round's sample is added to every read)."""
+    return {k: v[:-1] if len(v) > 1 and _same(v[-1], v[-2]) else v for k, v in history.items()}
+
+
+def _same(a: IbSample, b: IbSample) -> bool:
+    return (a.up, a.counters) == (b.up, b.counters)
+
+
 def fit(history: dict[str, tuple[IbSample, ...]], limit: int = files.MAX_READ // 2) -> dict[str, tuple[IbSample, ...]]:
     """``history`` cut to what its file may hold (the reader's limit, halved for headroom): each port's
     oldest samples go first, half at a time, so many ports flapping all day still leave a file the
     next round reads (a file over the limit would be refused and never rewritten)."""
     import json
 
+    # A sample's JSON is at most 32 bytes and 64 a counter (the longest name with a u64): the common
+    # case (a quiet node) is sure to fit without encoding it once more.
+    bound = sum(len(k) + 8 + sum(32 + 64 * len(s.counters) for s in v) for k, v in history.items())
+    if bound <= limit:
+        return history
     while len(json.dumps(encode(history))) > limit and any(len(v) > 1 for v in history.values()):
         history = {k: v[len(v) // 2 :] if len(v) > 1 else v for k, v in history.items()}
     return history
@@ -140,11 +156,15 @@ def update(paths: Any, ports: Sequence[IbPort], now: float, lock_timeout_s: floa
     with theirs. A state dir that cannot be written (unsafe, full, read-only) costs the history, not
     the round: the ports come back with what could be read."""
     seen: dict[str, tuple[IbPort, ...]] = {}
+    earlier = read(paths)
+    out, history = attach(ports, earlier, now)
+    if stored(history) == earlier:
+        return out  # a quiet round: nothing new to keep, the file is not rewritten
 
     def change(raw: Any) -> dict[str, tuple[IbSample, ...]]:
         out, history = attach(ports, decode(raw), now)
         seen["ports"] = out
-        return fit(history)
+        return fit(stored(history))
 
     try:
         files.require_state_dir(layout.dir_for(paths, layout.IB_HISTORY))
