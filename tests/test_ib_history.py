@@ -384,3 +384,11 @@ def test_a_quiet_round_does_not_rewrite_the_file_and_a_change_does(tmp_path: Pat
     assert (state / layout.IB_HISTORY).stat().st_ino != before.st_ino
     (port,) = _collect(sysfs, state, now=400.0)
     assert [s.t for s in port.history] == [100.0, 300.0, 400.0]
+
+
+def test_a_saturated_error_counter_is_said_never_a_quiet_ok() -> None:
+    # symbol_error is 16 bits wide in the IBA PortCounters and stops at 65535: no increase shows past it.
+    history = [IbSample(0.0, True, (("symbol_error", 65535),)), IbSample(600.0, True, (("symbol_error", 65535),))]
+    res = _judge((_with(history),), error_increase_max=100)
+    assert res.status is Status.WARN and "symbol_error saturated at 65535" in res.summary
+    assert _judge((_with(history),)).status is Status.OK  # thresholds off: not judged

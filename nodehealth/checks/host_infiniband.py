@@ -29,17 +29,20 @@ from nodehealth.observations.record import record
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
 REASON = ("ib", "an InfiniBand port not active, down or below its rate")
 
-# The counters a port may have (probes.infiniband.COUNTERS; checks import no probe).
-COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "link_downed",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_xmit_discards",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-)
+# The counters a port may have (probes.infiniband.COUNTERS; checks import no probe), each with the
+# value it stops at: the IBA PortCounters fields are 16, 8 or 4 bits wide and saturate, never wrap
+# (drivers/infiniband/core/sysfs.c PORT_PMA_ATTR gives each its width). A saturated counter rises no more.
+SATURATED = {
+    "symbol_error": 0xFFFF,
+    "link_error_recovery": 0xFF,
+    "link_downed": 0xFF,
+    "port_rcv_errors": 0xFFFF,
+    "port_rcv_remote_physical_errors": 0xFFFF,
+    "port_xmit_discards": 0xFFFF,
+    "local_link_integrity_errors": 0xF,
+    "excessive_buffer_overrun_errors": 0xF,
+}
+COUNTERS = tuple(SATURATED)
 
 
 @record
@@ -228,7 +231,12 @@ def _judge_history(port: IbPort, settings: Settings) -> list[Finding]:
         rose = {c: increase(port.history, c, settings.error_window_s) for c in settings.error_counters}
         if all(v is None for v in rose.values()):
             out.append(Finding(Status.UNKNOWN, f"{name}: none of error_counters under counters/"))
+        now = dict(port.counters)
         over = [f"{c} +{v}" for c, v in rose.items() if v is not None and v > settings.error_increase_max]
+        # A saturated counter shows no increase however many errors come: say so, never a quiet OK.
+        full = [f"{c} saturated at {now[c]}" for c in settings.error_counters if now.get(c) == SATURATED[c]]
+        if full:
+            out.append(Finding(Status.WARN, f"{name}: {', '.join(full)} (it counts no more: perfquery -R resets it)"))
         if over:
             out.append(
                 Finding(
