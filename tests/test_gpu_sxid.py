@@ -276,3 +276,12 @@ def test_the_metric_counts_this_boots_sxids_per_nvswitch_and_class() -> None:
     assert 'nodehealth_nvswitch_sxid_errors_total{class="non_fatal",switch="0000:05:00"} 1.0' in page
     quiet = render(report_families(Report("gpu017", "daemon", (_judge(),), 0.0, "X", NOW))).decode()
     assert "nvswitch_sxid" not in quiet  # no SXid, no series
+
+
+def test_xid_scan_names_an_sxid_as_one() -> None:
+    from nodehealth.commands.xid import format_event
+
+    assert " SXid 20034 LTSSM Fault Up pci=0000:06:00 severity=drain action=reboot: Fatal, Link 48" in format_event(
+        rec(FATAL_20034).event
+    )
+    assert " XID 79 " in format_event(rec(XID_79).event)

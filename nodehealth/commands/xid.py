@@ -31,6 +31,7 @@ from nodehealth.xid.chunk_scan import scan_chunks
 from nodehealth.xid.events import XidEvent
 from nodehealth.xid.parse import ScanStats, scan
 from nodehealth.xid.patterns import KMSG_PATH
+from nodehealth.xid.sxid import KIND_SXID
 from nodehealth.xid.text import MAX_MESSAGE_CHARS, MAX_PROCESS_CHARS, printable
 
 if TYPE_CHECKING:
@@ -358,7 +359,7 @@ def format_event(event: XidEvent, booted: Optional[float] = None) -> str:
     else:
         when = "-"
     parts = [when]
-    parts.append(f"XID {event.xid}")
+    parts.append(f"SXid {event.xid}" if event.kind == KIND_SXID else f"XID {event.xid}")  # an NVSwitch's own number
     if event.mnemonic:
         parts.append(printable(event.mnemonic))
     parts.append(f"pci={printable(event.pci) if event.pci else '?'}")
