@@ -285,3 +285,13 @@ def test_xid_scan_names_an_sxid_as_one() -> None:
         rec(FATAL_20034).event
     )
     assert " XID 79 " in format_event(rec(XID_79).event)
+
+
+def test_hostile_payload_text_stays_out_of_the_summary_and_bounded_in_the_details() -> None:
+    line = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 7 \x1b[31mred\x07 " + "y" * 20_000
+    res = _judge(rec(line))
+    assert res.status == Status.FAIL
+    assert res.summary.startswith("NVSwitch 0000:05:00: fatal SXid 20034 LTSSM Fault Up (link 7)")
+    assert "\x1b" not in res.summary and "y" * 10 not in res.summary
+    message = res.details["events"][0]["message"]
+    assert "\x1b" not in message and "\x07" not in message and len(message) < 5000
