@@ -108,6 +108,27 @@ def _with_sxid(report):
     return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
 
 
+def _with_services(report):
+    """``report`` with host_services' result for an NVSwitch node whose Fabric Manager failed (its details:
+    the service family's sample)."""
+    import dataclasses
+
+    from nodehealth.checks import host_services
+    from nodehealth.checks.base import Context
+    from nodehealth.observations import Observations
+    from nodehealth.observations.services import ServicesObservation, UnitState
+
+    units = (
+        UnitState(host_services.FABRICMANAGER, "loaded", "failed", "failed", "enabled", "exit-code"),
+        UnitState(host_services.PERSISTENCED, "loaded", "active", "running", "enabled", "success"),
+        UnitState(host_services.IMEX, "not-found", "inactive", "dead", "", "success"),
+    )
+    seen = ServicesObservation(8, 4, 0, True, units)
+    ctx = Context(name="host_services", phase="daemon", node="gpu001", expected_gpus=8)
+    res = host_services.evaluate(Observations(services=seen), host_services.Settings(), ctx)
+    return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
+
+
 def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = False, **over) -> NodeMetrics:
     """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
     daemon carries it) and one call of every other update; ``detail``: every series of the table;
@@ -117,7 +138,7 @@ def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = Fal
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False, detail=detail)
     report = merge(out.report, _nccl_result())
-    m.update_round(_with_sxid(_with_ib(report)) if ib else report, out.observations)
+    m.update_round(_with_services(_with_sxid(_with_ib(report))) if ib else report, out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(

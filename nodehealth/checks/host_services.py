@@ -144,13 +144,19 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> Any:
             findings.append(finding)
         state = seen.unit(unit)
         if state is not None and unit not in not_needed:
-            judged[unit] = {"why": why, "load": state.load_state, "active": state.active_state, "sub": state.sub_state}
+            judged[unit] = {
+                "why": why,
+                "load": state.load_state,
+                "active": state.active_state,
+                "sub": state.sub_state,
+                "ok": finding is None,
+            }
     modules = _module_demands(seen, settings, nvidia, not_needed)
     for name, status in modules:
         finding = _judge_module(seen, name, status)
         if finding is not None:
             findings.append(finding)
-        judged[name] = {"loaded": getattr(seen.module(name), "loaded", None)}
+        judged[name] = {"loaded": getattr(seen.module(name), "loaded", None), "ok": finding is None}
     details: dict[str, Any] = {
         "nvidia_gpus": seen.nvidia_gpus,
         "nvswitches": seen.nvswitches,

@@ -160,6 +160,15 @@ FAMILIES: tuple[Family, ...] = (
         note="`counter`: one of the check's error_counters; only counters that rose (0 is left out)",
         quiet=0.0,
     ),
+    row(
+        _C,
+        "nodehealth_host_service_down",
+        GAUGE,
+        ("name",),
+        "1 while a unit or kernel module this node needs (host_services) is not running or not loaded",
+        note="`name`: `nvidia-fabricmanager.service`, `nvidia_peermem`, ...; only those down (0 is left out)",
+        quiet=0.0,
+    ),
     *GPU_FAMILIES,
     # ---------------------------------------------------------------- XID
     row(
