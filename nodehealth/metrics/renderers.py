@@ -52,21 +52,7 @@ def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
     yield from nccl_families(report)
     yield from infiniband_families(report)
     yield from services_families(report)
-    yield from services_families(report)
     yield from sxid_families(report)
-
-
-def services_families(report: Report) -> Iterator[Metric]:
-    """host_services' units and modules, 1 running/loaded or 0, from its result's details (``judged``)."""
-    result = next((r for r in report.results if r.name == "host_services"), None)
-    judged = result.details.get("judged") if result is not None else None
-    if not isinstance(judged, dict) or not judged:
-        return
-    running = new("nodehealth_host_service_running")
-    for name, seen in sorted(judged.items()):
-        if isinstance(seen, dict) and isinstance(seen.get("ok"), bool):
-            running.add([name], 1 if seen["ok"] else 0)
-    yield running
 
 
 def services_families(report: Report) -> Iterator[Metric]:
