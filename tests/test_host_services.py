@@ -388,3 +388,26 @@ def test_check_command_judges_an_hgx_tree_with_a_failed_fabric_manager(tmp_path:
     (res,) = json.loads(done.stdout)["checks"]
     assert res["status"] == "FAIL", res
     assert f"{FM} failed (start-limit-hit)" in res["summary"] and res["details"]["nvswitches"] == 4
+
+
+def test_a_node_with_nothing_to_ask_imports_no_subprocess_runner(tmp_path: Path) -> None:
+    code = (
+        "import sys\nfrom nodehealth.probes import services\n"
+        f"seen = services.gather({str(tmp_path)!r}, ['nvidia-fabricmanager.service'], [], ['nvidia_peermem'], 1.0)\n"
+        "print(seen.nvidia_gpus, 'nodehealth.platform.proc' in sys.modules, 'subprocess' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False, timeout=120
+    )
+    assert done.stdout.split() == ["0", "False", "False"], done.stderr
+
+
+def test_the_metric_names_only_what_is_down() -> None:
+    from nodehealth.metrics.exposition import render
+    from nodehealth.metrics.renderers import services_families
+    from nodehealth.model import Report
+
+    res = judge(obs(nvswitches=4, units=(unit(FM, "failed", "failed"), unit(PD))))
+    text = render(services_families(Report("gpu001", "daemon", (res,), 0.0, "X", 0.0))).decode()
+    assert f'nodehealth_host_service_down{{name="{FM}"}} 1' in text
+    assert PD not in text  # running: quiet, no series

@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from nodehealth.checks.host_services import module_key, valid_module, valid_unit
 from nodehealth.observations import ProbeError
 from nodehealth.observations.services import ModuleState, ServicesObservation, UnitState
-from nodehealth.platform import proc
+
+if TYPE_CHECKING:
+    from nodehealth.platform.proc import CommandResult
 
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMD_RUN_DIR = "/run/systemd/system"
@@ -35,7 +37,8 @@ NVSWITCH_CLASS = "0x0680"  # bridge, other: lspci -nn prints "Bridge [0680]: NVI
 NVSWITCH_MIN_DEVICE = 0x1A00
 _VALUE = re.compile(r"^[A-Za-z0-9._@:+-]{0,64}$")
 
-Runner = Callable[..., proc.CommandResult]
+# platform.proc.run, imported when a unit is asked about (a node with nothing to ask starts nothing).
+Runner = Callable[..., "CommandResult"]
 
 
 def parse_show(text: str, units: Sequence[str]) -> Union[tuple[UnitState, ...], str]:
@@ -168,7 +171,7 @@ def module_state(sysfs_root: str, name: str) -> ModuleState:
 
 
 def unit_states(
-    units: Sequence[str], timeout_s: float, systemctl: str = SYSTEMCTL, run: Runner = proc.run
+    units: Sequence[str], timeout_s: float, systemctl: str = SYSTEMCTL, run: Optional[Runner] = None
 ) -> Union[tuple[UnitState, ...], str]:
     """The units' state from one ``systemctl show`` under ``timeout_s``; or why it could not be read."""
     if not units:
@@ -176,9 +179,11 @@ def unit_states(
     bad = [u for u in units if not valid_unit(u)]
     if bad:
         return f"not a unit name: {bad[0][:80]!r}"
+    from nodehealth.platform import proc
+
     argv = [systemctl, "show", "--no-pager", f"--property={','.join(PROPERTIES)}", "--", *units]
     try:
-        answer = run(argv, timeout_s, max_output=MAX_OUTPUT, allow=())
+        answer = (run or proc.run)(argv, timeout_s, max_output=MAX_OUTPUT, allow=())
     except proc.CommandError as exc:
         return f"cannot run systemctl: {exc}"
     if answer.timed_out:
@@ -199,7 +204,7 @@ def gather(
     timeout_s: float,
     systemctl: str = SYSTEMCTL,
     systemd_dir: str = SYSTEMD_RUN_DIR,
-    run: Runner = proc.run,
+    run: Optional[Runner] = None,
 ) -> Union[ServicesObservation, ProbeError]:
     """The observation: ``gpu_units`` are asked only on a node with an NVIDIA device on its PCI bus (or when
     that could not be read), ``site_units`` always; every module in ``modules``."""
