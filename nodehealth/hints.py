@@ -59,6 +59,9 @@ CHECK_FAULTS = {
     "host_mounts": CONFIGURATION,
     "host_shared_dir": CONFIGURATION,
     "host_infiniband": FABRIC,
+    "host_pcie_aer": HARDWARE,
+    "host_edac": HARDWARE,
+    "host_dstate": HARDWARE,  # a GPU or driver that stopped answering holds the process in the kernel
     "host_services": SOFTWARE,
     "job_forensics": SOFTWARE,
     "nccl_selftest": FABRIC,
@@ -82,6 +85,9 @@ CHECK_HINTS = {
     "host_mounts": "findmnt; mount -a",
     "host_shared_dir": "ls -ld <dir>; findmnt -T <dir>",
     "host_infiniband": "ibstat; ibv_devinfo",
+    "host_pcie_aer": "grep . /sys/bus/pci/devices/<bus id>/aer_dev_*; lspci -vvv -s <bus id>; journalctl -k | grep AER",
+    "host_edac": "grep . /sys/devices/system/edac/mc/mc*/*_count; ras-mc-ctl --errors; journalctl -k | grep -i edac",
+    "host_dstate": "cat /proc/<pid>/stack /proc/<pid>/wchan; ls -l /proc/<pid>/fd | grep nvidia",
     "host_services": "systemctl status <unit>; journalctl -b -u <unit>; ls /sys/module | grep nvidia",
     "host_memory": "free -g; cat /proc/meminfo",
 }

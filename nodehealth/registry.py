@@ -102,6 +102,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     # Cheap: milliseconds on a healthy file system, and a hung one costs at most its deadline.
     CheckSpec("host_shared_dir", "host_shared_dir", ("shared_dirs",), ALL, True, "cheap"),
     CheckSpec("host_infiniband", "host_infiniband", ("infiniband",), ALL, True, "cheap"),
+    # WARN-only by default (each module says why); the D-state scan forks a child and reads /proc.
+    CheckSpec("host_pcie_aer", "host_pcie_aer", ("pcie_aer",), ALL, True, "cheap"),
+    CheckSpec("host_edac", "host_edac", ("edac",), ALL, True, "cheap"),
+    CheckSpec("host_dstate", "host_dstate", ("dstate",), ALL, True, "cheap"),
     # On by default: it demands a unit only where the node shows it needs one (the module says why).
     CheckSpec("host_services", "host_services", ("services",), ALL, True, "cheap"),
     # Off by default (seconds, the GPUs busy): enabled = true runs it in the epilog and `nodehealth check`.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Union
 
+from nodehealth.observations.host_errors import AerObservation, DstateObservation, EdacObservation
 from nodehealth.observations.record import record
 from nodehealth.observations.slurm import NodeInfo
 from nodehealth.observations.xid import XidEvent
@@ -356,6 +357,9 @@ class Observations:
     job: Union[JobObservation, ProbeError, None] = None
     node_jobs: Union[NodeJobs, ProbeError, None] = None
     nccl: Union[NcclObservation, ProbeError, None] = None
+    pcie_aer: Union[AerObservation, ProbeError, None] = None
+    edac: Union[EdacObservation, ProbeError, None] = None
+    dstate: Union[DstateObservation, ProbeError, None] = None
     counter_reading: Union[CounterReading, ProbeError, None] = None
     services: Union[ServicesObservation, ProbeError, None] = None
 

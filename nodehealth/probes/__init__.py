@@ -196,6 +196,28 @@ def _counter_reading(ctx: ProbeContext, timeout_s: float) -> Any:
     return CounterReading(reading, problem, boot, time.time())
 
 
+def _pcie_aer(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host_errors
+
+    settings = ctx.config.checks.get("host_pcie_aer")
+    return host_errors.pcie_aer(ctx.config.paths.sysfs_root, timeout_s, getattr(settings, "upstream", True))
+
+
+def _edac(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host_errors
+
+    return host_errors.edac(ctx.config.paths.sysfs_root)
+
+
+def _dstate(ctx: ProbeContext, timeout_s: float) -> Any:
+    from nodehealth.probes import host_errors
+
+    if ctx.config.nvml.simulate:  # the host's processes do not hold simulated GPUs
+        return ProbeError("dstate", "unavailable", "simulated GPUs: no process of this host holds them")
+    settings = ctx.config.checks.get("host_dstate")
+    return host_errors.start_dstate(ctx.config.paths.procfs_root, timeout_s, getattr(settings, "confirm_s", 1.0))
+
+
 PROBES: dict[str, Probe] = {
     "nvml": Probe("nvml", _nvml, forks=True),
     "pci_gpus": Probe("pci_gpus", _pci_gpus),
@@ -208,6 +230,9 @@ PROBES: dict[str, Probe] = {
     "shared_dirs": Probe("shared_dirs", _shared_dirs, forks=True),
     "infiniband": Probe("infiniband", _infiniband, forks=True),
     "nccl": Probe("nccl", _nccl, forks=True),
+    "pcie_aer": Probe("pcie_aer", _pcie_aer),
+    "edac": Probe("edac", _edac),
+    "dstate": Probe("dstate", _dstate, forks=True),
     "counter_reading": Probe("counter_reading", _counter_reading),
     "services": Probe("services", _services),
 }
