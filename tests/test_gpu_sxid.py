@@ -295,3 +295,26 @@ def test_hostile_payload_text_stays_out_of_the_summary_and_bounded_in_the_detail
     assert "\x1b" not in res.summary and "y" * 10 not in res.summary
     message = res.details["events"][0]["message"]
     assert "\x1b" not in message and "\x07" not in message and len(message) < 5000
+
+
+# --------------------------------------------------------------------------- through the runner
+
+
+def test_the_runner_reads_the_kernel_log_once_for_both_checks(tmp_path: Path) -> None:
+    from nodehealth import runner
+    from nodehealth.config import loader as config
+
+    node = Node(tmp_path)
+    node.log((4, _message(FATAL_20034)), (4, _message(NONFATAL_12028)), (6, "eth0: link up"))
+    cfg = config.resolve(
+        {
+            "paths": {"procfs_root": str(node.proc), "state_dir": str(node.state), "sysfs_root": str(tmp_path)},
+            "checks": {"gpu_xid": {"kmsg_path": str(node.kmsg)}},
+        },
+        "<test>",
+    )
+    out = runner.execute(cfg, phase="daemon", only=("gpu_xid", "gpu_sxid"), node="gpu001")
+    by = {r.name: r for r in out.report.results}
+    assert by["gpu_sxid"].status is Status.FAIL and by["gpu_sxid"].details["sxid_events_this_boot"] == 2
+    assert by["gpu_xid"].status is Status.OK  # no XID: the SXids are not its
+    assert reasons.reason_head(by["gpu_sxid"]) == "nh:sxid"
