@@ -27,6 +27,7 @@ from nodehealth.probes import services
 FIXTURES = Path(__file__).parent / "fixtures" / "host" / "services"
 ROOT = Path(__file__).resolve().parent.parent
 FM, PD, IMEX = host_services.FABRICMANAGER, host_services.PERSISTENCED, host_services.IMEX
+PEERMEM = host_services.PEERMEM
 _LSPCI = re.compile(
     r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]) .*\[([0-9a-f]{4})\]: .*\[([0-9a-f]{4}):([0-9a-f]{4})\]"
 )
@@ -411,3 +412,31 @@ def test_the_metric_names_only_what_is_down() -> None:
     text = render(services_families(Report("gpu001", "daemon", (res,), 0.0, "X", 0.0))).decode()
     assert f'nodehealth_host_service_down{{name="{FM}"}} 1' in text
     assert PD not in text  # running: quiet, no series
+
+
+def test_per_host_override_demands_fabric_manager_on_one_node_type(tmp_path: Path) -> None:
+    """GB200 compute trays see no NVSwitch on their PCI bus: the site names them in an [[override]]."""
+    from nodehealth.config import loader
+
+    cfg = tmp_path / "nodehealth.toml"
+    cfg.write_text(
+        '[checks.host_services]\npeermem = "required"\n'
+        '[[override]]\nhosts = "gb[001-018]"\nchecks.host_services.fabricmanager = "required"\n'
+        'checks.host_services.units = ["nvidia-dcgm.service"]\n'
+    )
+    tray, other = loader.load(str(cfg), host="gb007"), loader.load(str(cfg), host="gpu001")
+    mine, theirs = tray.checks["host_services"], other.checks["host_services"]
+    assert (mine.fabricmanager, mine.units, mine.peermem) == ("required", ("nvidia-dcgm.service",), "required")  # type: ignore[attr-defined]
+    assert (theirs.fabricmanager, theirs.units) == ("auto", ())  # type: ignore[attr-defined]
+    seen = obs(units=(unit(FM, "inactive", "dead"), unit("nvidia-dcgm.service")), modules=(ModuleState(PEERMEM, True),))
+    assert host_services.evaluate(Observations(services=seen), mine, ctx()).status == Status.FAIL  # type: ignore[arg-type]
+    assert host_services.evaluate(Observations(services=seen), theirs, ctx()).status == Status.OK  # type: ignore[arg-type]
+
+
+def test_a_bad_unit_name_in_the_config_is_an_error_that_names_the_key(tmp_path: Path) -> None:
+    from nodehealth.config import loader
+
+    cfg = tmp_path / "nodehealth.toml"
+    cfg.write_text('[checks.host_services]\nunits = ["--root=/tmp/x"]\n')
+    with pytest.raises(Exception, match="units"):
+        loader.load(str(cfg), host="gpu001")
