@@ -62,11 +62,18 @@ def scan_chunks(chunks: Iterable[bytes], stats: Optional[ScanStats] = None) -> I
         st.invalid += own.invalid + handed.invalid
 
 
-def _next_marker(buf: bytes, start: int) -> int:
-    """Where the first marker at or after ``start`` is in ``buf``, -1 when there is none."""
+def _next_marker(buf: bytes, start: int, found: list[int]) -> int:
+    """Where the first marker at or after ``start`` is in ``buf``, -1 when there is none.
+
+    ``found`` holds each marker's next place in ``buf`` (-2: not searched yet, -1: none left) and is kept
+    up to date: a marker is searched for again only once ``start`` has passed it, so a marker that is
+    absent costs one search of ``buf``, not one per hit of another marker.
+    """
     first = -1
-    for marker in MARKERS:
-        at = buf.find(marker, start)
+    for i, marker in enumerate(MARKERS):
+        at = found[i]
+        if at == -2 or 0 <= at < start:
+            at = found[i] = buf.find(marker, start)
         if at >= 0 and (first < 0 or at < first):
             first = at
     return first
@@ -109,8 +116,9 @@ def _lines_that_matter(chunks: Iterable[bytes], own: _Skipped) -> Iterator[bytes
                 yield line[: MAX_LINE_BYTES + 1] if len(line) > MAX_LINE_BYTES else line
             return
         pos = 0
+        found = [-2] * len(MARKERS)
         while True:
-            hit = _next_marker(buf, pos)
+            hit = _next_marker(buf, pos, found)
             if hit < 0:
                 n += buf.count(b"\n", pos)
                 return
