@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_daemon_util import sample
 
 from nodehealth import runner
 from nodehealth.checks import host_dstate, host_edac, host_pcie_aer
 from nodehealth.checks.base import Context
 from nodehealth.config import loader as C
+from nodehealth.metrics.node import NodeMetrics
 from nodehealth.model import Action, Status
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.observations.host_errors import (
@@ -416,6 +418,19 @@ def test_runner_gathers_the_three_probes_from_the_configured_roots(tmp_path: Pat
     assert got["host_pcie_aer"].status == Status.WARN and "2 fatal" in got["host_pcie_aer"].summary
     assert got["host_edac"].status == Status.FAIL
     assert got["host_dstate"].status == Status.WARN and "pid 4100" in got["host_dstate"].summary
+    m = NodeMetrics("gpu001", process=False)
+    m.update_round(report, None)
+    page = m.payload().decode()
+    assert sample(page, "nodehealth_pcie_aer_errors_total", **{"device": GPU, "kind": "gpu", "class": "fatal"}) == 2
+    assert (
+        sample(page, "nodehealth_pcie_aer_errors_total", **{"device": GPU, "kind": "gpu", "class": "correctable"}) == 2
+    )
+    assert (
+        sample(page, "nodehealth_pcie_aer_errors_total", **{"device": GPU, "kind": "gpu", "class": "nonfatal"}) is None
+    )
+    assert sample(page, "nodehealth_edac_errors_total", controller="mc0", type="uncorrected") == 1
+    assert sample(page, "nodehealth_edac_errors_total", controller="mc0", type="corrected") is None  # 0: quiet
+    assert sample(page, "nodehealth_dstate_gpu_holders") == 1
 
 
 def test_simulated_gpus_are_held_by_no_process_of_this_host(tmp_path: Path) -> None:

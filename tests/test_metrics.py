@@ -129,6 +129,37 @@ def _with_services(report):
     return dataclasses.replace(report, results=tuple(r for r in report.results if r.name != res.name) + (res,))
 
 
+def _with_host_errors(report):
+    """``report`` with host_pcie_aer's, host_edac's and host_dstate's results for a GPU with a fatal AER
+    error, a controller with an uncorrected memory error and a stuck holder of a GPU (their families)."""
+    import dataclasses
+
+    from nodehealth.checks import host_dstate, host_edac, host_pcie_aer
+    from nodehealth.checks.base import Context
+    from nodehealth.observations import Observations
+    from nodehealth.observations.host_errors import (
+        AerDevice,
+        AerObservation,
+        DstateObservation,
+        DstateProcess,
+        EdacController,
+        EdacObservation,
+    )
+
+    seen = Observations(
+        pcie_aer=AerObservation((AerDevice("0000:18:00.0", "gpu", 2, 0, 1),)),
+        edac=EdacObservation((EdacController("mc0", 3, 1),)),
+        dstate=DstateObservation((DstateProcess(4100, "python3", ("/dev/nvidia3",)),), 200),
+    )
+    results = []
+    for check in (host_pcie_aer, host_edac, host_dstate):
+        name = check.__name__.rsplit(".", 1)[1]
+        ctx = Context(name=name, phase="daemon", node="gpu001", expected_gpus=8)
+        results.append(check.evaluate(seen, check.Settings(), ctx))
+    names = {r.name for r in results}
+    return dataclasses.replace(report, results=tuple(r for r in report.results if r.name not in names) + tuple(results))
+
+
 def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = False, **over) -> NodeMetrics:
     """A daemon's metrics after one round of ``name`` (with the NCCL self-test's last result, as the
     daemon carries it) and one call of every other update; ``detail``: every series of the table;
@@ -138,7 +169,7 @@ def _metrics(name: str = "healthy-8x-h100", detail: bool = False, ib: bool = Fal
     out = _outcome(name, **over)
     m = NodeMetrics("gpu001", process=False, detail=detail)
     report = merge(out.report, _nccl_result())
-    m.update_round(_with_services(_with_sxid(_with_ib(report))) if ib else report, out.observations)
+    m.update_round(_with_host_errors(_with_services(_with_sxid(_with_ib(report)))) if ib else report, out.observations)
     m.count_xid("5", 79, "reboot")
     m.set_jobs({0: "4242"})
     m.set_slurm(

@@ -169,6 +169,36 @@ FAMILIES: tuple[Family, ...] = (
         note="`name`: `nvidia-fabricmanager.service`, `nvidia_peermem`, ...; only those down (0 is left out)",
         quiet=0.0,
     ),
+    row(
+        _C,
+        "nodehealth_pcie_aer_errors_total",
+        COUNTER,
+        ("device", "kind", "class"),
+        "PCIe AER errors the kernel counted since boot (aer_dev_*), by device and class (host_pcie_aer)",
+        values={"class": ("correctable", "nonfatal", "fatal")},
+        note="`device`: the PCI address; `kind`: gpu, nvswitch, nic or `upstream of <address>`; from the check's "
+        "details; only counts above 0 (a reboot starts them again)",
+        quiet=0.0,
+    ),
+    row(
+        _C,
+        "nodehealth_edac_errors_total",
+        COUNTER,
+        ("controller", "type"),
+        "Memory errors an EDAC memory controller counted since boot (host_edac), corrected or uncorrected",
+        values={"type": ("corrected", "uncorrected")},
+        note="`controller`: `mc0`, ...; from the check's details; only counts above 0",
+        quiet=0.0,
+    ),
+    row(
+        _C,
+        "nodehealth_dstate_gpu_holders",
+        GAUGE,
+        (),
+        "Processes in D state holding /dev/nvidia* in both of host_dstate's looks",
+        note="from the check's details; 0 is left out",
+        quiet=0.0,
+    ),
     *GPU_FAMILIES,
     # ---------------------------------------------------------------- XID
     row(

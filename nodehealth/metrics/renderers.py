@@ -53,6 +53,7 @@ def report_families(report: Report, detail: bool = False) -> Iterator[Metric]:
     yield from infiniband_families(report)
     yield from services_families(report)
     yield from sxid_families(report)
+    yield from host_error_families(report)
 
 
 def services_families(report: Report) -> Iterator[Metric]:
@@ -98,6 +99,32 @@ def sxid_families(report: Report) -> Iterator[Metric]:
             if isinstance(n, int):
                 sxid.add([switch, klass], n)
     yield sxid
+
+
+def host_error_families(report: Report) -> Iterator[Metric]:
+    """host_pcie_aer's, host_edac's and host_dstate's counts, from their results' details."""
+    details = {r.name: r.details for r in report.results if r.name in ("host_pcie_aer", "host_edac", "host_dstate")}
+    devices = details.get("host_pcie_aer", {}).get("devices")
+    if isinstance(devices, dict) and devices:
+        aer = new("nodehealth_pcie_aer_errors_total")
+        for bus_id, seen in sorted(devices.items()):
+            for klass in ("correctable", "nonfatal", "fatal"):
+                n = seen.get(klass) if isinstance(seen, dict) else None
+                if isinstance(n, int):
+                    aer.add([bus_id, str(seen.get("kind", "")), klass], n)
+        yield aer
+    controllers = details.get("host_edac", {}).get("controllers")
+    if isinstance(controllers, dict) and controllers:
+        edac = new("nodehealth_edac_errors_total")
+        for name, seen in sorted(controllers.items()):
+            for key, kind in (("ce", "corrected"), ("ue", "uncorrected")):
+                n = seen.get(key) if isinstance(seen, dict) else None
+                if isinstance(n, int):
+                    edac.add([name, kind], n)
+        yield edac
+    pids = details.get("host_dstate", {}).get("pids")
+    if isinstance(pids, list):
+        yield one("nodehealth_dstate_gpu_holders", len(pids))
 
 
 NCCL_CHECK = "nccl_selftest"
