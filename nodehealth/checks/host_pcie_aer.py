@@ -1,8 +1,8 @@
 """PCIe AER: the GPUs, NVSwitches and network controllers (and the ports above them) report no link errors.
 
 Counts are the kernel's since boot (``aer_dev_*``, Linux 4.19+), at the device and at its link partner.
-Default WARN only, never a drain: no anchor publishes a sourced threshold for these files (gpud, DCGM and
-NVSentinel judge NVML's PCIe replay counter, not AER), and a fatal or non-fatal uncorrectable error the
+Default WARN only, never a drain: no anchor publishes a sourced threshold for these files (DCGM watches
+NVML's PCIe replay counter, not AER), and a fatal or non-fatal uncorrectable error the
 kernel recovered from leaves its count until reboot. ``uncorrectable_status = "fail"`` drains (action
 inspect) for a site that has decided; correctable errors (the link's replays fixed them) are counted
 and shown, judged only past ``correctable_warn``.
