@@ -35,6 +35,7 @@ GRACE_S = 0.25
 class _Slot:
     probe: str
     deadline: float
+    budget_s: float = 0.0  # the time the probe was given (its deadline less the runner's grace)
     value: Any = None
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -182,7 +183,7 @@ def _gather(
         probe = table[name]
         left = max(0.0, budget - (clock() - started))
         timeout = min(needed[name], left)
-        slot = _Slot(name, deadline=clock() + timeout + GRACE_S)
+        slot = _Slot(name, deadline=clock() + timeout + GRACE_S, budget_s=timeout)
         slots[name] = slot
         if probe.forks:
             t0 = clock()
@@ -201,9 +202,7 @@ def _gather(
         left = slot.deadline - clock()
         if not slot.done.wait(max(0.0, left)):
             slot.settle(
-                ProbeError(
-                    slot.probe, "timeout", f"{slot.probe} probe did not finish within {slot.deadline - started:.1f} s"
-                ),
+                ProbeError(slot.probe, "timeout", f"{slot.probe} probe did not finish within {slot.budget_s:.3g} s"),
                 clock() - started,
             )
     return slots

@@ -78,7 +78,10 @@ def nvml_gate(
     """
     if isinstance(obs_nvml, NvmlSnapshot):
         if not obs_nvml.complete and not obs_nvml.gpus:  # cut off before any GPU was read
-            return result(ctx, Status.UNKNOWN, f"no NVML data: NVML did not answer within {obs_nvml.timeout_s:g} s")
+            # The runner's words for a probe past its deadline (runner.gather): one cause, one text.
+            return result(
+                ctx, Status.UNKNOWN, f"no NVML data: nvml probe did not finish within {obs_nvml.timeout_s:.3g} s"
+            )
         return None
     reason = obs_nvml.message if isinstance(obs_nvml, ProbeError) else "NVML was not probed"
     if not gpus_expected and isinstance(obs_nvml, ProbeError) and obs_nvml.kind == "unavailable":
