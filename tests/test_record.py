@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import sys
 from typing import Any, Callable, Optional
 
 import pytest
@@ -57,7 +58,8 @@ def test_the_dataclass_api_works_on_it() -> None:
     assert dataclasses.is_dataclass(rec) and [f.name for f in dataclasses.fields(rec)] == list("abcde")
     assert dataclasses.replace(rec, b=3) == Rec(1, 3)
     assert dataclasses.asdict(rec) == {"a": 1, "b": 2, "c": (), "d": "", "e": "hidden"}
-    assert Rec.__match_args__ == Dc.__match_args__
+    if sys.version_info >= (3, 10):  # dataclasses gives __match_args__ from 3.10
+        assert Rec.__match_args__ == Dc.__match_args__
     assert pickle.loads(pickle.dumps(rec)) == rec
     with pytest.raises(dataclasses.FrozenInstanceError):
         rec.a = 2  # type: ignore[misc]
