@@ -310,5 +310,7 @@ def test_a_phase_budget_under_a_check_timeout_caps_it_instead_of_refusing(tmp_pa
     assert cfg.phases.prolog.budget_s == 2 and cfg.checks["gpu_ecc"].timeout_s == 10
     report = runner.run(cfg, phase="prolog", only=("nvml",), node="sim01")
     res = report.results[0]
-    assert res.status.name == "FAIL" and "hung" in res.summary, res.summary
+    # Hung (FAIL) on a quiet machine; on a busy one the GPUs read before the hung call can make it
+    # "answering slowly" (UNKNOWN) within the same capped budget: either way never OK, and the 2 s cap held.
+    assert (res.status.name, "hung" in res.summary or "slowly" in res.summary) in (("FAIL", True), ("UNKNOWN", True))
     assert report.duration_s < 2.5

@@ -57,10 +57,12 @@ def on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
 
 def test_a_slow_check_on_a_terminal_names_what_it_waits_for_and_the_budget(tmp_path: Path) -> None:
     code, text, out = on_a_terminal(args(tmp_path))
-    assert code == 0  # UNKNOWN passes by default; the point is the line
+    # UNKNOWN (slow, exit 0) on a quiet machine, FAIL (hung, exit 1) when a busy one stretches the hung
+    # call's share of the budget: the point is the line, never an OK
+    assert code in (0, 1)
     assert "nodehealth: waiting for nvml (" in text and "; budget 2 s" in text, text
     assert text.endswith(progress.ERASE), text  # erased at the end: the report reads as without it
-    assert "UNKNOWN nvml" in out and "waiting for" not in out
+    assert ("UNKNOWN nvml" in out or "FAIL    nvml" in out) and "waiting for" not in out
 
 
 def test_a_slow_preview_on_a_terminal_names_what_it_waits_for(tmp_path: Path) -> None:
