@@ -44,6 +44,7 @@ CHECK_FAULTS = {
     "gpu_count": HARDWARE,
     "gpu_driver": SOFTWARE,
     "gpu_temperature": HARDWARE,
+    "gpu_throttle": HARDWARE,  # cooling or power delivery (a lowered power limit is said in its summary)
     "gpu_ecc": HARDWARE,
     "gpu_retired_pages": HARDWARE,
     "gpu_remapped_rows": HARDWARE,

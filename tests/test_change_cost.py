@@ -428,8 +428,8 @@ def test_a_new_kernel_log_pattern(tmp_path: Path) -> None:
     )
     replace_once(
         patterns,
-        "    FALLEN_OFF_BUS,\n    NVIDIA_GPU,\n)",
-        "    FALLEN_OFF_BUS,\n    RM_INIT_FAILED,\n    NVIDIA_GPU,\n)",
+        "    SXID_LINE,\n    NVIDIA_GPU,\n)",
+        "    SXID_LINE,\n    RM_INIT_FAILED,\n    NVIDIA_GPU,\n)",
     )
     assert changed(tree) == {"nodehealth/xid/patterns.py"}
     assert_runs_the_copy(tree)
