@@ -70,7 +70,9 @@ def deb_files(deb: Path) -> set[str]:
 def test_deb_depends_on_debian_packages_and_vendors_the_rest(deb: Path) -> None:
     depends = {d.split()[0] for d in re.split(r",\s*|\s*\|\s*", deb_field(deb, "Depends"))}
     assert {"python3-psutil", "python3-systemd", "python3-tomli"} <= depends
-    assert "python3-prometheus-client" not in depends, "the daemon writes the text format itself (metrics/exposition.py)"
+    assert "python3-prometheus-client" not in depends, (
+        "the daemon writes the text format itself (metrics/exposition.py)"
+    )
     assert not {d for d in depends if "nvml" in d or "hostlist" in d}, depends
     assert deb_field(deb, "Version") == VERSION
 

@@ -35,6 +35,7 @@ class Node:
             probes = {p for c in daemon for p in (*c.needs, *c.uses)}
             object.__setattr__(self, "checks", len(daemon) if self.checks < 0 else self.checks)
             object.__setattr__(self, "probes", len(probes) if self.probes < 0 else self.probes)
+
     modes: int = 0  # NCCL self-test modes (0: the self-test is off, the default)
 
 
