@@ -227,3 +227,25 @@ def test_a_reload_keeps_the_daemons_simulate(tmp_path):
     assert d.cfg.nvml.simulate == scenario
     report = d.round()
     assert report is not None and "gpu_remapped_rows" in {r.name for r in report.results if r.status.name == "FAIL"}
+
+
+def test_an_sxid_from_the_follower_is_not_counted_as_a_gpus_xid(tmp_path):
+    """The follower hands an NVSwitch's SXid in as it does an XID: it must not become
+    nodehealth_xid_errors_total{xid="20034"} (that would fire NodehealthDrainClassXid under a GPU's
+    name); the log line names the NVSwitch and the re-judge is gpu_sxid's."""
+    from nodehealth.xid.catalog import enrich, load_catalog
+    from nodehealth.xid.parse import parse_line
+
+    path = write_config(tmp_path, "healthy-8x-h100", free_port())
+    stream = io.StringIO()
+    d = Daemon(
+        loader.load(str(path)), str(path), log=Log(stream=stream), notify=lambda s: True, use_default_hooks=False
+    )
+    assert d.round() is not None
+    line = "[6781753.400584] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
+    event = parse_line(line)
+    assert event is not None and event.kind == "sxid"
+    d.on_xid(enrich(event, load_catalog()))
+    text = d.metrics.payload().decode()
+    assert sample(text, "nodehealth_xid_errors_total", xid="20034") is None, text
+    assert "SXid 20034 on NVSwitch" in stream.getvalue()

@@ -384,16 +384,21 @@ class Daemon(ConfigWatch):
 
         obs = self.observations
         gpus = gpu_map(obs.nvml.gpus) if obs is not None and isinstance(obs.nvml, NvmlSnapshot) else {}
-        index = attribute(event, gpus).gpu
+        # An NVSwitch's SXid (xid/sxid.py) is not a GPU's XID: its own family comes with the round
+        # (nodehealth_nvswitch_sxid_errors_total), its check is gpu_sxid.
+        sxid = getattr(event, "kind", "") == "sxid"
+        index = None if sxid else attribute(event, gpus).gpu
         action = event.action.value if event.action is not None else "unknown"
         gpu = str(index) if index is not None else (event.pci or "unknown")
-        self.metrics.count_xid(gpu, event.xid, action)
+        if not sxid:
+            self.metrics.count_xid(gpu, event.xid, action)
         drain = event.severity == Severity.DRAIN
         with self.lock:
             self.xid_events += 1
         severity = event.severity.value if event.severity else "?"
         self.log(
-            f"XID {event.xid} on GPU {gpu}: {event.mnemonic or ''} ({severity}, action {action})",
+            f"{'SXid' if sxid else 'XID'} {event.xid} on {'NVSwitch' if sxid else 'GPU'} {gpu}: {event.mnemonic or ''} "
+            f"({severity}, action {action})",
             "err" if drain else "warning",
             xid=event.xid,
             gpu=gpu,
@@ -409,7 +414,8 @@ class Daemon(ConfigWatch):
             base = Report(
                 node=self.node, phase="daemon", results=(), duration_s=0.0, version="", started_at=time.time()
             )
-        fresh = runner.execute(cfg, phase="daemon", only=(XID_CHECK,), node=self.node).report.results
+        check = "gpu_sxid" if sxid else XID_CHECK
+        fresh = runner.execute(cfg, phase="daemon", only=(check,), node=self.node).report.results
         by_name = {r.name: r for r in fresh}
         results = tuple(by_name.pop(r.name, r) for r in base.results) + tuple(by_name.values())
         report = dataclasses.replace(base, results=results)
