@@ -183,3 +183,16 @@ def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:
             status = Status.FAIL if err.kind in ("gpu_lost", "reset_required") else Status.UNKNOWN
             return Finding(status, f"GPU {gpu.index}: {err.field}: {err.message}", action, gpu.index)
     return None
+
+
+def kernel_log_gate(x: object, ctx: Context, what: str) -> Optional[CheckResult]:
+    """The answer of a kernel-log check (``gpu_xid``, ``gpu_sxid``) when the ``xid`` probe gave nothing to
+    judge: not read (UNKNOWN), not on this node (SKIPPED), failed (UNKNOWN naming ``what`` it cannot watch);
+    None when there is an observation."""
+    if x is None:
+        return result(ctx, Status.UNKNOWN, "the kernel log was not read")
+    if isinstance(x, ProbeError):
+        if x.kind == "unavailable":
+            return result(ctx, Status.SKIPPED, f"does not apply: {x.message}")
+        return result(ctx, Status.UNKNOWN, f"cannot watch {what}: {x.message}", error_kind=x.kind)
+    return None

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, kernel_log_gate, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError, XidRecord
 from nodehealth.observations.record import record
@@ -122,12 +122,9 @@ def _record_json(record: XidRecord) -> dict[str, Any]:
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     x = obs.xid
-    if x is None:
-        return result(ctx, Status.UNKNOWN, "the kernel log was not read")
-    if isinstance(x, ProbeError):
-        if x.kind == "unavailable":
-            return result(ctx, Status.SKIPPED, f"does not apply: {x.message}")
-        return result(ctx, Status.UNKNOWN, f"cannot watch SXids: {x.message}", error_kind=x.kind)
+    gate = kernel_log_gate(x, ctx, "SXids")
+    if gate is not None or x is None or isinstance(x, ProbeError):
+        return gate or result(ctx, Status.UNKNOWN, "the kernel log was not read")
     catalog = sxid_catalog_for(tuple(settings.severity_overrides))
     records = [r for r in x.records if r.event.kind == KIND_SXID and r.current_boot]
     fatal: dict[str, list[XidRecord]] = {}

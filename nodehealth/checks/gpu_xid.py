@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Optional, Protocol
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, kernel_log_gate, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
 from nodehealth.observations.record import record
@@ -164,12 +164,9 @@ def _record_json(record: XidRecord) -> dict[str, Any]:
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     x = obs.xid
-    if x is None:
-        return result(ctx, Status.UNKNOWN, "the kernel log was not read")
-    if isinstance(x, ProbeError):
-        if x.kind == "unavailable":
-            return result(ctx, Status.SKIPPED, f"does not apply: {x.message}")
-        return result(ctx, Status.UNKNOWN, f"cannot watch XIDs: {x.message}", error_kind=x.kind)
+    gate = kernel_log_gate(x, ctx, "XIDs")
+    if gate is not None or x is None or isinstance(x, ProbeError):
+        return gate or result(ctx, Status.UNKNOWN, "the kernel log was not read")
     return judge(x, obs.nvml, settings, ctx)
 
 
