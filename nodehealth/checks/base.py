@@ -185,14 +185,21 @@ def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:
     return None
 
 
-def kernel_log_gate(x: object, ctx: Context, what: str) -> Optional[CheckResult]:
-    """The answer of a kernel-log check (``gpu_xid``, ``gpu_sxid``) when the ``xid`` probe gave nothing to
-    judge: not read (UNKNOWN), not on this node (SKIPPED), failed (UNKNOWN naming ``what`` it cannot watch);
-    None when there is an observation."""
+def probe_gate(x: object, ctx: Context, cannot: str, missing: str, error_kind: bool = False) -> Optional[CheckResult]:
+    """A check's answer when its probe gave nothing to judge: not probed (UNKNOWN, ``missing``), not on
+    this node (SKIPPED, "does not apply"), failed (UNKNOWN, ``cannot: <why>``; with ``error_kind`` the
+    probe's error kind in the details); None when there is an observation."""
     if x is None:
-        return result(ctx, Status.UNKNOWN, "the kernel log was not read")
+        return result(ctx, Status.UNKNOWN, missing)
     if isinstance(x, ProbeError):
         if x.kind == "unavailable":
             return result(ctx, Status.SKIPPED, f"does not apply: {x.message}")
-        return result(ctx, Status.UNKNOWN, f"cannot watch {what}: {x.message}", error_kind=x.kind)
+        if error_kind:
+            return result(ctx, Status.UNKNOWN, f"{cannot}: {x.message}", error_kind=x.kind)
+        return result(ctx, Status.UNKNOWN, f"{cannot}: {x.message}")
     return None
+
+
+def kernel_log_gate(x: object, ctx: Context, what: str) -> Optional[CheckResult]:
+    """``probe_gate`` of a kernel-log check (``gpu_xid``, ``gpu_sxid``) over the ``xid`` probe."""
+    return probe_gate(x, ctx, f"cannot watch {what}", "the kernel log was not read", error_kind=True)

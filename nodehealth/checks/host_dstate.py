@@ -9,7 +9,7 @@ is normal. Default WARN (action reboot, no drain) until a site sets ``status = "
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.observations.record import record
@@ -36,12 +36,9 @@ class Settings(CheckSettings):
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     found = obs.dstate
-    if isinstance(found, ProbeError) and found.kind == "unavailable":
-        return result(ctx, Status.SKIPPED, f"does not apply: {found.message}")
-    if isinstance(found, ProbeError):
-        return result(ctx, Status.UNKNOWN, f"cannot scan processes: {found.message}")
-    if found is None:
-        return result(ctx, Status.UNKNOWN, "processes were not probed")
+    gate = probe_gate(found, ctx, "cannot scan processes", "processes were not probed")
+    if gate is not None or found is None or isinstance(found, ProbeError):
+        return gate or result(ctx, Status.UNKNOWN, "processes were not probed")
     bad = Status.FAIL if settings.status == "fail" else Status.WARN
     findings = [
         Finding(

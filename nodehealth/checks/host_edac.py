@@ -9,7 +9,7 @@ counters cover the whole uptime; ``ce_warn`` sets a count. No EDAC driver is SKI
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.observations.record import record
@@ -42,12 +42,9 @@ class Settings(CheckSettings):
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     edac = obs.edac
-    if isinstance(edac, ProbeError) and edac.kind == "unavailable":
-        return result(ctx, Status.SKIPPED, f"does not apply: {edac.message}")
-    if isinstance(edac, ProbeError):
-        return result(ctx, Status.UNKNOWN, f"cannot read EDAC counters: {edac.message}")
-    if edac is None:
-        return result(ctx, Status.UNKNOWN, "EDAC counters were not probed")
+    gate = probe_gate(edac, ctx, "cannot read EDAC counters", "EDAC counters were not probed")
+    if gate is not None or edac is None or isinstance(edac, ProbeError):
+        return gate or result(ctx, Status.UNKNOWN, "EDAC counters were not probed")
     if not edac.loaded or not edac.controllers:
         return result(ctx, Status.SKIPPED, "does not apply: no EDAC memory controller (driver not loaded?)")
     findings: list[Finding] = []

@@ -10,7 +10,7 @@ and shown, judged only past ``correctable_warn``.
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations, ProbeError
 from nodehealth.observations.host_errors import AerDevice
@@ -53,12 +53,9 @@ class Settings(CheckSettings):
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     aer = obs.pcie_aer
-    if isinstance(aer, ProbeError) and aer.kind == "unavailable":
-        return result(ctx, Status.SKIPPED, f"does not apply: {aer.message}")
-    if isinstance(aer, ProbeError):
-        return result(ctx, Status.UNKNOWN, f"cannot read PCIe AER counters: {aer.message}")
-    if aer is None:
-        return result(ctx, Status.UNKNOWN, "PCIe AER counters were not probed")
+    gate = probe_gate(aer, ctx, "cannot read PCIe AER counters", "PCIe AER counters were not probed")
+    if gate is not None or aer is None or isinstance(aer, ProbeError):
+        return gate or result(ctx, Status.UNKNOWN, "PCIe AER counters were not probed")
     if not aer.devices and aer.complete:
         return result(ctx, Status.SKIPPED, "does not apply: no GPU, NVSwitch or network controller on the PCI bus")
     counted = [d for d in aer.devices if (d.correctable, d.nonfatal, d.fatal) != (None, None, None)]
