@@ -125,6 +125,7 @@ def test_a_file_with_several_errors_still_checks_with_the_defaults(tmp_path: Pat
         ('[a]\ns = """\n[gpu]\nx = 1\n"""\n[gpu]\nx = 2\n', "gpu.x", 7),
         ("[gpu]\n# expected_count = 1\nexpected_count = 2\n", "gpu.expected_count", 3),
         ("[gpu]\n", "gpu.nothing_here", 1),
+        ("[gpu]\nx = 1\n\n[chekcs.gpu_ecc]\nenabled = false\n", "chekcs", 4),
         ("", "gpu", None),
     ],
     ids=[
@@ -137,6 +138,7 @@ def test_a_file_with_several_errors_still_checks_with_the_defaults(tmp_path: Pat
         "multiline",
         "comment",
         "enclosing",
+        "implicit-parent",
         "none",
     ],
 )

@@ -2,9 +2,9 @@
 error about ``checks.gpu_ecc.max_sbe`` or ``override[1].gpu.expected_count`` finds its line here.
 
 A line-by-line read of the TOML the sample config and administrators write: table headers
-(``[a.b]``), arrays of tables (``[[override]]``, counted, so ``[override.gpu]`` after the second one is
-``override[1].gpu``), ``key = value`` and dotted ``a.b = value`` lines, bare or quoted keys; lines
-inside a multi-line string are skipped. A key not found (an inline table, a value spread over lines)
+(``[a.b]``, which also places ``a``), arrays of tables (``[[override]]``, counted, so ``[override.gpu]``
+after the second one is ``override[1].gpu``), ``key = value`` and dotted ``a.b = value`` lines, bare or
+quoted keys; lines inside a multi-line string are skipped. A key not found (an inline table, a value spread over lines)
 takes the line of its nearest enclosing table or key that is found; None when none is.
 Standard library only; pure.
 """
@@ -54,7 +54,8 @@ def index(text: str) -> dict[str, int]:
         m = _TABLE.match(line)
         if m:
             prefix = _resolve(_parts(m.group(1)), counts)
-            lines.setdefault(".".join(prefix), number)
+            for depth in range(1, len(prefix) + 1):  # [a.b] also places the table a (a typo there is a's)
+                lines.setdefault(".".join(prefix[:depth]), number)
             continue
         m = _ASSIGN.match(line)
         if m:
