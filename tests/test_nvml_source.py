@@ -79,6 +79,24 @@ def test_without_the_simulator_a_scenario_says_what_to_install(tmp_path: Path, m
         source.forget()
 
 
+@pytest.mark.parametrize(
+    ("package_dir", "advice"),
+    [
+        ("/usr/lib/python3/dist-packages/nodehealth", "apt install nodehealth-sim"),
+        ("/usr/lib/python3/dist-packages/nodehealth/", "apt install nodehealth-sim"),
+        ("/opt/nh/.venv/lib/python3.11/site-packages/nodehealth", "pip install nodehealth-sim"),
+        ("/usr/lib/python3.9/site-packages/nodehealth", "pip install nodehealth-sim"),
+        ("/tmp/unpacked/usr/lib/python3/dist-packages/nodehealth", "pip install nodehealth-sim"),
+    ],
+    ids=["debian-package", "trailing-slash", "venv", "rpm", "not-the-installed-package"],
+)
+def test_the_advice_to_install_the_simulator_follows_how_nodehealth_was_installed(
+    package_dir: str, advice: str
+) -> None:
+    """The Debian package's nodehealth is told of its sibling .deb: pip into the system Python is refused."""
+    assert source.install_sim(package_dir).startswith(advice)
+
+
 def test_a_bad_scenario_is_a_setup_error_with_the_simulators_words(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[gpu]]\npower_w = nan\n")

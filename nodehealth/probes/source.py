@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -21,7 +22,23 @@ if TYPE_CHECKING:
     from nodehealth.config.schema import Config
 
 SIM_PACKAGE = "nodehealth_sim"
-NEEDS_SIM = "--simulate needs the simulator: pip install nodehealth-sim (./sim in the source tree)"
+# Where the Debian package puts nodehealth: there the simulator is its sibling .deb, and pip into the
+# distribution's Python is refused (PEP 668), so "pip install" would be the wrong advice.
+DEB_SITE = "/usr/lib/python3/dist-packages"
+PIP_SIM = "pip install nodehealth-sim (./sim in the source tree)"
+DEB_SIM = "apt install nodehealth-sim (the nodehealth-sim .deb that make deb builds beside nodehealth's)"
+
+
+def install_sim(package_dir: Optional[str] = None) -> str:
+    """How to install the simulator, in the words of how nodehealth itself was installed:
+    ``package_dir`` is nodehealth's own directory (default: this installation's)."""
+    here = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return DEB_SIM if os.path.dirname(os.path.normpath(here)) == DEB_SITE else PIP_SIM
+
+
+def needs_sim() -> str:
+    """The usage error of ``--simulate`` without the simulator installed: what to install."""
+    return f"--simulate needs the simulator: {install_sim()}"
 
 
 class ProbeSetupError(Exception):
@@ -74,7 +91,7 @@ def _simulated(path: str) -> NvmlSource:
     try:
         sim = importlib.import_module(SIM_PACKAGE)
     except ImportError:
-        raise ProbeSetupError(NEEDS_SIM) from None
+        raise ProbeSetupError(needs_sim()) from None
     try:
         source = sim.nvml_source(path)
     except sim.ScenarioError as exc:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 from nodehealth.platform import evidence, ground
 from nodehealth.probes import source
+from nodehealth.probes.source import install_sim
 from nodehealth.validation import elf, record, report
 
 SYMBOLS_FILE = "symbols.json"
@@ -36,10 +37,9 @@ NVRM_FILE = "nvrm.txt"
 SMI_TIMEOUT_S = 60.0
 KERNEL_LINE = re.compile(r"NVRM|Xid|nvidia", re.IGNORECASE)
 # The simulator's distribution, imported by name only (the product has no static import of it), as the
-# NVML probe's source does (nodehealth.probes.source: the same package and the same words).
+# NVML probe's source does (nodehealth.probes.source: the same package and the same words, install_sim).
 SIM_PACKAGE = source.SIM_PACKAGE
 SIM_REPLAY = f"{SIM_PACKAGE}.validation.replay"
-INSTALL_SIM = "pip install nodehealth-sim (./sim in the source tree)"
 
 
 class SimulatorMissing(Exception):
@@ -58,7 +58,7 @@ def simulated_loader(path: str) -> tuple[Callable[[], Any], tuple[str, ...]]:
     try:
         sim: Any = importlib.import_module(SIM_PACKAGE)
     except ImportError:
-        raise SimulatorMissing(source.NEEDS_SIM) from None
+        raise SimulatorMissing(source.needs_sim()) from None
     try:
         simulated = sim.nvml_source(path)
     except sim.ScenarioError as exc:
@@ -248,7 +248,7 @@ def _run(
         sim_replay: Any = importlib.import_module(SIM_REPLAY)
     except ImportError:
         doc["replay"] = {
-            "skipped": f"the simulator is not installed here ({INSTALL_SIM}); replay this directory "
+            "skipped": f"the simulator is not installed here ({install_sim()}); replay this directory "
             f"where it is: nodehealth-sim replay {out_dir}"
         }
         report.write(out_fd, doc)
