@@ -10,8 +10,9 @@ The counter files (drivers/infiniband/core/sysfs.c ``show_pma_counter``: ``"%llu
 Documentation/ABI/stable/sysfs-class-infiniband) are read by name from ``COUNTERS``, never by a
 listing; each read is at most 32 bytes, must be digits only, and a file that is a symlink or not a
 regular file is refused (``O_NOFOLLOW``, ``fstat``). A missing file is a counter this port does not
-have (a RoCE port, an old kernel): absent, not an error. A refused or malformed one is named in the
-port's ``error``.
+have (a RoCE port, an old kernel): absent, not an error. So is ``N/A (no PMA)``, what the kernel's
+``show_pma_counter`` writes for a device without a performance-management agent (iWARP devices such as
+i40iw: node_exporter #966). A refused or malformed one is named in the port's ``error``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ COUNTERS = (
     "excessive_buffer_overrun_errors",
 )
 _READ_MAX = 32  # "18446744073709551615\n" is 21 bytes
+NO_PMA = "N/A (no PMA)"  # the device answers no PortCounters query: the counter does not exist here
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
@@ -73,6 +75,8 @@ def read_counters(port_dir: str) -> tuple[tuple[tuple[str, int], ...], list[str]
         finally:
             os.close(fd)
         number = parse_counter(text)
+        if number is None and text.strip() == NO_PMA:
+            continue
         if number is None:
             errors.append(f"{path}: malformed value {text.strip()[:24]!r}")
         else:
