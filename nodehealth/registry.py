@@ -71,7 +71,8 @@ class CheckSpec:
 
     @property
     def summary(self) -> str:
-        return self.description or (self.module.__doc__ or "").strip().splitlines()[0]
+        # The docstring's first line, its reST markup dropped: list-checks and the man page print it as it reads.
+        return self.description or (self.module.__doc__ or "").strip().splitlines()[0].replace("``", "")
 
 
 _GPU = ("nvml", "pci_gpus", "slurm_node")

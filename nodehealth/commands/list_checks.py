@@ -38,19 +38,34 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
+WIDTH = 100  # the text table's lines, at most (a terminal's 80 columns wrap; 100 is the project's limit)
+COLUMNS = (("NAME", 20), ("DEFAULT", 8), ("COST", 6), ("TIMEOUT", 8), ("PHASES", 15))
+
+
+def text(table: list[dict[str, Any]], width: int = WIDTH) -> str:
+    """Each check as a row (name, default, cost, timeout, phases, then its probes, wrapped at commas)
+    and its description on the lines below, indented; no line longer than ``width``."""
+    import textwrap
+
+    lead = sum(w for _, w in COLUMNS)
+    lines = ["".join(f"{h:<{w}}" for h, w in COLUMNS) + "PROBES (+optional)"]
+    for r in table:
+        phases = r["phases"]
+        where = "all" if len(phases) == len(PHASES) else ",".join(phases)
+        cells = (r["name"], "on" if r["default"] else "off", r["cost"], f"{r['timeout_s']:g} s", where)
+        row = "".join(f"{str(c):<{w - 1}} " for c, (_, w) in zip(cells, COLUMNS))
+        probes = ", ".join(map(str, r["needs"])) + (f" (+{','.join(map(str, r['uses']))})" if r["uses"] else "")
+        wrapped = textwrap.wrap(probes, width - lead, break_on_hyphens=False, break_long_words=False) or [""]
+        lines.append(row + wrapped[0])
+        lines += [" " * lead + more for more in wrapped[1:]]
+        lines += textwrap.wrap(str(r["description"]), width, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(line.rstrip() for line in lines)
+
+
 def run(args: argparse.Namespace) -> int:
     table = rows()
     if args.format == "json":
         print(json.dumps(table, indent=2))
         return 0
-    width = max(len(str(r["name"])) for r in table)
-    print(f"{'NAME':<{width}}  {'DEFAULT':<7} {'COST':<5} {'TIMEOUT':<7} {'PHASES':<22} {'PROBES':<28} DESCRIPTION")
-    for r in table:
-        phases = r["phases"]
-        where = "all" if len(phases) == len(PHASES) else ",".join(phases)
-        probes = ",".join(map(str, r["needs"])) + (f" (+{','.join(map(str, r['uses']))})" if r["uses"] else "")
-        print(
-            f"{r['name']:<{width}}  {'on' if r['default'] else 'off':<7} {r['cost']:<5} "
-            f"{r['timeout_s']:<7g} {where:<22} {probes:<28} {r['description']}"
-        )
+    print(text(table))
     return 0
