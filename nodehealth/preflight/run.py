@@ -14,8 +14,9 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Mapping, Optional
+from typing import IO, Any, Callable, Iterator, Mapping, Optional
 
 from nodehealth.config.schema import Config
 from nodehealth.platform.deadline import process_age_s
@@ -116,6 +117,23 @@ def drain(cfg: Config, rank: Rank, report: Any, environ: Mapping[str, str]) -> d
     return {"ok": ok, "outcome": got.outcome.value, "text": f"not drained: {text}"}
 
 
+@contextmanager
+def _exchange(
+    rank: Rank, opts: Options, environ: Mapping[str, str], clock: Callable[[], float]
+) -> Iterator[exchange.Exchange]:
+    """This step's exchange, released however the rank ends (and, for the scale bench, its counts written)."""
+    key = ":".join(environ.get(k, "") for k in STEP_KEY_VARS) if any(k in environ for k in STEP_KEY_VARS) else ""
+    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock, step_key=key)
+    try:
+        yield ex
+    finally:
+        ex.release()
+        if opts.ops_file:  # a fresh name (the scale bench's own directory): never written through a link
+            fd = os.open(opts.ops_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"rank": rank.rank, **ex.ops.to_json()}, fh)
+
+
 def preflight(
     cfg: Optional[Config],
     rank: Rank,
@@ -127,132 +145,110 @@ def preflight(
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """This rank's part; the exit code (every rank: 0 the allocation passed, 1 it failed)."""
-    key = ":".join(environ.get(k, "") for k in STEP_KEY_VARS) if any(k in environ for k in STEP_KEY_VARS) else ""
-    ex = exchange.Exchange(opts.shared_dir, rank, clock=clock, step_key=key)
-    try:
-        return _preflight(ex, cfg, rank, opts, environ, out, scontrol, slurm_conf, clock)
-    finally:
-        ex.release()
-        if opts.ops_file:  # a fresh name (the scale bench's own directory): never written through a link
-            fd = os.open(opts.ops_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"rank": rank.rank, **ex.ops.to_json()}, fh)
+    with _exchange(rank, opts, environ, clock) as ex:
+        started = clock() - process_age_s()
+        total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
+        _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, opts.shared_dir, out)
+        hyg: dict[str, Any] = {}
+        collect_until = started + total  # rank 0: the others join only once its pointer is there
+        if rank.leader and opts.local_checks:
+            nodelist = environ.get("SLURM_JOB_NODELIST", "")
 
+            def hygiene_body() -> None:
+                hyg["result"] = hygiene.check(
+                    environ, scontrol, slurm_conf, rank.job_id, nodelist, rank.nodelist, execute=_execute
+                )
 
-def _preflight(
-    ex: exchange.Exchange,
-    cfg: Optional[Config],
-    rank: Rank,
-    opts: Options,
-    environ: Mapping[str, str],
-    out: IO[str] = sys.stdout,
-    scontrol: str = "/usr/bin/scontrol",
-    slurm_conf: str = "",
-    clock: Callable[[], float] = time.monotonic,
-) -> int:
-    started = clock() - process_age_s()
-    total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
-    _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, opts.shared_dir, out)
-    hyg: dict[str, Any] = {}
-    collect_until = started + total  # rank 0: the others join only once its pointer is there
-    if rank.leader and opts.local_checks:
-        nodelist = environ.get("SLURM_JOB_NODELIST", "")
-
-        def hygiene_body() -> None:
-            hyg["result"] = hygiene.check(
-                environ, scontrol, slurm_conf, rank.job_id, nodelist, rank.nodelist, execute=_execute
-            )
-
-        t = threading.Thread(target=hygiene_body, name="preflight-hygiene", daemon=True)
-        t.start()
-    try:
-        ex.open_shared()
-        if rank.leader:
-            collect_until = max(collect_until, clock() + min(total, JOIN_S))
-            ex.create(until_wall=time.time() + (collect_until - clock()))
-    except exchange.Taken as exc:
-        return _cannot(out, rank, exc)
-    except OSError as exc:
-        out.write(f"FAIL {rank.node}: cannot use the shared directory {opts.shared_dir}: {exc}\n")
-        return EXIT_FAIL
-    try:
-        rep = local_report(cfg, rank, opts, environ, started)
-    except Exception as exc:  # noqa: BLE001 - a node we cannot check is named, the exchange still runs
-        rep = {"rank": rank.rank, "node": rank.node, "error": f"{type(exc).__name__}: {exc}"}
-    rep["shared"] = shared_mount(opts.shared_dir, cfg)
-    margin = min(1.0, opts.timeout_s * 0.25)
-    sh = rep["shared"]
-    if not rank.leader:
+            t = threading.Thread(target=hygiene_body, name="preflight-hygiene", daemon=True)
+            t.start()
         try:
-            joined = ex.join(started + total + VERDICT_GRACE_S)  # as long as it would wait for the verdict
+            ex.open_shared()
+            if rank.leader:
+                collect_until = max(collect_until, clock() + min(total, JOIN_S))
+                ex.create(until_wall=time.time() + (collect_until - clock()))
         except exchange.Taken as exc:
             return _cannot(out, rank, exc)
-        if not joined:
-            out.write(
-                f"FAIL {rank.node}: no verdict from the first node in {opts.shared_dir} within "
-                f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
-                f"(no {ex.pointer} appeared there; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
-            )
+        except OSError as exc:
+            out.write(f"FAIL {rank.node}: cannot use the shared directory {opts.shared_dir}: {exc}\n")
             return EXIT_FAIL
-    ex.publish(rep)
-    ring_until = collect_until - margin
-    if not rank.leader and ex.leader_until_wall:  # as long as rank 0 collects (ranks start at different times)
-        ring_until = max(
-            ring_until,
-            min(clock() + ex.leader_until_wall - time.time() - margin, started + total + VERDICT_GRACE_S - margin),
-        )
-    view = ex.ring(ring_until)
-    if not rank.leader:
-        v = ex.await_verdict(started + total + VERDICT_GRACE_S)
-        if v is None:
-            ex.leave_unshared()
-            blind = ", ".join(f"{rank.node_of(int(p))} {got}" for p, got in view["peers"].items())
-            out.write(
-                f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
-                f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
-                f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
+        try:
+            rep = local_report(cfg, rank, opts, environ, started)
+        except Exception as exc:  # noqa: BLE001 - a node we cannot check is named, the exchange still runs
+            rep = {"rank": rank.rank, "node": rank.node, "error": f"{type(exc).__name__}: {exc}"}
+        rep["shared"] = shared_mount(opts.shared_dir, cfg)
+        margin = min(1.0, opts.timeout_s * 0.25)
+        sh = rep["shared"]
+        if not rank.leader:
+            try:
+                joined = ex.join(started + total + VERDICT_GRACE_S)  # as long as it would wait for the verdict
+            except exchange.Taken as exc:
+                return _cannot(out, rank, exc)
+            if not joined:
+                out.write(
+                    f"FAIL {rank.node}: no verdict from the first node in {opts.shared_dir} within "
+                    f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                    f"(no {ex.pointer} appeared there; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
+                )
+                return EXIT_FAIL
+        ex.publish(rep)
+        ring_until = collect_until - margin
+        if not rank.leader and ex.leader_until_wall:  # as long as rank 0 collects (ranks start at different times)
+            ring_until = max(
+                ring_until,
+                min(clock() + ex.leader_until_wall - time.time() - margin, started + total + VERDICT_GRACE_S - margin),
             )
-            return EXIT_FAIL
-        ex.leave()
-        return EXIT_OK if v.get("ok") else EXIT_FAIL
-    g = ex.gather(collect_until)
-    nodes = list(rank.nodelist) or [str(g.reports.get(r, {}).get("node") or f"rank{r}") for r in range(rank.size)]
-    for r, doc in g.reports.items():  # a rank's own name wins over the list's order, never outside the list
-        if doc.get("node") and (not rank.nodelist or doc["node"] in rank.nodelist):
-            nodes[r] = str(doc["node"])
-    findings = judge.visibility(nodes, g.reports, g.peer_views, opts.shared_dir, total)
-    for r, doc in sorted(g.reports.items()):
-        findings += judge.local(nodes[r], doc)
-    findings += judge.consistency(g.reports, nodes)
-    for r, why in sorted(g.unreadable.items()):
-        findings.append(judge.Finding("FAIL", nodes[r], f"its file in the exchange was refused: {why}"))
-    notes: list[str] = []
-    if rank.leader and opts.local_checks:
-        t.join(max(0.0, hygiene.CALL_S * 2 - (clock() - started)))
-        more, notes = hyg.get("result", ([], ["note: job hygiene not checked (scontrol did not finish)"]))
-        findings += more
-    v = judge.verdict(findings)
-    ex.announce(v)
-    leftovers = ex.close(clock() + CLOSE_GRACE_S)
-    if leftovers:
-        notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
-    notes.extend(ex.notes)
-    head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir, "elapsed_s": clock() - started}
-    if opts.fmt == "json":
-        doc = {
-            **head,
-            "nodes": nodes,
-            "verdict": v,
-            "findings": [f.to_json() for f in findings],
-            "notes": notes,
-            "ops_rank0": ex.ops.to_json(),
-            "reports": {nodes[r]: d for r, d in sorted(g.reports.items())},
-        }
-        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    else:
-        out.write(judge.render_text(nodes, findings, head, notes))
-    out.flush()
-    return EXIT_OK if v["ok"] else EXIT_FAIL
+        view = ex.ring(ring_until)
+        if not rank.leader:
+            v = ex.await_verdict(started + total + VERDICT_GRACE_S)
+            if v is None:
+                ex.leave_unshared()
+                blind = ", ".join(f"{rank.node_of(int(p))} {got}" for p, got in view["peers"].items())
+                out.write(
+                    f"FAIL {rank.node}: no verdict from the first node in {ex.dir} within "
+                    f"{total + VERDICT_GRACE_S:g} s: the directory is not shared with {rank.node} "
+                    f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
+                )
+                return EXIT_FAIL
+            ex.leave()
+            return EXIT_OK if v.get("ok") else EXIT_FAIL
+        g = ex.gather(collect_until)
+        nodes = list(rank.nodelist) or [str(g.reports.get(r, {}).get("node") or f"rank{r}") for r in range(rank.size)]
+        for r, doc in g.reports.items():  # a rank's own name wins over the list's order, never outside the list
+            if doc.get("node") and (not rank.nodelist or doc["node"] in rank.nodelist):
+                nodes[r] = str(doc["node"])
+        findings = judge.visibility(nodes, g.reports, g.peer_views, opts.shared_dir, total)
+        for r, doc in sorted(g.reports.items()):
+            findings += judge.local(nodes[r], doc)
+        findings += judge.consistency(g.reports, nodes)
+        for r, why in sorted(g.unreadable.items()):
+            findings.append(judge.Finding("FAIL", nodes[r], f"its file in the exchange was refused: {why}"))
+        notes: list[str] = []
+        if rank.leader and opts.local_checks:
+            t.join(max(0.0, hygiene.CALL_S * 2 - (clock() - started)))
+            more, notes = hyg.get("result", ([], ["note: job hygiene not checked (scontrol did not finish)"]))
+            findings += more
+        v = judge.verdict(findings)
+        ex.announce(v)
+        leftovers = ex.close(clock() + CLOSE_GRACE_S)
+        if leftovers:
+            notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
+        notes.extend(ex.notes)
+        head = {"job": rank.job_id, "step": rank.step_id, "shared_dir": opts.shared_dir, "elapsed_s": clock() - started}
+        if opts.fmt == "json":
+            doc = {
+                **head,
+                "nodes": nodes,
+                "verdict": v,
+                "findings": [f.to_json() for f in findings],
+                "notes": notes,
+                "ops_rank0": ex.ops.to_json(),
+                "reports": {nodes[r]: d for r, d in sorted(g.reports.items())},
+            }
+            out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        else:
+            out.write(judge.render_text(nodes, findings, head, notes))
+        out.flush()
+        return EXIT_OK if v["ok"] else EXIT_FAIL
 
 
 def _cannot(out: IO[str], rank: Rank, exc: Exception) -> int:
