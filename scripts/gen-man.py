@@ -39,7 +39,8 @@ SCENARIOS = "/usr/share/nodehealth/scenarios"
 EXIT_WORDS = {
     ExitCode.OK: "healthy (warnings allowed), or the command did what was asked; a preview (--as, --dry-run) done",
     ExitCode.FAULT: "a check FAILed; status: the node is drained or failing; daemon: it cannot start as configured",
-    ExitCode.USAGE: "a bad command line, configuration or scenario file: nothing was done",
+    ExitCode.USAGE: "a bad command line, configuration or scenario file: nothing was done; xid explain: an XID "
+    "the catalog does not list (its stand-in entry is printed)",
     ExitCode.INTERNAL: "an internal error (a bug in nodehealth: please report it with the output)",
     ExitCode.NO_VERDICT: "status only: it cannot tell (no daemon verdict yet, the daemon stopped, an UNKNOWN verdict)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",

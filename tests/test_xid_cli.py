@@ -135,7 +135,6 @@ def test_scan_missing_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
             id="xid154",
         ),
         pytest.param("149", ["when Fatal:     severity drain, action reset_gpu"], id="xid149"),
-        pytest.param("4242", ["XID 4242  UNKNOWN", "severity:       warning", "action:         inspect"], id="unknown"),
     ],
 )
 def test_explain_text(number: str, expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,6 +143,20 @@ def test_explain_text(number: str, expected: list[str], capsys: pytest.CaptureFi
     for text in expected:
         assert text in out
     assert "source:" in out
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_explain_of_an_xid_the_catalog_does_not_know_says_so_and_exits_2(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Most often a typo: the stand-in entry (what gpu_xid does with it) is shown, and the exit is not 0."""
+    assert run("xid", "explain", "9999", "--format", fmt) == 2
+    captured = capsys.readouterr()
+    if fmt == "json":
+        assert json.loads(captured.out)["known"] is False
+    else:
+        assert all(t in captured.out for t in ("XID 9999  UNKNOWN", "severity:       warning", "action:  "))
+    assert "XID 9999 is not in the catalog" in captured.err
 
 
 def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,7 +105,8 @@ def register(subparsers: Any) -> None:
     explain_p = sub.add_parser(
         "explain",
         help="print the catalog entry of an XID",
-        description="Print what an XID means, NVIDIA's recommended action and ours.",
+        description="Print what an XID means, NVIDIA's recommended action and ours. Exit 0, or 2 for an XID the "
+        "catalog does not list (its stand-in entry shown: how the gpu_xid check judges it).",
     )
     explain_p.add_argument("xid", metavar="N", type=_xid_number, help="XID number")
     add_format(explain_p)
@@ -393,9 +394,13 @@ def run_explain(args: argparse.Namespace) -> int:
                 for r in sorted(catalog.recovery_actions.values(), key=lambda r: r.code)
             ]
         print(json.dumps(data))
+    else:
+        print(format_entry(entry, catalog))
+    if entry.known:
         return EXIT_OK
-    print(format_entry(entry, catalog))
-    return EXIT_OK
+    sys.stdout.flush()  # an unlisted number is most often a typo: said after the stand-in entry, and exit 2
+    print(f"nodehealth xid explain: XID {args.xid} is not in the catalog: above, how it is judged", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def format_entry(entry: CatalogEntry, catalog: Catalog) -> str:
