@@ -17,7 +17,7 @@ import argparse
 import json
 import math
 import sys
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 from nodehealth import SCHEMA_VERSION
 from nodehealth.nccl.parse import parse_perf
@@ -49,37 +49,36 @@ class InputError(Exception):
 
 def add_commands(sub: Any) -> None:
     """Add ``parse`` and ``transport`` to the ``nccl`` command's subparsers."""
-    p = sub.add_parser(
+    _add(
+        sub,
         "parse",
-        help="read nccl-tests output (text or -J JSON) and print its bandwidth table",
-        description="Read the output of an nccl-tests program (all_reduce_perf and the others, any "
+        run_parse,
+        "read nccl-tests output (text or -J JSON) and print its bandwidth table",
+        "Read the output of an nccl-tests program (all_reduce_perf and the others, any "
         "version, or the -J JSON file) and print each size row, the largest size and the average "
         "bus bandwidth.",
+        "the output to read ('-' for standard input)",
+        "a readable table, or one JSON object (default: %(default)s)",
     )
-    p.add_argument("source", metavar="FILE|-", help="the output to read ('-' for standard input)")
-    p.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="a readable table, or one JSON object (default: %(default)s)",
-    )
-    p.set_defaults(func=run_parse)
-
-    t = sub.add_parser(
+    _add(
+        sub,
         "transport",
-        help="say from an NCCL_DEBUG=INFO log what carried NCCL's traffic (IB, sockets, P2P)",
-        description="Read an NCCL_DEBUG=INFO log (any NCCL version, any line prefix) and say which "
+        run_transport,
+        "say from an NCCL_DEBUG=INFO log what carried NCCL's traffic (IB, sockets, P2P)",
+        "Read an NCCL_DEBUG=INFO log (any NCCL version, any line prefix) and say which "
         "transport carried the traffic: ib (InfiniBand, RoCE, SHARP/IBext, RDMA plugins), socket "
         "(TCP), p2p (only intra-node paths) or unknown, with the NCCL errors and whether NCCL gave up.",
+        "the log to read ('-' for standard input)",
+        "readable lines, or one JSON object (default: %(default)s)",
     )
-    t.add_argument("source", metavar="FILE|-", help="the log to read ('-' for standard input)")
-    t.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="readable lines, or one JSON object (default: %(default)s)",
-    )
-    t.set_defaults(func=run_transport)
+
+
+def _add(sub: Any, name: str, func: Callable[..., int], summary: str, description: str, source: str, fmt: str) -> None:
+    """One subcommand that reads ``FILE|-`` and prints text or JSON."""
+    p = sub.add_parser(name, help=summary, description=description)
+    p.add_argument("source", metavar="FILE|-", help=source)
+    p.add_argument("--format", choices=("text", "json"), default="text", help=fmt)
+    p.set_defaults(func=func)
 
 
 def read_input(source: str, stdin: Optional[IO[bytes]] = None, limit: int = MAX_INPUT_BYTES) -> str:
