@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nodehealth.nccl.plan import (
     EXIT_NO_BACKEND,
@@ -79,6 +79,30 @@ def parse_outputs(
     return perf, error, tr, from_json
 
 
+def _not_run(
+    mode: str,
+    runner: str,
+    gpus: int,
+    error: str,
+    kind: str,
+    argv: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    elapsed_s: float = 0.0,
+) -> NcclRun:
+    """A run that could not be set up: ``kind`` "missing" (SKIPPED) or "config" (UNKNOWN), and why."""
+    return NcclRun(
+        mode=mode,
+        runner=runner,
+        argv=tuple(argv),
+        env=env if env is not None else {},
+        gpus=gpus,
+        elapsed_s=elapsed_s,
+        setup_error=error,
+        setup_kind=kind,
+        finished_at=time.time(),
+    )
+
+
 def run_mode(
     mode: str,
     plan: Plan,
@@ -95,9 +119,7 @@ def run_mode(
     run = execute or proc.run
     runner, problem, kind = choose_runner(plan)
     if problem:
-        return NcclRun(
-            mode=mode, runner=runner, gpus=gpus, setup_error=problem, setup_kind=kind, finished_at=time.time()
-        )
+        return _not_run(mode, runner, gpus, problem, kind)
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="nodehealth-nccl-")
     try:
@@ -117,32 +139,14 @@ def run_mode(
             env = child_env(own, plan.env)
             res = run(argv, left, env=env, max_output=MAX_OUTPUT, allow=tuple(env), check=check)
         except proc.CommandError as exc:
-            return NcclRun(
-                mode=mode,
-                runner=runner,
-                argv=tuple(argv),
-                env=own,
-                gpus=gpus,
-                setup_error=str(exc),
-                setup_kind="config",
-                finished_at=time.time(),
-            )
+            return _not_run(mode, runner, gpus, str(exc), "config", argv, own)
         json_text = _read_json(tmp) if json_path else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.monotonic() - t0
     if runner == "builtin" and res.returncode == EXIT_NO_BACKEND:
-        return NcclRun(
-            mode=mode,
-            runner=runner,
-            argv=tuple(argv),
-            env=own,
-            gpus=gpus,
-            elapsed_s=elapsed,
-            setup_error=_last_line(res.stderr) or "no backend for the built-in runner",
-            setup_kind="missing",
-            finished_at=time.time(),
-        )
+        why = _last_line(res.stderr) or "no backend for the built-in runner"
+        return _not_run(mode, runner, gpus, why, "missing", argv, own, elapsed)
     perf, perf_error, tr, from_json = parse_outputs(res.stdout, res.stderr, json_text)
     text = res.stdout + res.stderr
     return NcclRun(
