@@ -57,17 +57,9 @@ class Judged:
     observations: Observations
 
 
-def run(
-    config: Config,
-    phase: str = "manual",
-    only: tuple[str, ...] = (),
-    probes: Optional[dict[str, Probe]] = None,
-    node: Optional[str] = None,
-    clock: Callable[[], float] = time.monotonic,
-    wallclock: Callable[[], float] = time.time,
-) -> Report:
-    """Run the checks of ``phase`` (or just ``only``) and return the Report."""
-    return execute(config, phase, only, probes, node, clock, wallclock).report
+def run(config: Config, *args: Any, **kwargs: Any) -> Report:
+    """Run the checks of ``phase`` (or just ``only``) and return the Report: ``execute``'s arguments."""
+    return execute(config, *args, **kwargs).report
 
 
 def execute(
