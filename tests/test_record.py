@@ -136,3 +136,26 @@ def test_a_record_may_extend_a_record_and_not_overwrite_setattr() -> None:
     for make in (record, dataclasses.dataclass(frozen=True)):
         with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
             make(type("Own", (), {"__setattr__": lambda self, n, v: None}))
+
+
+def test_a_record_without_a_docstring_gets_a_dataclass_s_without_inspect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docstring ``dataclasses`` writes for an undocumented class (its fields' signature), made from
+    the fields: ``inspect.signature``, a third of a record's definition, is not called. One given is kept."""
+    import inspect
+
+    def body() -> dict[str, Any]:
+        return {
+            "__annotations__": {"a": "int", "b": "Optional[int]", "c": "tuple[int, ...]", "e": "str"},
+            "b": None,
+            "c": dataclasses.field(default_factory=tuple),
+            "e": dataclasses.field(default="x", init=False),
+        }
+
+    plain = dataclasses.dataclass(frozen=True)(type("Bare", (), body()))
+    monkeypatch.setattr(inspect, "signature", lambda *a, **k: pytest.fail("inspect.signature called"))
+    bare = record(type("Bare", (), body()))
+    sub = record(type("Sub", (bare,), {"__annotations__": {"f": "int"}, "f": 0}))
+    fields = "a: 'int', b: 'Optional[int]' = None, c: 'tuple[int, ...]' = <factory>"
+    assert bare.__doc__ == plain.__doc__ == f"Bare({fields})"
+    assert sub.__doc__ == f"Sub({fields}, f: 'int' = 0)"
+    assert Rec.__doc__ == "A record."
