@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Optional, Union
 
 from nodehealth.model import Action
+from nodehealth.observations.record import record
 from nodehealth.xid.events import Severity, XidEvent
 from nodehealth.xid.patterns import FATAL, RECOVERY_ACTION
 from nodehealth.xid.sxid import KIND_SXID, SxidCatalog, enrich_sxid, parse_sxid_overrides, sxid_catalog_from_mapping
@@ -28,7 +29,7 @@ RECOVERY_ACTION_XID = 154
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@record
 class CatalogEntry:
     """What the catalog says about one XID.
 
@@ -65,7 +66,7 @@ class CatalogEntry:
         }
 
 
-@dataclass(frozen=True)
+@record
 class RecoveryAction:
     """One value of the driver's GPU recovery action (NVML ``nvmlDeviceGpuRecoveryAction_t``)."""
 
@@ -75,7 +76,7 @@ class RecoveryAction:
     action: Action
 
 
-@dataclass(frozen=True)
+@record
 class Catalog:
     """All XID entries, the recovery-action table for XID 154, and the application XIDs."""
 
@@ -310,7 +311,7 @@ def enrich(event: XidEvent, catalog: Catalog, job_id: Optional[str] = None) -> X
     )
 
 
-@dataclass(frozen=True)
+@record
 class ApplicationXidBurst:
     """Application XIDs on one GPU arriving faster than the allowed rate.
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar
+
+from nodehealth.observations.record import record
 
 # The kernel's record device; its records' format is KMSG_RECORD below.
 KMSG_PATH = "/dev/kmsg"
@@ -65,7 +66,7 @@ class Regex(Generic[AnyStr]):
         return f"Regex({self.pattern!r}, {self.flags})"
 
 
-@dataclass(frozen=True)
+@record
 class Sample:
     """A line and what its pattern must make of it.
 
@@ -78,7 +79,7 @@ class Sample:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class Pattern:
     name: str
     role: str
