@@ -7,6 +7,7 @@ Exit codes: 0 healthy (warnings allowed), 1 a check failed, 2 usage or config er
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from nodehealth.commands.options import ExitCode
@@ -35,7 +36,28 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 WHOLE = frozenset({"completion"})  # commands that describe the whole command line: every command registered
 
 
+def _help_width() -> int:
+    """``shutil.get_terminal_size().columns - 2``, argparse's own width for help text, read without
+    ``shutil``: argparse makes a formatter for every ``add_argument``, and its ``import shutil`` brings
+    bz2, lzma and zlib to every run."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        stdout = sys.__stdout__
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
+        except (AttributeError, ValueError, OSError):  # closed, detached, not a terminal
+            columns = 0
+    return (columns or 80) - 2
+
+
 class _Parser(argparse.ArgumentParser):
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # every HelpFormatter takes width; typeshed's protocol names only prog
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")

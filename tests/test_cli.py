@@ -176,3 +176,24 @@ def test_gpu_selection_quiet_and_verbose():
     verbose = run_cli("check", "--simulate", str(SCEN / "healthy-8x-h100.toml"), "--only", "nvml", "-v")
     assert f"simulated: {SCEN / 'healthy-8x-h100.toml'}" in verbose.stdout.splitlines()  # the header says so
     assert run_cli("check", "-i", "two").returncode == 2
+
+
+@pytest.mark.parametrize("columns", [None, "100", "0", "-3", "wide"], ids=["unset", "100", "zero", "negative", "text"])
+def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """The parser's formatter reads the width as ``shutil.get_terminal_size`` does, without importing it."""
+    import argparse
+
+    from nodehealth.cli import build_parser
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser(["check"])
+    assert parser._get_formatter()._width == argparse.HelpFormatter(prog="nodehealth")._width  # type: ignore[attr-defined]
+
+
+def test_parsing_a_command_line_imports_no_shutil() -> None:
+    code = "import sys, nodehealth.cli as c; c.build_parser(['check']).format_help(); print('shutil' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "False"
