@@ -56,7 +56,7 @@ ABSOLUTE = tuple((k[0].split(".")[0], k[0].split(".")[1], False) for k in lean.K
     ("daemon", "textfile_dir", True),
 )
 
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$")
+_HOST = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?$"  # compiled by `re` on first use
 
 
 def near(name: str, known: list[str]) -> str:
@@ -140,7 +140,7 @@ def _check_listen(value: str, file: str, key: str) -> None:
         except ValueError:
             ok = False
     elif ok and host:
-        ok = bool(_HOST.match(host)) and ":" not in host
+        ok = bool(re.match(_HOST, host)) and ":" not in host
     if not ok:
         raise ConfigError(
             f"{file}: {key}: {value!r}: expected HOST:PORT (0.0.0.0:10915, [::]:10915, "

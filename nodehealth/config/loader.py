@@ -108,7 +108,9 @@ def load(path: Optional[str] = None, host: Optional[str] = None, environ: Option
     return cfg
 
 
-_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+# The regexes of this module are strings, compiled by `re` on first use (and kept in its cache): a
+# config that loads needs none of them.
+_TOML_LINE = r"\(at line (\d+), column \d+\)"
 
 
 def located(exc: ConfigError, text: str, file: str) -> ConfigError:
@@ -123,7 +125,7 @@ def located(exc: ConfigError, text: str, file: str) -> ConfigError:
     for e in exc.problems:
         message, head = str(e), f"{file}: "
         line = locate.line_of(lines, e.key) if e.key else None
-        m = _TOML_LINE.search(message) if e.kind == "syntax" else None
+        m = re.search(_TOML_LINE, message) if e.kind == "syntax" else None
         line = int(m.group(1)) if line is None and m else line
         if line is not None and message.startswith(head):
             message = f"{file}:{line}: {message[len(head) :]}"
@@ -328,22 +330,19 @@ def load_safe(
     return Loaded(cfg, file, note=note)
 
 
-_TABLE_LINE = re.compile(r"^\s*\[\s*(\[?)\s*([A-Za-z0-9_.\s]*?)\s*\]")
-_DIR_LINES = {
-    key: re.compile(rf'^\s*(paths\s*\.\s*)?{key}\s*=\s*"([^"\\]+)"\s*(#.*)?$')
-    for key in ("state_dir", "persistent_dir")
-}
+_TABLE_LINE = r"^\s*\[\s*(\[?)\s*([A-Za-z0-9_.\s]*?)\s*\]"
+_DIR_LINES = {key: rf'^\s*(paths\s*\.\s*)?{key}\s*=\s*"([^"\\]+)"\s*(#.*)?$' for key in ("state_dir", "persistent_dir")}
 
 
 def _path_in(text: str, key: str) -> Optional[str]:
     """``[paths] <key>`` read line by line from a file that may not parse as a whole (a trusted one)."""
     table: Optional[str] = ""
     for line in text.splitlines():
-        m = _TABLE_LINE.match(line)
+        m = re.match(_TABLE_LINE, line)
         if m:
             table = None if m.group(1) else m.group(2).replace(" ", "")
             continue
-        m = _DIR_LINES[key].match(line)
+        m = re.match(_DIR_LINES[key], line)
         if m and ((table == "" and m.group(1)) or (table == "paths" and not m.group(1))):
             return m.group(2) if m.group(2).startswith("/") else None
     return None

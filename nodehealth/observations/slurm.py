@@ -14,7 +14,8 @@ from typing import Any, Mapping, Optional
 
 from nodehealth.observations.record import record
 
-_OURS = re.compile(r"\s*(?:nh:[a-z][a-z0-9]{0,15}(?: |$)|nodehealth:)")
+# Regexes as strings, compiled by `re` on first use (and kept in its cache), not at import.
+_OURS = r"\s*(?:nh:[a-z][a-z0-9]{0,15}(?: |$)|nodehealth:)"
 
 # Suffix characters sinfo and old scontrol append to a state word (man sinfo, NODE STATE CODES).
 _SUFFIX_FLAGS = {
@@ -87,7 +88,7 @@ HANDS_OFF_FLAGS = frozenset(
         "INVALID_REG",
     }
 )
-_REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
+_REASON_SUFFIX = r"(?s)^(?P<text>.*?)\s*\[(?P<user>[^\[\]@]*)@(?P<time>[^\[\]]*)\]\s*$"
 
 
 @record
@@ -167,7 +168,7 @@ def parse_reason(full: Optional[str]) -> Optional[Reason]:
     full = full.strip()
     if not full or full in ("(null)", "none", "None"):
         return None
-    m = _REASON_SUFFIX.match(full)
+    m = re.match(_REASON_SUFFIX, full)
     if m:
         return Reason(full, m.group("text").strip(), m.group("user") or None, m.group("time") or None)
     return Reason(full, full)
@@ -234,4 +235,4 @@ def is_ours(reason: Optional[str]) -> bool:
     Leading blanks are allowed. This is the shape only (the breaker's count of other nodes);
     a drain is ours only when the reason is exactly the one recorded (``policy.owns``).
     """
-    return bool(reason) and _OURS.match(reason) is not None  # type: ignore[arg-type]
+    return bool(reason) and re.match(_OURS, reason) is not None  # type: ignore[arg-type]
