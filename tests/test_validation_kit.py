@@ -474,6 +474,24 @@ def test_cli_bad_scenario_is_a_usage_error(tmp_path, capsys):
     assert cli.main(["validate-nvml", "--out", str(tmp_path / "o"), "--timeout", "0"]) == 2
 
 
+def test_a_node_whose_nvml_does_not_start_is_not_validated(tmp_path, capsys):
+    """A host without a driver (here its scenario) records one refused nvmlInit: that validates nothing, so
+    neither "complete" nor "0 differences", and exit 1; the evidence is still written."""
+    out = tmp_path / "o"
+    scenario = SCENARIOS / "nvml-not-installed.toml"
+    assert cli.main(["validate-nvml", "--out", str(out), "--simulate", str(scenario), "--timeout", "30"]) == 1
+    said = capsys.readouterr().out
+    assert "not validated: NVML did not start here (nvmlInit: LIBRARY_NOT_FOUND)" in said, said
+    assert "complete" not in said and "difference" not in said
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["run"]["nvml_init_error"] == "nvmlInit: LIBRARY_NOT_FOUND" and (out / "calls.jsonl").is_file()
+
+
+def test_a_node_whose_nvml_starts_has_no_init_error(runs):
+    _, doc, _ = runs["healthy-8x-h100"]
+    assert doc["run"]["nvml_init_error"] is None
+
+
 # ---------------------------------------------------------------- --out on someone else's ground
 
 NOBODY = 65534

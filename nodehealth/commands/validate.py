@@ -11,7 +11,8 @@ output says to run ``nodehealth-sim replay DIR`` where the simulator is).
 
 Exit codes: 0 evidence written and the simulator agrees with every call (or, without the
 simulator, the recording completed); 1 evidence written and the report lists differences (or
-the recording did not complete); 2 usage error (--simulate without the simulator included).
+the recording did not complete, or NVML did not start: a node without a driver validates nothing);
+2 usage error (--simulate without the simulator included).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def register(sub: Any) -> None:
         "symbols), nvidia-smi-q.txt, nvrm.txt (kernel NVRM/Xid lines), report.md/report.json; with the "
         "simulator installed (nodehealth-sim) also scenario.toml (this node as a simulator scenario), replay/ "
         "and where the simulator disagrees (else: nodehealth-sim replay DIR, where it is installed). "
-        "Never changes a GPU setting and never touches Slurm.",
+        "Never changes a GPU setting and never touches Slurm. Exit 0 recorded (and the simulator agrees), "
+        "1 differences, an incomplete record or an NVML that did not start (nothing validated), 2 usage error.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write into (created if missing)")
     p.add_argument("--simulate", metavar="SCENARIO", help="record a simulated node from this scenario file instead")
@@ -70,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     run_info, replay = doc["run"], doc.get("replay") or {}
+    init_error = run_info.get("nvml_init_error")
+    if init_error:  # a record of NVML refusing to start validates nothing: no "complete", no "0 differences"
+        print(
+            f"{args.out}: not validated: NVML did not start here ({init_error}), so no GPU answered; the host "
+            "evidence is written. Run validate-nvml on a node whose NVIDIA driver loads (nvidia-smi works there)"
+        )
+        return 1
     print(
         f"{args.out}: {doc['timing']['total_calls']} NVML calls recorded ({run_info['outcome']}), "
         f"driver {run_info.get('driver_version') or 'unknown'}, "

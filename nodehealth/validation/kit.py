@@ -157,6 +157,15 @@ def _value(calls: list[record.Call], fn: str) -> Any:
     return next((c.value for c in calls if c.fn == fn and c.returned and c.rc == 0), None)
 
 
+def _init_error(calls: list[record.Call]) -> Optional[str]:
+    """``"nvmlInit: LIBRARY_NOT_FOUND"`` when NVML's initialisation failed (no GPU answered: a record with
+    nothing to compare), else None."""
+    first = next((c for c in calls if c.fn.startswith("nvmlInit")), None)
+    if first is None or not first.returned or first.rc == 0:
+        return None
+    return f"{first.fn}: {first.error or f'return code {first.rc}'}"
+
+
 def run(
     out_dir: str,
     simulate: Optional[str] = None,
@@ -221,6 +230,7 @@ def _run(
             "cuda_driver_version": _value(calls, "nvmlSystemGetCudaDriverVersion"),
             "gpu_models": _models(calls),
             "gpu_count": _value(calls, "nvmlDeviceGetCount"),
+            "nvml_init_error": _init_error(calls),
             "pynvml_version": recording.meta.get("pynvml_version"),
             "pynvml_path": recording.meta.get("pynvml_path"),
             "nvml_module": recording.meta.get("module"),
