@@ -203,20 +203,6 @@ class FabricInfoV1(ctypes.Structure):
     ]
 
 
-class FabricInfoV3(ctypes.Structure):
-    """nvmlGpuFabricInfo_v3_t (nvml.h): adds the health mask and summary (version 0x3000028)."""
-
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * 16),  # noqa: RUF012
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
-        ("healthSummary", ctypes.c_ubyte),
-    ]
-
-
 class FabricInfoV2(ctypes.Structure):
     """nvmlGpuFabricInfo_v2_t (nvml.h): version 0x02000024, health mask, no summary."""
 
@@ -228,6 +214,12 @@ class FabricInfoV2(ctypes.Structure):
         ("state", ctypes.c_ubyte),
         ("healthMask", ctypes.c_uint),
     ]
+
+
+class FabricInfoV3(ctypes.Structure):
+    """nvmlGpuFabricInfo_v3_t (nvml.h): v2 and the health summary after it (version 0x3000028)."""
+
+    _fields_ = [*FabricInfoV2._fields_, ("healthSummary", ctypes.c_ubyte)]  # noqa: RUF012
 
 
 FABRIC_VERSIONS = ((FabricInfoV3, 0x3000028), (FabricInfoV2, 0x02000024))
