@@ -168,31 +168,47 @@ def write_state_json(state_dir: str, path: str, obj: Any, compact: bool = False)
     write_state(state_dir, path, dumps(obj, compact) + "\n")
 
 
-def append_line(path: str, line: str, mode: int = STATE_FILE_MODE) -> int:
+def append_line(path: str, line: str, mode: int = STATE_FILE_MODE, follow_replace: int = 0) -> int:
     """Append one record (one ``write(2)`` in append mode); returns the file's size after it.
 
     The file is opened ``O_NOFOLLOW`` and must be a regular file; a new one gets ``mode``.
     When the file does not end with a newline (a record torn by an earlier short write), this
     record starts on a line of its own, so the torn one is not glued to it. Raises
     ``ShortWrite`` when the kernel stored only part of the record.
+
+    ``follow_replace`` (for a writer that does not hold the file's lock): when, after the write, the
+    name no longer leads to the file written (a compaction renamed a new file over it), the record
+    is appended again to the new file, up to that many times. The compaction copies what reached
+    the old file before its rename, so the record may then stand twice, never nowhere.
     """
     data = line.encode("utf-8")
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | OPEN_FLAGS, mode)
-    try:
-        st = os.fstat(fd)
-        if st.st_mode & IFMT != IFREG:
-            raise OSError(f"{path} is not a regular file")
-        if st.st_size == 0:
-            if st.st_mode & 0o7777 != mode:
-                os.fchmod(fd, mode)
-        elif os.pread(fd, 1, st.st_size - 1) != b"\n":
-            data = b"\n" + data
-        n = os.write(fd, data)
-        if n != len(data):
-            raise ShortWrite(f"{path}: appended {n} of {len(data)} bytes (the record is torn)")
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+    for _ in range(follow_replace + 1):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | OPEN_FLAGS, mode)
+        try:
+            st = os.fstat(fd)
+            if st.st_mode & IFMT != IFREG:
+                raise OSError(f"{path} is not a regular file")
+            out = data
+            if st.st_size == 0:
+                if st.st_mode & 0o7777 != mode:
+                    os.fchmod(fd, mode)
+            elif os.pread(fd, 1, st.st_size - 1) != b"\n":
+                out = b"\n" + data
+            n = os.write(fd, out)
+            if n != len(out):
+                raise ShortWrite(f"{path}: appended {n} of {len(out)} bytes (the record is torn)")
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if not follow_replace:
+            break
+        try:
+            now = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # the ledger was removed after the write: the record goes into a new one
+        if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            break
+    return size
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ FORMAT_VERSION = 1
 FILE_NAME = layout.LEDGER
 TAIL_BYTES = 2 << 20  # readers look at this much of the end of the file ([ledger] max_bytes is 1 MiB)
 SLACK_S = 30.0  # an event this soon after a job's end may still be that job's (teardown)
+REPLACE_TRIES = 8  # an append without the lock follows this many compactions' renames
 LOCK_TIMEOUT_S = 1.0  # appends wait this long for the lock (held for a write, or a compaction)
 MAX_GPUS = 10000  # GPU indexes are below this (Slurm's lists: at most 4 digits)
 MAX_DEPTH = 4  # a record is flat: {"gpus": [...]} is two levels
@@ -192,33 +193,49 @@ def scan(text: str) -> tuple[list[JobRecord], int]:
     return records, bad
 
 
-def _tail(path: str, tail_bytes: int) -> Optional[str]:
-    """The last ``tail_bytes`` of the file as text, from its first whole line; None when unreadable.
-    Opened ``O_NOFOLLOW``: a symlink in place of the ledger is not read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
+def _tail(path: str, tail_bytes: int, fd: Optional[int] = None, end: Optional[int] = None) -> Optional[str]:
+    """The last ``tail_bytes`` of the file (up to ``end``) as text, from its first whole line; None when
+    unreadable. Opened ``O_NOFOLLOW`` (or read from ``fd``): a symlink in place of the ledger is not read."""
+    own = fd is None
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
     try:
         st = os.fstat(fd)
         if st.st_mode & 0o170000 != 0o100000:
             return None
-        first = max(0, st.st_size - tail_bytes)
-        chunks = []
-        at, left = first, tail_bytes
-        while left > 0:
-            chunk = os.pread(fd, min(1 << 20, left), at)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            at += len(chunk)
-            left -= len(chunk)
+        size = st.st_size if end is None else min(end, st.st_size)
+        first = max(0, size - tail_bytes)
+        data = _pread_range(fd, first, size - first)
     except OSError:
         return None
     finally:
-        os.close(fd)
-    text = b"".join(chunks).decode("utf-8", "replace")
+        if own:
+            os.close(fd)
+    text = data.decode("utf-8", "replace")
     return text.partition("\n")[2] if first > 0 else text
+
+
+def _pread_range(fd: int, at: int, length: int) -> bytes:
+    chunks = []
+    while length > 0:
+        chunk = os.pread(fd, min(1 << 20, length), at)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        at += len(chunk)
+        length -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_from(fd: int, at: int) -> str:
+    """What was appended to the open file from ``at`` on (bounded: ``TAIL_BYTES``), as text."""
+    try:
+        return _pread_range(fd, at, TAIL_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def read(state_dir: str, tail_bytes: int = TAIL_BYTES) -> list[JobRecord]:
@@ -267,16 +284,35 @@ def append(
     path = layout.path(state_dir, FILE_NAME)
     line = dumps_small(dict(record)) + "\n"
     with files.locked(path, lock_timeout_s) as got:
-        size = files.append_line(path, line, files.STATE_FILE_MODE)
-        if not got:
+        if not got:  # a compaction may be renaming a new ledger over the one written: follow it
+            files.append_line(path, line, files.STATE_FILE_MODE, follow_replace=REPLACE_TRIES)
             return f"the job ledger lock {path}.lock was not free within {lock_timeout_s:g} s; appended without it"
-        if size > max_bytes:
-            text = _tail(path, max_bytes)
-            if text is not None:
-                files.write_atomic(
-                    path, "".join(compact(text.splitlines(keepends=True), max_bytes)), files.STATE_FILE_MODE
-                )
+        if files.append_line(path, line, files.STATE_FILE_MODE) > max_bytes:
+            _compact(path, max_bytes)
     return None
+
+
+def _compact(path: str, max_bytes: int) -> None:
+    """Replace the ledger by its newest half, under its lock. A writer that could not get the lock
+    appends to the open file meanwhile: after the rename, what reached the old file past what was
+    read is copied into the new one (and such a writer checks the name afterwards: ``append_line``'s
+    ``follow_replace``), so no record is lost to the rename."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        end = os.fstat(fd).st_size
+        text = _tail(path, max_bytes, fd=fd, end=end)
+        if text is None:
+            return
+        files.write_atomic(path, "".join(compact(text.splitlines(keepends=True), max_bytes)), files.STATE_FILE_MODE)
+        late = _read_from(fd, end)
+    finally:
+        os.close(fd)
+    for record in late.splitlines(keepends=True):
+        if record.endswith("\n") and parse_line(record) is not None:
+            files.append_line(path, record, files.STATE_FILE_MODE)
 
 
 def entries(records: Iterable[JobRecord]) -> tuple[JobEntry, ...]:
