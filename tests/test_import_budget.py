@@ -42,6 +42,7 @@ CLI_ALLOWED = ("nodehealth", "nodehealth.cli", "nodehealth.commands", "nodehealt
 CLI_NEVER = NEVER + (
     "typing",  # cli's annotations only (TYPE_CHECKING)
     "difflib",  # a did-you-mean is imported for the word to correct
+    "shutil",  # argparse's formatter imports it for the terminal's width; cli reads the width itself
     "hostlist",
     "tomllib",
     "nodehealth.checks",
