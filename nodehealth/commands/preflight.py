@@ -1,7 +1,8 @@
 """``nodehealth preflight``: one srun step that checks the whole allocation and names the bad node.
 
     srun --ntasks-per-node=1 nodehealth preflight [--shared-dir DIR] [--path P ...]
-         [--checkpoint-dir D ...] [--nccl] [--expect-ib] [--format text|json] [--drain] [--timeout S]
+         [--checkpoint-dir D ...] [--nccl [--expect-ib] [--across [--min-busbw GBPS]]]
+         [--format text|json] [--drain] [--timeout S]
 
 Runs as the user. The first rank prints one report for the allocation; every rank exits 0 when it
 passes, 1 when a node failed, 2 on a usage error or when the exchange cannot be used (a name in the
@@ -51,6 +52,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nccl", action="store_true", help="run the NCCL self-test on every node")
     p.add_argument("--expect-ib", action="store_true", help="with --nccl: NCCL must use InfiniBand, NET/Socket fails")
     p.add_argument(
+        "--across",
+        action="store_true",
+        help="with --nccl: once every node passed, one all-reduce over all nodes (nccl-tests' all_reduce_perf, "
+        "MPI build; start the step with srun --mpi=pmix); names the node whose link went over TCP",
+    )
+    p.add_argument(
+        "--min-busbw",
+        type=float,
+        default=0.0,
+        metavar="GBPS",
+        help="with --across: the all-reduce's bus bandwidth must reach this (default 0: not judged)",
+    )
+    p.add_argument(
         "--nccl-timeout",
         type=float,
         default=60.0,
@@ -91,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--nccl-timeout: between 1 and 3600 seconds")
         if args.expect_ib and not args.nccl:
             raise UsageError("--expect-ib goes with --nccl")
+        if args.across and not args.nccl:
+            raise UsageError("--across goes with --nccl")
+        if not 0 <= args.min_busbw <= 10000 or (args.min_busbw and not args.across):
+            raise UsageError("--min-busbw: between 0 and 10000 GB/s, with --across")
         try:
             rank = ranks.from_env(env)
         except ranks.RankError as exc:
@@ -111,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=tuple(args.checkpoint_dir),
         nccl=args.nccl,
         expect_ib=args.expect_ib,
+        across=args.across,
+        min_busbw_gbps=args.min_busbw,
         nccl_timeout_s=args.nccl_timeout,
         drain=args.drain,
         timeout_s=args.timeout,

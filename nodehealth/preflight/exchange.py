@@ -41,6 +41,7 @@ from nodehealth.statedir.files import parse_json
 
 PREFIX = ".nodehealth-preflight-"
 VERDICT = "verdict.json"
+FINAL = "final.json"  # rank 0's verdict after the all-reduce across the allocation (--across)
 RING = 2  # peers each rank reads
 MAX_DOC = 64 << 10  # a rank's report is a few KiB
 MAX_POINTER = 1024
@@ -87,7 +88,8 @@ def peers(rank: int, size: int, k: int = RING) -> list[int]:
 
 def names_of(rank: int) -> tuple[str, ...]:
     """Every name rank ``rank`` may create in the exchange directory (rank 0 also the verdict)."""
-    return (f"r{rank}.json", f"p{rank}.json", f".tmp-r{rank}") + ((VERDICT,) if rank == 0 else ())
+    own = (f"r{rank}.json", f"p{rank}.json", f"a{rank}.json", f".tmp-r{rank}")
+    return own + ((VERDICT, FINAL) if rank == 0 else ())
 
 
 @dataclass
@@ -360,11 +362,11 @@ class Exchange:
     def announce(self, verdict: dict[str, Any]) -> None:
         self.write(VERDICT, verdict)
 
-    def await_verdict(self, until: float) -> Optional[dict[str, Any]]:
-        if not self._wait(until, lambda: self.exists(VERDICT)):
+    def await_verdict(self, until: float, name: str = VERDICT) -> Optional[dict[str, Any]]:
+        if not self._wait(until, lambda: self.exists(name)):
             return None
         try:
-            return schema.verdict(self.read(VERDICT))
+            return schema.verdict(self.read(name))
         except (OSError, ValueError):
             return None
 

@@ -5,6 +5,12 @@ all tasks together. The local checks get half the timeout; the ring peers are aw
 ``timeout - margin``; rank 0 collects until ``timeout`` and everyone else awaits the verdict
 until ``timeout + VERDICT_GRACE_S``. A shared directory that hangs (a stuck NFS mount) cannot
 hold a rank past ``timeout + WATCHDOG_S``: a watchdog prints why and ends the process.
+
+``--across`` (``preflight.across``): when rank 0's verdict passes every node, it says so in the
+verdict (``across``); every rank then runs its part of one all-reduce over the step (at most
+``nccl_timeout``, ending by ``across_until``), writes ``a<rank>.json``, and waits for rank 0's
+``final.json``; the watchdog moves by ``nccl_timeout + 2 * VERDICT_GRACE_S``. A failed verdict
+runs no all-reduce (a missing rank would only make the others wait for it).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import IO, Any, Callable, Iterator, Mapping, Optional
 
 from nodehealth.config.schema import Config
 from nodehealth.platform.deadline import process_age_s
-from nodehealth.preflight import exchange, hygiene, judge, local
+from nodehealth.preflight import across, exchange, hygiene, judge, local, schema
 from nodehealth.preflight.ranks import Rank
 
 VERDICT_GRACE_S = 3.0
@@ -39,6 +45,8 @@ class Options:
     checkpoints: tuple[str, ...] = ()
     nccl: bool = False
     expect_ib: bool = False
+    across: bool = False  # with nccl: one all-reduce over every node once all passed (preflight.across)
+    min_busbw_gbps: float = 0.0  # with across: the ring's bus bandwidth must reach this (0: not judged)
     nccl_timeout_s: float = 60.0
     drain: bool = False
     timeout_s: float = 10.0
@@ -148,7 +156,10 @@ def preflight(
     with _exchange(rank, opts, environ, clock) as ex:
         started = clock() - process_age_s()
         total = opts.timeout_s + (opts.nccl_timeout_s if opts.nccl else 0.0)
-        _watchdog(started + total + VERDICT_GRACE_S + WATCHDOG_S, rank.node, opts.shared_dir, out)
+        # --across: after the verdict, every rank's part of the all-reduce ends by across_until.
+        across_until = started + total + VERDICT_GRACE_S + opts.nccl_timeout_s
+        extra_s = opts.nccl_timeout_s + 2 * VERDICT_GRACE_S if opts.across else 0.0
+        _watchdog(started + total + VERDICT_GRACE_S + extra_s + WATCHDOG_S, rank.node, opts.shared_dir, out)
         hyg: dict[str, Any] = {}
         collect_until = started + total  # rank 0: the others join only once its pointer is there
         if rank.leader and opts.local_checks:
@@ -209,6 +220,12 @@ def preflight(
                     f"(peers: {blind}; here it is {sh.get('fstype')} at {sh.get('mount')})\n"
                 )
                 return EXIT_FAIL
+            if v.get("across"):
+                ex.write(f"a{rank.rank}.json", _part(cfg, rank, opts, environ, rep, across_until, clock))
+                v = ex.await_verdict(across_until + 2 * VERDICT_GRACE_S, exchange.FINAL) or {"ok": False}
+                if not v.get("ok") and not ex.exists(exchange.FINAL):
+                    out.write(f"FAIL {rank.node}: no verdict after the all-reduce across the allocation\n")
+                ex.remove(f"a{rank.rank}.json")
             ex.leave()
             return EXIT_OK if v.get("ok") else EXIT_FAIL
         g = ex.gather(collect_until)
@@ -228,7 +245,21 @@ def preflight(
             more, notes = hyg.get("result", ([], ["note: job hygiene not checked (scontrol did not finish)"]))
             findings += more
         v = judge.verdict(findings)
-        ex.announce(v)
+        parts: dict[int, dict[str, Any]] = {}
+        if opts.across and v["ok"] and rank.size > 1:
+            ex.announce({**v, "across": True})
+            own = _part(cfg, rank, opts, environ, g.reports.get(0, {}), across_until, clock)
+            parts = {0: schema.across_part(own, 0)}  # rank 0's own output is bounded and printable too
+            parts.update(_gather_parts(ex, rank.size, across_until + VERDICT_GRACE_S, clock))
+            findings += across.judge(nodes, parts, opts.expect_ib, opts.min_busbw_gbps)
+            bw = across.busbw(parts)
+            notes.append(
+                f"all-reduce across {len(nodes)} node(s): " + (f"{bw:g} GB/s bus bandwidth" if bw else "no table")
+            )
+            v = judge.verdict(findings)
+            ex.write(exchange.FINAL, v)
+        else:
+            ex.announce(v)
         leftovers = ex.close(clock() + CLOSE_GRACE_S)
         if leftovers:
             notes.append(f"note: removed what stopped ranks left: {', '.join(leftovers)}")
@@ -243,12 +274,51 @@ def preflight(
                 "notes": notes,
                 "ops_rank0": ex.ops.to_json(),
                 "reports": {nodes[r]: d for r, d in sorted(g.reports.items())},
+                "across": {nodes[r]: d for r, d in sorted(parts.items()) if r < len(nodes)},
             }
             out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         else:
             out.write(judge.render_text(nodes, findings, head, notes))
         out.flush()
         return EXIT_OK if v["ok"] else EXIT_FAIL
+
+
+def _part(
+    cfg: Optional[Config],
+    rank: Rank,
+    opts: Options,
+    environ: Mapping[str, str],
+    rep: Mapping[str, Any],
+    until: float,
+    clock: Callable[[], float],
+) -> dict[str, Any]:
+    """This rank's part of the all-reduce, ended by ``until``, as ``a<rank>.json`` holds it."""
+    left = min(opts.nccl_timeout_s, until - clock())
+    if cfg is None or left < 1.0:
+        return {"rank": rank.rank, "node": rank.node, "setup_error": "no time left before the deadline"}
+    gpus = (rep.get("facts") or {}).get("gpu_count")
+    try:
+        part = across.run_part(cfg, environ, left, rank.leader, gpus if isinstance(gpus, int) else 0)
+    except Exception as exc:  # noqa: BLE001 - a part that cannot run is this node's finding
+        part = {"setup_error": f"{type(exc).__name__}: {exc}"}
+    return {**part, "rank": rank.rank, "node": rank.node}
+
+
+def _gather_parts(
+    ex: exchange.Exchange, size: int, until: float, clock: Callable[[], float]
+) -> dict[int, dict[str, Any]]:
+    """Rank 0: the other ranks' ``a<r>.json`` (until ``until``); a refused one is that node's setup error."""
+    wanted = {f"a{r}.json" for r in range(1, size)}
+    while clock() < until and not wanted <= ex.listing():
+        ex.sleep(0.05)
+    parts: dict[int, dict[str, Any]] = {}
+    for r in range(1, size):
+        try:
+            if ex.exists(f"a{r}.json"):
+                parts[r] = schema.across_part(ex.read(f"a{r}.json"), r)
+        except (OSError, ValueError) as exc:
+            parts[r] = {"setup_error": f"its all-reduce result was refused: {schema.printable(str(exc), 300)}"}
+    return parts
 
 
 def _cannot(out: IO[str], rank: Rank, exc: Exception) -> int:

@@ -129,7 +129,33 @@ def peer_view(doc: Any, rank: int) -> dict[str, Any]:
 
 
 def verdict(doc: Any) -> Optional[dict[str, Any]]:
-    """Rank 0's verdict as a rank reads it: ``ok`` must be true or false (None: not a verdict)."""
+    """Rank 0's verdict as a rank reads it: ``ok`` must be true or false (None: not a verdict);
+    ``across`` true: every node passed, each now runs its part of the all-reduce."""
     if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
         return None
-    return {"ok": doc["ok"]}
+    return {"ok": doc["ok"], "across": True} if doc.get("across") is True else {"ok": doc["ok"]}
+
+
+def across_part(doc: Any, rank: int) -> dict[str, Any]:
+    """A rank's all-reduce summary (``a<rank>.json``, ``preflight.across``), bounded and typed."""
+    if not isinstance(doc, dict):
+        raise Invalid("not a JSON object")
+    out: dict[str, Any] = bounded(doc)
+    _rank_of(out, rank)
+    for key, kind, what in (
+        ("pairs", dict, "an object"),
+        ("perf", dict, "an object"),
+        ("errors", list, "a list"),
+        ("gpus", int, "a number"),
+        ("returncode", int, "a number"),
+        ("timed_out", bool, "true or false"),
+        ("truncated", bool, "true or false"),
+        ("fatal", bool, "true or false"),
+        ("setup_error", str, "a text"),
+    ):
+        _want(out, key, kind, what)
+    if not all(isinstance(v, dict) for v in (out.get("pairs") or {}).values()):
+        raise Invalid("pairs holds something else than links")
+    if not 0 <= (out.get("gpus") or 0) <= 4096:
+        raise Invalid("gpus is out of range")
+    return out
