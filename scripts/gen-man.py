@@ -13,7 +13,6 @@ schema with its default, unit, choices and range, as ``nodehealth config default
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from nodehealth import __version__
 from nodehealth.cli import build_parser
 from nodehealth.commands.options import ExitCode
 from nodehealth.config import lean
+from nodehealth.config.sample import fields_of, key_note
 from nodehealth.config.schema import Config
 from nodehealth.faces.args import usage
 from nodehealth.faces.table import BY_NAME, FACES
@@ -169,29 +169,13 @@ def face_parser(face: str) -> argparse.ArgumentParser:
 
 
 def _keys(obj: Any, table: str, out: list[str]) -> None:
-    nested = []
-    scalars = []
-    for f in dataclasses.fields(obj):
-        if f.name in ("source", "checks"):
-            continue
-        value = getattr(obj, f.name)
-        (nested if dataclasses.is_dataclass(value) and not isinstance(value, type) else scalars).append((f, value))
+    scalars, nested = fields_of(obj)
     if scalars and table:
         out.append(f".SS [{roff(table)}]")
     for f, value in scalars:
-        meta = f.metadata or {}
-        bits = [meta.get("doc", "")]
-        if meta.get("unit"):
-            bits.append(f"unit: {meta['unit']}")
-        if meta.get("choices"):
-            bits.append("one of: " + ", ".join(map(str, meta["choices"])))
-        if meta.get("min") is not None or meta.get("max") is not None:
-            lo = "" if meta.get("min") is None else f"{meta['min']:g}"
-            hi = "" if meta.get("max") is None else f"{meta['max']:g}"
-            bits.append(f"range: {lo}..{hi}")
         shown = lean.documented(value)
         default = f'"{shown}"' if isinstance(shown, str) else str(shown).lower() if isinstance(shown, bool) else shown
-        out += [".TP", f"\\fB{roff(f.name)}\\fR = {roff(str(default))}", roff("; ".join(b for b in bits if b))]
+        out += [".TP", f"\\fB{roff(f.name)}\\fR = {roff(str(default))}", roff(key_note(f))]
     for f, value in nested:
         _keys(value, f"{table}.{f.name}" if table else f.name, out)
 

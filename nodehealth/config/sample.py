@@ -54,32 +54,40 @@ def document() -> str:
     return "\n".join(out)
 
 
-def _doc_fields(obj: Any, table: str, out: list[str], header: bool = True) -> None:
-    nested = []
-    scalars = []
+def fields_of(obj: Any) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+    """A config dataclass's documented keys: (field, value) of its scalars, and of its nested tables."""
+    scalars: list[tuple[Any, Any]] = []
+    nested: list[tuple[Any, Any]] = []
     for f in dataclasses.fields(obj):
         if f.name in ("source", "checks"):
             continue
         value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            nested.append((f, value))
-        else:
-            scalars.append((f, value))
+        (nested if dataclasses.is_dataclass(value) and not isinstance(value, type) else scalars).append((f, value))
+    return scalars, nested
+
+
+def key_note(f: Any) -> str:
+    """A key's one-line description: its doc, unit, choices and range, from the field's metadata."""
+    meta: Mapping[str, Any] = f.metadata or {}
+    bits = [meta.get("doc", "")]
+    if meta.get("unit"):
+        bits.append(f"unit: {meta['unit']}")
+    if meta.get("choices"):
+        bits.append("one of: " + ", ".join(map(str, meta["choices"])))
+    if meta.get("min") is not None or meta.get("max") is not None:
+        lo = "" if meta.get("min") is None else f"{meta['min']:g}"
+        hi = "" if meta.get("max") is None else f"{meta['max']:g}"
+        bits.append(f"range: {lo}..{hi}")
+    return "; ".join(b for b in bits if b)
+
+
+def _doc_fields(obj: Any, table: str, out: list[str], header: bool = True) -> None:
+    scalars, nested = fields_of(obj)
     if scalars:
         if header and table:
             out.append(f"\n[{table}]")
         for f, value in scalars:
-            meta: Mapping[str, Any] = f.metadata or {}
-            bits = [meta.get("doc", "")]
-            if meta.get("unit"):
-                bits.append(f"unit: {meta['unit']}")
-            if meta.get("choices"):
-                bits.append("one of: " + ", ".join(map(str, meta["choices"])))
-            if meta.get("min") is not None or meta.get("max") is not None:
-                lo = "" if meta.get("min") is None else f"{meta['min']:g}"
-                hi = "" if meta.get("max") is None else f"{meta['max']:g}"
-                bits.append(f"range: {lo}..{hi}")
-            out.append("# " + "; ".join(b for b in bits if b))
+            out.append("# " + key_note(f))
             out.append(f"# {f.name} = {_toml_value(lean.documented(value))}")
     for f, value in nested:
         _doc_fields(value, f"{table}.{f.name}" if table else f.name, out)
