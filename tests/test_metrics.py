@@ -21,7 +21,7 @@ from test_daemon_util import ROOT, SCENARIOS, sample
 from nodehealth import registry, runner
 from nodehealth.config import loader as config
 from nodehealth.metrics import NodeMetrics, SlurmView, budget, exposition, probe_timeouts, textfile_path, write_textfile
-from nodehealth.metrics.families import BY_NAME, COUNTER, FAMILIES, GAUGE, GPU, INFO, Family, new, one
+from nodehealth.metrics.families import BY_NAME, COUNTER, FAMILIES, GAUGE, GPU, INFO, Family, Series, new, one
 from nodehealth.metrics.family import row
 from nodehealth.metrics.renderers import GPU_VALUES
 
@@ -670,6 +670,10 @@ def test_what_the_default_page_publishes_of_a_row(kw, labels, value, shown):
     f = row("gpu", "nodehealth_x", GAUGE, tuple(labels), "x", **kw)
     assert f.published(labels, value, detail=False) is shown
     assert f.published(labels, value, detail=True) is True
+    for detail, kept in ((False, shown), (True, True)):  # what Series.add keeps (it drops early)
+        series = Series(f, detail)
+        series.add(tuple(labels.values()), value)
+        assert len(series.samples) == int(kept)
 
 
 def test_detail_follows_the_setting():

@@ -62,9 +62,13 @@ class Family:
         and ``default_values``."""
         if detail:
             return True
-        if self.detail or (self.quiet is not None and value == self.quiet):
+        if self.left_out(value):
             return False
         return all(labels[k] in allowed for k, allowed in self.default_values.items())
+
+    def left_out(self, value: float) -> bool:
+        """Off the default page whatever its labels: a detail family, or the quiet value."""
+        return self.detail or (self.quiet is not None and value == self.quiet)
 
 
 def row(
