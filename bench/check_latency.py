@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import emit
+
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "examples" / "scenarios"
 NODEHEALTH = [sys.executable, "-m", "nodehealth"]
@@ -135,11 +137,7 @@ def main() -> int:
         for what in ("check, healthy 8x H100, prolog checks", "import nodehealth.cli"):
             now, before = (statistics.median(times[f"{what} ({tree})"]) for tree in ("this tree", "previous"))
             lines.append(f"{what}: this tree / previous = {now / before:.2f}")
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
-    return 0
+    return emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import emit
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "examples" / "scenarios" / "healthy-8x-h100.toml"
 
@@ -119,11 +121,7 @@ def main() -> int:
         for m, ms in sorted(per_module.items(), key=lambda kv: -kv[1])[: args.top]:
             lines.append(f"| {m} | {ms:.1f} |")
         lines.append("")
-    text = "\n".join(lines)
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
-    return 0
+    return emit("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import emit
+
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "examples" / "scenarios"
 sys.path.insert(0, str(ROOT))
@@ -133,11 +135,7 @@ def main() -> int:
         "",
     ]
     lines += [f"- `{fn}`: {n}" for fn, n in sorted(by_fn.items(), key=lambda kv: (-kv[1], kv[0]))]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    sys.stdout.write(text)
-    return 0
+    return emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":
