@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import raw_get
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_daemon_util import free_port, get, start, stop, wait_for, write_config  # noqa: E402
@@ -59,26 +60,8 @@ def fast_path(state_dir: str, n: int = 30) -> tuple[float, float]:
 def scrape(url: str, gzip_ok: bool) -> tuple[int, float, int]:
     """One GET on a new connection with a minimal client (raw socket), so the figure is the
     server's and the loopback's, not a heavy HTTP client's."""
-    hostport = url.split("/")[2]
-    host, port = hostport.rsplit(":", 1)
-    request = (
-        f"GET /metrics HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
-        + ("Accept-Encoding: gzip\r\n" if gzip_ok else "")
-        + "\r\n"
-    ).encode()
-    t0 = time.perf_counter()
-    with socket.create_connection((host, int(port)), timeout=2) as conn:
-        conn.sendall(request)
-        chunks = []
-        while True:
-            data = conn.recv(262144)
-            if not data:
-                break
-            chunks.append(data)
-    took = time.perf_counter() - t0
-    raw = b"".join(chunks)
-    head, _, body = raw.partition(b"\r\n\r\n")
-    code = int(head.split(b" ", 2)[1])
+    host, port = url.split("/")[2].rsplit(":", 1)
+    code, took, body = raw_get(host, int(port), gzip_ok)
     return code, took, len(body)
 
 

@@ -1,7 +1,7 @@
 """The scrape and the daemon's footprint, this tree against the previous release, side by side.
 
-    .venv/bin/python bench/scrape_bench.py --baseline /tmp/v020 [--rounds 15] [--window 4]
-        [--rate 50] [--steady 180] [--out bench-scrape.txt]
+    .venv/bin/python bench/scrape_bench.py [--baseline /tmp/v020] [--no-anchors] [--rounds 15]
+        [--window 4] [--rate 50] [--steady 180] [--out bench-scrape.txt]
 
 ``--baseline`` is a checkout of the previous release (``git worktree add /tmp/v020 v0.2.0``; its
 simulator's fake libnvidia-ml is this tree's build: ``ln -s $PWD/sim/nodehealth_sim/fakenvml/build
@@ -16,6 +16,12 @@ rounds, no Slurm hook.
    p99 per window, and the daemon's CPU time per scrape (which a busy machine's scheduling does not
    inflate the way it does the latency); the report gives the medians of the windows and the ratio
    this/previous.
+4. Anchors, in the same interleaved windows (unless --no-anchors): each a process of its own
+   serving this tree's page as the daemon last rendered it: ``nodehealth.daemon.http`` alone (the
+   endpoint without the daemon's other threads), a minimal ``http.server`` with the page as constant
+   bytes (gzip once), and prometheus_client's own exposition server (``start_http_server``, the
+   page's families rendered on each scrape). On a busy machine the absolute p99 is the scheduler's;
+   the ratio to the ``http.server`` anchor says what our code adds.
 The report is printed and written to --out.
 """
 
@@ -24,13 +30,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import raw_get
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -52,23 +59,8 @@ def proc_stats(pid: int) -> tuple[float, int]:
 
 def scrape(port: int, gzip_ok: bool) -> tuple[float, bytes]:
     """One GET on a new connection with a raw-socket client (the figure is the server's)."""
-    request = (
-        f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
-        + ("Accept-Encoding: gzip\r\n" if gzip_ok else "")
-        + "\r\n"
-    ).encode()
-    t0 = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
-        conn.sendall(request)
-        chunks = []
-        while True:
-            data = conn.recv(262144)
-            if not data:
-                break
-            chunks.append(data)
-    took = time.perf_counter() - t0
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"200", head
+    code, took, body = raw_get("127.0.0.1", port, gzip_ok)
+    assert code == 200, code
     return took, body
 
 
@@ -91,6 +83,65 @@ def series(text: bytes) -> int:
     return sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
 
 
+def serve(kind: str, port: int, page: Path) -> None:
+    """An anchor (see 4. above): serve ``page`` on 127.0.0.1:``port`` until killed."""
+    body = page.read_bytes()
+    zipped = gzip.compress(body, compresslevel=6, mtime=0)
+    ctype = "text/plain; version=0.0.4; charset=utf-8"
+    if kind == "endpoint":
+        from nodehealth.daemon.http import MetricsServer
+
+        server = MetricsServer(f"127.0.0.1:{port}", lambda: body, None, lambda: zipped)
+        server.start()
+        server.thread.join()
+    elif kind == "http.server":
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                z = "gzip" in self.headers.get("Accept-Encoding", "")
+                out = zipped if z else body
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(out)))
+                if z:
+                    self.send_header("Content-Encoding", "gzip")
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    else:
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = list(text_string_to_metric_families(body.decode()))
+
+        class Page:
+            def collect(self) -> list[object]:
+                return families
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Page())  # type: ignore[arg-type]
+        start_http_server(port, "127.0.0.1", registry=registry)
+        while True:
+            time.sleep(3600)
+
+
+ANCHORS = ("endpoint", "http.server", "prometheus_client")
+
+
+def start_anchor(kind: str, page: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--page", str(page)]
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
 def start(tree: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cfg = write_config(tmp, "healthy-8x-h100", port, interval_s=30)
@@ -103,14 +154,23 @@ def start(tree: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", required=True, help="a checkout of the previous release (v0.2.0)")
+    ap.add_argument("--baseline", help="a checkout of the previous release (v0.2.0)")
+    ap.add_argument("--no-anchors", action="store_true", help="no anchor servers in the latency windows")
+    ap.add_argument("--serve", choices=ANCHORS, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--page", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--window", type=float, default=4.0)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--steady", type=float, default=180.0)
     ap.add_argument("--out", default="bench-scrape.txt")
     args = ap.parse_args()
-    trees = {"this tree": ROOT, "v0.2.0": Path(args.baseline).resolve()}
+    if args.serve:
+        serve(args.serve, args.port, Path(args.page))
+        return 0
+    trees = {"this tree": ROOT}
+    if args.baseline:
+        trees["v0.2.0"] = Path(args.baseline).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="nodehealth-scrape-"))
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     lines: list[str] = []
