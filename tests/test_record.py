@@ -133,6 +133,10 @@ def test_a_record_may_extend_a_record_and_not_overwrite_setattr() -> None:
     assert Sub(1, f=2) == Sub(1, f=2) and repr(Sub(1)).endswith("Sub(a=1, b=None, c=(), d='', f=0)")
     with pytest.raises(dataclasses.FrozenInstanceError):
         Sub(1).f = 3  # type: ignore[misc]
+    assert Sub.__setattr__.__code__ is Rec.__setattr__.__code__  # a record over records compiles none either
+    assert Sub.__dataclass_params__.frozen is True and "frozen=True" in repr(Sub.__dataclass_params__)
+    with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+        dataclasses.dataclass(type("Loose", (Sub,), {"__annotations__": {"g": int}, "g": 0}))
     for make in (record, dataclasses.dataclass(frozen=True)):
         with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
             make(type("Own", (), {"__setattr__": lambda self, n, v: None}))

@@ -16,6 +16,7 @@ Standard library only: ``observations`` imports nothing of ours.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 _T = TypeVar("_T")
@@ -81,6 +82,40 @@ def _value_methods(cls: type) -> None:
         setattr(cls, name, fn)
 
 
+_defining = threading.local()  # .over: True while record defines a class over records in this thread
+
+
+class _Params:
+    """A record's ``__dataclass_params__``: dataclasses' own, read through, with ``frozen`` True, except
+    to ``record`` itself while it defines a record over this one in this thread. dataclasses refuses a
+    non-frozen class over a frozen base, and a frozen one costs two compiled methods; a record over
+    records is defined non-frozen and made frozen after, as a record over no dataclass is."""
+
+    __slots__ = ("_params",)
+
+    def __init__(self, params: Any) -> None:
+        self._params = params
+
+    @property
+    def frozen(self) -> bool:
+        return not getattr(_defining, "over", False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._params, name)
+
+    def __repr__(self) -> str:
+        return repr(self._params).replace("frozen=False", "frozen=True")
+
+
+def _over_records(cls: type) -> bool:
+    """Every dataclass among ``cls``'s bases is a record (or there is none)."""
+    return all(
+        isinstance(base.__dict__.get("__dataclass_params__"), _Params)
+        for base in cls.__mro__[1:]
+        if "__dataclass_fields__" in base.__dict__
+    )
+
+
 def _frozen(cls: type[Any]) -> None:
     """What ``frozen=True`` writes (``__setattr__``, ``__delattr__``), as shared functions: the same
     FrozenInstanceError for a field or on the class itself, ``super()``'s for another attribute of a
@@ -101,7 +136,7 @@ def _frozen(cls: type[Any]) -> None:
     for fn in (__setattr__, __delattr__):
         fn.__qualname__ = f"{cls.__qualname__}.{fn.__name__}"
         setattr(cls, fn.__name__, fn)
-    cls.__dataclass_params__.frozen = True
+    cls.__dataclass_params__ = _Params(cls.__dict__["__dataclass_params__"])
 
 
 def _signature(cls: type) -> str:
@@ -124,11 +159,14 @@ def _record(cls: type[_T]) -> type[_T]:
     undocumented = not cls.__dict__.get("__doc__")
     if undocumented:  # a placeholder, so that dataclasses does not call inspect.signature
         cls.__doc__ = cls.__name__
-    plain = not any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]) and not (
-        {"__setattr__", "__delattr__"} & set(cls.__dict__)
-    )
-    if plain:  # no dataclass base, no own __setattr__: frozen without compiling two methods
-        made = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+    plain = _over_records(cls) and not ({"__setattr__", "__delattr__"} & set(cls.__dict__))
+    if plain:  # no dataclass base but records, no own __setattr__: frozen without compiling two methods
+        before = getattr(_defining, "over", False)
+        _defining.over = True
+        try:
+            made = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+        finally:
+            _defining.over = before
         _frozen(made)
     else:  # dataclasses' own checks (a frozen base, an overwritten __setattr__) and methods
         made = dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(cls)
