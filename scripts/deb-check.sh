@@ -33,12 +33,17 @@ apt-get install -y -qq "$deb1" >/dev/null
 dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth
 /usr/bin/nodehealth --version | tee "$tmp/version"
 grep -q "(commit $(git rev-parse --short=12 HEAD))" "$tmp/version" || fail "--version does not name the commit the package was built from"
-for f in /usr/share/bash-completion/completions/nodehealth /usr/share/zsh/vendor-completions/_nodehealth \
-         /usr/share/fish/vendor_completions.d/nodehealth.fish /usr/share/man/man5/nodehealth.toml.5.gz; do
-    dpkg -L nodehealth | grep -qx "$f" || fail "the package does not install $f"
+for cmd in nodehealth nodehealth-prolog nodehealth-epilog nodehealth-healthcheck; do
+    for f in /usr/share/bash-completion/completions/$cmd /usr/share/zsh/vendor-completions/_$cmd \
+             /usr/share/fish/vendor_completions.d/$cmd.fish; do
+        dpkg -L nodehealth | grep -qx "$f" || fail "the package does not install $f"
+    done
 done
+dpkg -L nodehealth | grep -qx /usr/share/man/man5/nodehealth.toml.5.gz || fail "the package does not install nodehealth.toml(5)"
 bash -c 'source /usr/share/bash-completion/completions/nodehealth; COMP_WORDS=(nodehealth check --only gpu_e); COMP_CWORD=3; _nodehealth; [ "${COMPREPLY[*]}" = gpu_ecc ]' \
     || fail "the installed bash completion does not complete check names"
+bash -c 'source /usr/share/bash-completion/completions/nodehealth-prolog; COMP_WORDS=(nodehealth-prolog --d); COMP_CWORD=1; _nodehealth_prolog; [ "${COMPREPLY[*]}" = --dry-run ]' \
+    || fail "the installed bash completion of nodehealth-prolog does not complete its options"
 dpkg-query -W -f='${Conffiles}\n' nodehealth | grep -q " $conf " || fail "$conf is not a conffile"
 stat -c '%n %U:%G %a' /run/nodehealth /var/lib/nodehealth "$conf"
 [ "$(stat -c %a /run/nodehealth)" = 700 ] || fail "/run/nodehealth mode"

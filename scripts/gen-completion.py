@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Write the shell completion files the packages install, generated from the argument parser
-(nodehealth/commands/completion.py):
+(nodehealth/commands/completion.py) and, for each face's own script, from the table of faces
+(nodehealth/faces/table.py) and the faces' options (nodehealth/faces/args.py):
 
   python scripts/gen-completion.py OUTDIR
 
-OUTDIR/nodehealth (bash: /usr/share/bash-completion/completions/), OUTDIR/_nodehealth (zsh: Debian's
-/usr/share/zsh/vendor-completions/, RHEL's /usr/share/zsh/site-functions/) and OUTDIR/nodehealth.fish
-(fish: /usr/share/fish/vendor_completions.d/).
+One file per command and shell, named as each shell looks it up by the command's name:
+OUTDIR/bash/COMMAND (/usr/share/bash-completion/completions/), OUTDIR/zsh/_COMMAND (Debian's
+/usr/share/zsh/vendor-completions/, RHEL's /usr/share/zsh/site-functions/) and OUTDIR/fish/COMMAND.fish
+(/usr/share/fish/vendor_completions.d/), for nodehealth and every face (nodehealth-prolog, ...).
+The packages install each directory whole, so a new face's files follow its row.
 """
 
 from __future__ import annotations
@@ -15,18 +18,28 @@ import sys
 from pathlib import Path
 
 from nodehealth.cli import build_parser
-from nodehealth.commands.completion import script
+from nodehealth.commands.completion import face_script, face_scripts, script
 
-FILES = {"bash": "nodehealth", "zsh": "_nodehealth", "fish": "nodehealth.fish"}
+NAMES = {"bash": "{}", "zsh": "_{}", "fish": "{}.fish"}  # shell -> file name of a command's completion
+
+
+def files() -> dict[str, str]:
+    """Every completion file, ``shell/name`` -> its text."""
+    parser = build_parser()
+    parser.prog = "nodehealth"
+    out = {}
+    for shell, name in NAMES.items():
+        out[f"{shell}/{name.format('nodehealth')}"] = script(parser, shell)
+        for command, face in face_scripts().items():
+            out[f"{shell}/{name.format(command)}"] = face_script(face, shell)
+    return out
 
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/completions")
-    out.mkdir(parents=True, exist_ok=True)
-    parser = build_parser()
-    parser.prog = "nodehealth"
-    for shell, name in FILES.items():
-        (out / name).write_text(script(parser, shell), encoding="utf-8")
+    for rel, text in files().items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text, encoding="utf-8")
     return 0
 
 

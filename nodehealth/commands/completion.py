@@ -4,8 +4,9 @@ bash, zsh and fish are written here from the parser itself (``tree``): the subco
 options, the values an option takes (its choices; the check names of the registry for ``--only``
 and ``--skip``; scenario files, ``*.toml`` and the shipped ``/usr/share/nodehealth/scenarios``, for
 ``--simulate``; files and directories by the option's metavar). zsh runs the bash function through
-its ``bashcompinit``; tcsh is shtab's (optional). The packages install the first three
-(scripts/gen-completion.py).
+its ``bashcompinit``; tcsh is shtab's (optional). Each face's script (``nodehealth-prolog`` ...) gets its
+own, from ``faces/args.py``'s options and ``faces/table.py``'s rows (``face_tree``). The packages install
+the first three for every command (scripts/gen-completion.py).
 """
 
 from __future__ import annotations
@@ -88,6 +89,15 @@ def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help_text:
         else:
             opts.append(_opt(action))
     return Cmd(path, help_text, tuple(opts), tuple(subs))
+
+
+def face_tree(face: str) -> Cmd:
+    """A face's command line as data (``faces/args.py``'s options): what its own script completes."""
+    from nodehealth.faces.args import OPTION_TABLE
+    from nodehealth.faces.table import BY_NAME
+
+    opts = tuple(Opt(flags, text, "file" if metavar else "") for flags, metavar, text in OPTION_TABLE)
+    return Cmd((), BY_NAME[face].does, opts, ())
 
 
 def _bash_q(words: tuple[str, ...]) -> str:
@@ -252,22 +262,47 @@ def fish(root: Cmd, prog: str = "nodehealth") -> str:
     return "\n".join(lines) + "\n"
 
 
+WRITERS = {"bash": bash, "zsh": zsh, "fish": fish}
+
+
+def face_scripts() -> dict[str, str]:
+    """Each face's console script -> its face (``nodehealth-prolog`` -> ``prolog``), from ``faces/table.py``."""
+    from nodehealth.faces.table import FACES
+
+    return {face.script: face.name for face in FACES}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "completion",
         help="print shell completion for nodehealth (bash, zsh, fish, tcsh)",
         description="Print a completion script generated from nodehealth's own argument parser: subcommands, "
-        "options, check names for --only, scenario files for --simulate. The packages install bash's, zsh's and "
-        "fish's; by hand: nodehealth completion bash > /etc/bash_completion.d/nodehealth",
+        "options, check names for --only, scenario files for --simulate; with --for, a face's own (its "
+        "options, files for --config). The packages install bash's, zsh's and fish's for every command; by "
+        "hand: nodehealth completion bash > /etc/bash_completion.d/nodehealth",
     )
     p.add_argument("shell", choices=SHELLS)
+    p.add_argument(
+        "--for",
+        dest="command",
+        metavar="COMMAND",
+        choices=("nodehealth", *face_scripts()),
+        default="nodehealth",
+        help="the command to complete: nodehealth (default) or a face's script (bash, zsh, fish)",
+    )
     p.set_defaults(func=run)
 
 
+def face_script(face: str, name: str) -> str:
+    """The completion script in shell ``name`` (bash, zsh, fish) of a face's own command."""
+    from nodehealth.faces.table import BY_NAME
+
+    return WRITERS[name](face_tree(face), BY_NAME[face].script)
+
+
 def script(parser: argparse.ArgumentParser, name: str) -> str:
-    if name in ("bash", "zsh", "fish"):
-        writer = {"bash": bash, "zsh": zsh, "fish": fish}[name]
-        return writer(tree(parser), parser.prog or "nodehealth")
+    if name in WRITERS:
+        return WRITERS[name](tree(parser), parser.prog or "nodehealth")
     import shtab
 
     text: str = shtab.complete(parser, name)  # the shell, positionally
@@ -275,8 +310,12 @@ def script(parser: argparse.ArgumentParser, name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    face = face_scripts().get(args.command)
+    if face is not None and args.shell not in WRITERS:
+        print(f"nodehealth: --for {args.command}: bash, zsh or fish only", file=sys.stderr)
+        return 2
     try:
-        text = script(args.root_parser, args.shell)
+        text = face_script(face, args.shell) if face is not None else script(args.root_parser, args.shell)
     except ImportError:
         print(
             "nodehealth: tcsh completion needs the shtab package (pip install 'nodehealth[completion]')",

@@ -31,7 +31,15 @@ or nodehealth check --as {face} --job N --gpus 0,1.
 """
 
 
-OPTIONS = ("--dry-run", "--config", "--version", "--help")
+# The faces' options: the flags, the value's metavar ("" when none) and a line of what it does (the shell
+# completion, generated from this, shows the line; USAGE says it at length).
+OPTION_TABLE = (
+    (("--dry-run",), "", "decide as Slurm's run would and print it; change nothing"),
+    (("--config",), "FILE", "the config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)"),
+    (("-V", "--version"), "", "print the version and exit"),
+    (("-h", "--help"), "", "print the usage and exit"),
+)
+OPTIONS = tuple(flags[-1] for flags, _, _ in OPTION_TABLE)
 
 
 def usage(face: str) -> str:
