@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from helpers_preflight import start_rank
 
 from nodehealth.preflight import exchange, hygiene, judge, local, ranks
 from nodehealth.probes import host
@@ -39,36 +38,8 @@ def _run(
         _config(tmp, node, scen.get(r, SCEN / "healthy.toml"))
         if r == skip:
             continue
-        env = dict(
-            os.environ,
-            SLURM_PROCID=str(r),
-            SLURM_NTASKS=str(n),
-            SLURM_NODEID=str(r),
-            SLURMD_NODENAME=node,
-            SLURM_JOB_ID="77",
-            SLURM_STEP_ID="1",
-            SLURM_JOB_NODELIST=f"n[1-{n}]",
-            SLURM_NNODES=str(n),
-            SLURM_CONF="/nonexistent/slurm.conf",
-        )
-        procs[r] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nodehealth",
-                "preflight",
-                "--shared-dir",
-                str(shared),
-                "--config",
-                str(tmp / "nh-%n.toml"),
-                *args,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
+        job = ("77", "1", f"n[1-{n}]")
+        procs[r] = start_rank(r, n, node, job, shared, tmp / "nh-%n.toml", args)
     outs = {r: p.communicate(timeout=60)[0] for r, p in procs.items()}
     return {r: p.returncode for r, p in procs.items()}, "".join(outs.values())
 

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers_preflight import start_rank
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "tests" / "fixtures" / "slurm"
@@ -62,37 +61,8 @@ def _run(
     procs = {}
     n = len(nodes)
     for r, node in enumerate(nodes):
-        env = dict(
-            os.environ,
-            SLURM_PROCID=str(r),
-            SLURM_NTASKS=str(n),
-            SLURM_NODEID=str(r),
-            SLURMD_NODENAME=node,
-            SLURM_JOB_ID="88",
-            SLURM_STEP_ID="0",
-            SLURM_JOB_NODELIST=",".join(nodes),
-            SLURM_NNODES=str(n),
-            SLURM_CONF="/nonexistent/slurm.conf",
-            **env_extra,
-        )
-        procs[r] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nodehealth",
-                "preflight",
-                "--shared-dir",
-                str(shared),
-                "--config",
-                str(tmp / "nh-%n.toml"),
-                *args,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
+        job = ("88", "0", ",".join(nodes))
+        procs[r] = start_rank(r, n, node, job, shared, tmp / "nh-%n.toml", args, env_extra)
     outs = {r: p.communicate(timeout=120)[0] for r, p in procs.items()}
     return {r: p.returncode for r, p in procs.items()}, "".join(outs.values())
 
