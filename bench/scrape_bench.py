@@ -173,6 +173,7 @@ def main() -> int:
         trees["v0.2.0"] = Path(args.baseline).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="nodehealth-scrape-"))
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    anchors: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     lines: list[str] = []
 
     def say(text: str) -> None:
@@ -187,18 +188,27 @@ def main() -> int:
         for _, port in procs.values():
             wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"\nnodehealth_rounds_total 1.0" in b, timeout=120)
         say(f"8 simulated GPUs (healthy-8x-h100), 30 s rounds; {sys.version.split()[0]}; {os.cpu_count()} CPUs")
-        say("| figure | this tree | v0.2.0 | ratio |")
-        say("|---|---|---|---|")
+        names = list(procs)
+        two = len(names) == 2
+
+        def row(label: str, values: dict[str, float], fmt: str) -> None:
+            cells = " | ".join(format(values[n], fmt) for n in names)
+            b = values[names[-1]] if two else 0
+            say(f"| {label} | {cells} |" + (f" {values[names[0]] / b:.2f}x |" if two and b else (" |" if two else "")))
+
+        say("| figure | " + " | ".join(names) + (" | ratio |" if two else " |"))
+        say("|---" * (len(names) + 1 + two) + "|")
         size = {}
         for name, (_, port) in procs.items():
             _, plain = scrape(port, False)
             _, zipped = scrape(port, True)
-            size[name] = (series(plain), len(plain), len(zipped), len(gzip.decompress(zipped)))
-        a, b = size["this tree"], size["v0.2.0"]
-        say(f"| series per scrape | {a[0]} | {b[0]} | {a[0] / b[0]:.2f}x |")
-        say(f"| bytes per scrape (plain) | {a[1]} | {b[1]} | {a[1] / b[1]:.2f}x |")
-        say(f"| bytes per scrape (gzip) | {a[2]} | {b[2]} | {a[2] / b[2]:.2f}x |")
-        # Steady state: both at once, a scrape every 15 s each.
+            size[name] = (series(plain), len(plain), len(zipped))
+        row("series per scrape", {n: size[n][0] for n in names}, "d")
+        row("bytes per scrape (plain)", {n: size[n][1] for n in names}, "d")
+        row("bytes per scrape (gzip)", {n: size[n][2] for n in names}, "d")
+        page = tmp / "page.txt"
+        page.write_bytes(scrape(procs["this tree"][1], False)[1])
+        # Steady state: all at once, a scrape every 15 s each.
         cpu0 = {n: proc_stats(p.pid)[0] for n, (p, _) in procs.items()}
         rss: dict[str, list[int]] = {n: [] for n in procs}
         t0 = time.monotonic()
@@ -212,44 +222,51 @@ def main() -> int:
                 rss[n].append(proc_stats(p.pid)[1])
             time.sleep(5)
         elapsed = time.monotonic() - t0
+        row(
+            f"daemon RSS, median over {elapsed:.0f} s (MiB)",
+            {n: statistics.median(rss[n]) / 2**20 for n in names},
+            ".1f",
+        )
         cpu = {n: 100 * (proc_stats(p.pid)[0] - cpu0[n]) / elapsed for n, (p, _) in procs.items()}
-        ra, rb = (statistics.median(rss[n]) / 2**20 for n in ("this tree", "v0.2.0"))
-        say(f"| daemon RSS, median over {elapsed:.0f} s (MiB) | {ra:.1f} | {rb:.1f} | {ra / rb:.2f}x |")
-        ca, cb = cpu["this tree"], cpu["v0.2.0"]
-        say(f"| daemon CPU, % of a core over {elapsed:.0f} s | {ca:.3f} | {cb:.3f} | {ca / cb if cb else 0:.2f}x |")
-        # Latency windows, interleaved A B B A ...
-        p50: dict[str, list[float]] = {n: [] for n in procs}
-        p99: dict[str, list[float]] = {n: [] for n in procs}
-        pooled: dict[str, list[float]] = {n: [] for n in procs}
-        cpu_per: dict[str, list[float]] = {n: [] for n in procs}  # daemon CPU ms per scrape, per window
-        order = list(procs)
+        row(f"daemon CPU, % of a core over {elapsed:.0f} s", cpu, ".3f")
+        servers = dict(procs)
+        for kind in () if args.no_anchors else ANCHORS:
+            servers[kind] = anchors[kind] = start_anchor(kind, page)
+        for _, port in anchors.values():
+            wait_for(f"http://127.0.0.1:{port}/metrics", timeout=30)
+        # Latency windows, interleaved A B C ... C B A ...
+        p50: dict[str, list[float]] = {n: [] for n in servers}
+        p99: dict[str, list[float]] = {n: [] for n in servers}
+        pooled: dict[str, list[float]] = {n: [] for n in servers}
+        cpu_per: dict[str, list[float]] = {n: [] for n in servers}  # server CPU ms per scrape, per window
+        order = list(servers)
         for r in range(args.rounds):
             for n in order if r % 2 == 0 else order[::-1]:
-                before = proc_stats(procs[n][0].pid)[0]
-                lat = window(procs[n][1], args.rate, args.window)
-                cpu_per[n].append((proc_stats(procs[n][0].pid)[0] - before) * 1000 / len(lat))
+                before = proc_stats(servers[n][0].pid)[0]
+                lat = window(servers[n][1], args.rate, args.window)
+                cpu_per[n].append((proc_stats(servers[n][0].pid)[0] - before) * 1000 / len(lat))
                 p50[n].append(q(lat, 0.5))
                 p99[n].append(q(lat, 0.99))
                 pooled[n] += lat
-        m = {n: (statistics.median(p50[n]), statistics.median(p99[n])) for n in procs}
-        (a50, a99), (b50, b99) = m["this tree"], m["v0.2.0"]
-        what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip, median of windows"
-        say(f"| /metrics p50 (ms), {what} | {a50:.2f} | {b50:.2f} | {a50 / b50:.2f}x |")
-        say(f"| /metrics p99 (ms), {what} | {a99:.2f} | {b99:.2f} | {a99 / b99:.2f}x |")
-        ua, ub = statistics.median(cpu_per["this tree"]), statistics.median(cpu_per["v0.2.0"])
+        what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip"
+        anchor = "http.server" if "http.server" in servers else None
+        say("")
         say(
-            f"| daemon CPU per scrape (ms, median of windows; the machine's noise left out) | {ua:.3f} | {ub:.3f} | "
-            f"{ua / ub if ub else 0:.2f}x |"
+            f"| /metrics, {what} | p50 (ms) | p99 (ms) | p99 pooled (ms) | CPU per scrape (ms) |"
+            + (" p99 / http.server |" if anchor else "")
         )
-        pa, pb = sorted(pooled["this tree"]), sorted(pooled["v0.2.0"])
-        say(
-            f"| /metrics p99 (ms), all {len(pa)} / {len(pb)} requests pooled | {q(pa, 0.99):.2f} | {q(pb, 0.99):.2f} | "
-            f"{q(pa, 0.99) / q(pb, 0.99):.2f}x |"
-        )
+        say("|---|---|---|---|---|" + ("---|" if anchor else ""))
+        m99 = {n: statistics.median(p99[n]) for n in servers}
+        for n in servers:
+            ratio = f" {m99[n] / m99[anchor]:.2f}x |" if anchor else ""
+            say(
+                f"| {n} | {statistics.median(p50[n]):.2f} | {m99[n]:.2f} | {q(sorted(pooled[n]), 0.99):.2f} | "
+                f"{statistics.median(cpu_per[n]):.3f} |{ratio}"
+            )
     finally:
-        for p, _ in procs.values():
+        for p, _ in list(procs.values()) + list(anchors.values()):
             p.terminate()
-        for p, _ in procs.values():
+        for p, _ in list(procs.values()) + list(anchors.values()):
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
