@@ -261,19 +261,8 @@ class PendingSelftest:
                     for m in modes
                 )
             )
-        return NcclObservation(
-            runs=tuple(
-                NcclRun(
-                    mode=m,
-                    runner=self.plan.runner,
-                    gpus=self.gpus,
-                    finished_at=time.time(),
-                    setup_error=f"the self-test's child failed: {outcome.value}",
-                    setup_kind="config",
-                )
-                for m in modes
-            )
-        )
+        why = f"the self-test's child failed: {outcome.value}"
+        return NcclObservation(runs=tuple(_not_run(m, self.plan.runner, self.gpus, why, "config") for m in modes))
 
 
 def start(plan: Plan, gpus: Optional[int], timeout_s: float) -> Any:
