@@ -226,6 +226,9 @@ def config_page() -> str:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1].startswith("-"):  # an option is no OUTDIR: never a directory "--help"
+        print(__doc__.strip(), file=sys.stdout if sys.argv[1] in ("-h", "--help") else sys.stderr)
+        return 0 if sys.argv[1] in ("-h", "--help") else 2
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/man")
     out.mkdir(parents=True, exist_ok=True)
     pages = {"nodehealth": build_parser()}
