@@ -16,9 +16,9 @@ _COLORS = {Status.OK: "32", Status.SKIPPED: "2", Status.WARN: "33", Status.UNKNO
 def text(report: Report, color: bool = False, quiet: bool = False, verbose: bool = False) -> str:
     """One line per check (``quiet``: only those not OK or SKIPPED; ``verbose``: with details).
 
-    Checks that say the same thing (WARN or worse, the same status, summary, GPU and action: one
-    cause, e.g. NVML not answering) are one line at the first one's place, naming them all, with
-    the part of their hints they share; ``verbose`` keeps one line per check.
+    Checks that say the same thing (WARN or worse, or SKIPPED, with the same status, summary, GPU and
+    action: one cause, e.g. NVML not answering, or no GPU on this host) are one line at the first one's
+    place, naming them all, with the part of their hints they share; ``verbose`` keeps one line per check.
     """
     width = max((len(r.name) for r in report.results), default=10)
     lines = [report.source] if report.source else []  # the header: where the GPUs were read from
@@ -50,10 +50,11 @@ def _cause(r: CheckResult) -> tuple[Any, ...]:
 
 
 def _groups(results: Iterable[CheckResult]) -> dict[tuple[Any, ...], list[CheckResult]]:
-    """The results of WARN or worse by what they say; only causes two or more checks share."""
+    """The results of WARN or worse, and the SKIPPED ones, by what they say; only causes two or more
+    checks share (OK lines stay one per check: each says what it measured)."""
     by: dict[tuple[Any, ...], list[CheckResult]] = {}
     for r in results:
-        if r.status >= Status.WARN:
+        if r.status >= Status.WARN or r.status == Status.SKIPPED:
             by.setdefault(_cause(r), []).append(r)
     return {k: v for k, v in by.items() if len(v) > 1}
 

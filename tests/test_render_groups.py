@@ -39,6 +39,23 @@ def test_one_cause_is_one_line_naming_every_check() -> None:
     assert verbose.count(same) == 3, "verbose keeps one line per check"
 
 
+def test_checks_skipped_for_one_reason_are_one_line_and_ok_lines_stay_apart() -> None:
+    """A host with no GPU: every GPU check SKIPPED for the same reason is one line, not thirteen."""
+    why = "does not apply: no GPU"
+    rep = _report(
+        CheckResult("gpu_count", Status.SKIPPED, why),
+        CheckResult("gpu_ecc", Status.SKIPPED, why),
+        CheckResult("host_memory", Status.OK, "ok"),
+        CheckResult("host_mounts", Status.OK, "ok"),
+        CheckResult("gpu_pcie", Status.SKIPPED, why),
+        CheckResult("gpu_xid", Status.SKIPPED, "does not apply: nothing configured"),
+    )
+    out = render.text(rep)
+    assert out.count(why) == 1 and "3 checks" in out and "checks: gpu_count, gpu_ecc, gpu_pcie" in out, out
+    assert "gpu_xid" in out and out.count("host_") == 2, out
+    assert render.text(rep, verbose=True).count(why) == 3
+
+
 def test_different_gpus_or_statuses_are_not_grouped() -> None:
     rep = _report(
         CheckResult("gpu_ecc", Status.FAIL, "uncorrectable", gpu=0, action=Action.RESET_GPU),
