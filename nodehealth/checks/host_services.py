@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
 from nodehealth.model import Finding, Status, fold
-from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations import Observations
 from nodehealth.observations.record import record
 from nodehealth.observations.services import ServicesObservation, UnitState
 
@@ -115,8 +115,9 @@ class Settings(CheckSettings):
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> Any:
     seen = obs.services
-    if isinstance(seen, ProbeError):
-        return result(ctx, Status.UNKNOWN, f"cannot read the node's services: {seen.message}")
+    gate = probe_gate(seen, ctx, "cannot read the node's services", "the node's services were not probed")
+    if gate is not None:
+        return gate
     if not isinstance(seen, ServicesObservation):
         return result(ctx, Status.UNKNOWN, "the node's services were not probed")
     findings: list[Finding] = []

@@ -172,6 +172,8 @@ def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
 def _services(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import services
 
+    if ctx.config.nvml.simulate:  # what simulated GPUs need is not what this host runs
+        return ProbeError("services", "unavailable", "simulated GPUs: the host's services and modules are not theirs")
     settings = ctx.config.checks["host_services"]
     return services.gather(
         ctx.config.paths.sysfs_root,
