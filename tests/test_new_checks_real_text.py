@@ -1,25 +1,30 @@
 """The new checks against published text: real InfiniBand counters and EDAC layouts turned into sysfs trees
-(tests/fixtures/host/infiniband/README.md, tests/fixtures/host_errors/README.md), and gpu_throttle's job
-window through the real prolog and epilog faces."""
+(tests/fixtures/host/infiniband/README.md, tests/fixtures/host_errors/README.md), gpu_throttle's job
+window through the real prolog and epilog faces, and published D-state processes, AER counters and
+systemctl show output (tests/fixtures/real-world/host_errors/README.md, .../host_services/README.md)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodehealth.checks import host_edac, host_infiniband
+from nodehealth.checks import host_dstate, host_edac, host_infiniband, host_pcie_aer
 from nodehealth.checks.base import Context
-from nodehealth.model import Status
+from nodehealth.model import Action, Status
 from nodehealth.observations import Observations
-from nodehealth.probes import host_errors, infiniband
+from nodehealth.observations.host_errors import AerObservation, DstateObservation, DstateProcess
+from nodehealth.probes import host_errors, infiniband, services
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IB = FIXTURES / "host" / "infiniband"
 EDAC = FIXTURES / "host_errors" / "edac"
+REAL_HOST = FIXTURES / "real-world" / "host_errors"
+REAL_SERVICES = FIXTURES / "real-world" / "host_services"
 # drivers/infiniband/core/sysfs.c: state_show, phys_state_show, rate_show, link_layer_show.
 UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)"}
 
@@ -202,3 +207,136 @@ def test_the_epilog_judges_throttling_over_the_jobs_own_window(fake: Any, capsys
     assert re.search(r"WARN gpu_throttle: GPU 0: thermal throttling \d+% of job 42 \(\d+ s\)$", line), line
     assert "GPU 2" not in err
     assert fake.calls() == []  # WARN-only by default: no drain
+
+
+# --------------------------------------------------------------------------- D state: published ps output
+
+# ps aux: USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND...
+_PS_AUX = re.compile(r"^\S+\s+(\d+)(?:\s+\S+){5}\s+(\S+)\s+\S+\s+\S+\s+(\S+)")
+TASK_COMM_LEN = 16  # include/linux/sched.h: the kernel keeps 15 characters of the name and a NUL
+
+
+def ps_aux_rows(name: str) -> list[tuple[int, str, str]]:
+    """(pid, STAT, the program's path) of each process line of a published ``ps aux``."""
+    rows = []
+    for line in (REAL_HOST / name).read_text().splitlines():
+        m = _PS_AUX.match(line)
+        if m and not line.startswith("ps "):
+            rows.append((int(m.group(1)), m.group(2), m.group(3)))
+    return rows
+
+
+def proc_stat(pid: int, comm: str, state: str) -> str:
+    """proc(5)'s layout: pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    utime stime cutime cstime priority nice num_threads itrealvalue starttime vsize rss."""
+    return f"{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 " + "0 " * 12 + "4242 1000 10\n"
+
+
+def test_the_published_d_state_nvidia_processes_are_named_as_the_kernel_names_them(tmp_path: Path) -> None:
+    """nvidia-docker #377 (an Azure K80 VM after a restart): nvidia-smi, nvidia-persistenced and
+    nvidia-docker-plugin in D state, as ``ps aux`` printed them. Each becomes the /proc/<pid>/stat the kernel
+    writes for it: its pid, the state letter that leads ps's STAT (``Ds``, ``Dsl``: the rest are ps's
+    session and thread flags, not /proc's state), and the program's file name cut to 15 characters. ps shows
+    no descriptors: each is given /dev/nvidiactl here (the test's, not the published text's)."""
+    rows = ps_aux_rows("nvidia_docker_377_ps_aux_dstate.txt")
+    assert [(pid, stat) for pid, stat, _ in rows] == [(935, "D"), (953, "Ds"), (1368, "Dsl")]
+    proc = tmp_path / "proc"
+    for pid, stat, program in rows:
+        where = proc / str(pid)
+        (where / "fd").mkdir(parents=True)
+        comm = os.path.basename(program)[: TASK_COMM_LEN - 1]
+        (where / "stat").write_text(proc_stat(pid, comm, stat[0]))
+        (where / "fd" / "3").symlink_to("/dev/nvidiactl")
+    obs = host_errors.start_dstate(str(proc), 30.0, 0.0).collect()
+    assert isinstance(obs, DstateObservation) and obs.complete and obs.scanned == 3
+    assert obs.processes == (
+        DstateProcess(935, "nvidia-smi", ("/dev/nvidiactl",)),
+        DstateProcess(953, "nvidia-persiste", ("/dev/nvidiactl",)),
+        DstateProcess(1368, "nvidia-docker-p", ("/dev/nvidiactl",)),
+    )
+    res = host_dstate.evaluate(Observations(dstate=obs), host_dstate.Settings(), ctx("host_dstate"))
+    assert res.status is Status.WARN and res.action is Action.REBOOT
+    assert res.summary.startswith("pid 935 (nvidia-smi) in D state holding /dev/nvidiactl: cannot be killed")
+    assert res.details["pids"] == [935, 953, 1368]
+
+
+def test_a_stat_line_cut_short_is_not_read_as_a_process() -> None:
+    """moby #15204: strace showed the first 32 bytes of a java process's /proc/<pid>/stat (226 read): the
+    name and the D are there, the start time (field 22) is not; the parser refuses it rather than guess."""
+    text = (REAL_HOST / "moby_15204_strace_proc_stat_read.txt").read_text()
+    (shown,) = re.findall(r'^read\(6, "(\d+ \(.*?)"\.\.\., 1024\) = 226$', text, re.M)
+    assert shown == "20262 (java) D 20258 20258 20258"
+    assert host_errors.parse_stat(shown) is None
+    assert host_errors.parse_stat(proc_stat(20262, "java", "D")) == ("java", "D", 4242)
+
+
+# --------------------------------------------------------------------------- AER: published counters
+
+
+def pcicrawler_correctable() -> list[tuple[str, str]]:
+    """The ``aer_dev_correctable`` object pcicrawler printed (opencomputeproject/ocp-diag-pcicrawler #8): one
+    key per line of the kernel's file, in the file's order."""
+    text = (REAL_HOST / "pcicrawler_8_dell_root_port_aer.txt").read_text()
+    block = text.split('"aer_dev_correctable": {', 1)[1].split("}", 1)[0]
+    return re.findall(r'^\s+"(\w+)": (\d+),?$', block, re.M)
+
+
+def test_the_published_correctable_counts_of_a_root_port_are_judged_at_the_gpu_below_it(tmp_path: Path) -> None:
+    """A Dell root port (8086:1901) with 3 BadTLP since boot, as pcicrawler read its aer_dev_correctable
+    (the test writes each key back as the kernel's ``<name> <count>`` line). The kernel counts an endpoint's
+    link errors at its link partner too; the GPU placed below that port here (with no AER files of its own)
+    is the test's: the published port had no device present."""
+    pairs = pcicrawler_correctable()
+    assert pairs[0] == ("RxErr", "0") and pairs[1] == ("BadTLP", "3") and pairs[-1] == ("TOTAL_ERR_COR", "3")
+    text = "".join(f"{name} {count}\n" for name, count in pairs)
+    total, named = host_errors.parse_aer(text, "TOTAL_ERR_COR")
+    assert total == 3 and named["BadTLP"] == 3 and sum(named.values()) == 3 and len(named) == 8
+    sys_root = tmp_path / "sys"
+    port = sys_root / "devices" / "pci0000:00" / "0000:00:01.0"
+    gpu = port / "0000:01:00.0"
+    for where, vendor, klass in ((port, "0x8086", "0x060400"), (gpu, "0x10de", "0x030200")):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "vendor").write_text(vendor + "\n")
+        (where / "class").write_text(klass + "\n")
+        bus = sys_root / "bus" / "pci" / "devices"
+        bus.mkdir(parents=True, exist_ok=True)
+        (bus / where.name).symlink_to(os.path.relpath(where, bus))
+    (port / "aer_dev_correctable").write_text(text)
+    obs = host_errors.pcie_aer(str(sys_root), 10.0)
+    assert isinstance(obs, AerObservation) and obs.complete
+    got = {d.bus_id: d for d in obs.devices}
+    assert set(got) == {"0000:00:01.0", "0000:01:00.0"}
+    up = got["0000:00:01.0"]
+    assert (up.kind, up.correctable, up.nonfatal, up.fatal) == ("upstream of 0000:01:00.0", 3, None, None)
+    assert up.by_error == (("correctable: BadTLP", 3),) and up.error is None
+
+    def judge(**settings: Any) -> Any:
+        return host_pcie_aer.evaluate(
+            Observations(pcie_aer=obs), host_pcie_aer.Settings(**settings), ctx("host_pcie_aer")
+        )
+
+    ok = judge()  # correctable errors are not judged by default
+    assert ok.status is Status.OK and ok.summary == "1 device(s) with AER counters: no uncorrectable error"
+    warn = judge(correctable_warn=3)
+    assert warn.status is Status.WARN and warn.action is Action.INSPECT
+    assert warn.summary == "0000:00:01.0 (upstream of 0000:01:00.0): 3 correctable PCIe error(s) since boot"
+    assert judge(correctable_warn=4).status is Status.OK
+
+
+# --------------------------------------------------------------------------- systemctl show: published output
+
+
+def test_published_show_output_without_loadstate_is_no_answer() -> None:
+    """inspec #356: ``systemctl show --all corosync | grep -e UnitFileState -e ActiveState`` on CentOS 7.1
+    (before and after ``systemctl enable``). Real Key=Value lines, but without LoadState the parser cannot
+    tell a unit that does not exist from one that does: it says so instead of answering."""
+    text = (REAL_SERVICES / "inspec_356_corosync_show_grep.txt").read_text()
+    runs = [chunk.split("\n[root@", 1)[0] for chunk in text.split("| grep -e UnitFileState -e ActiveState\n")[1:]]
+    assert runs == ["ActiveState=active\nUnitFileState=disabled", "ActiveState=active\nUnitFileState=enabled\n"]
+    for run in runs:
+        why = services.parse_show(run, ["corosync.service"])
+        assert why == "systemctl show: no LoadState/ActiveState for corosync.service"
+    # Two units asked, one answered: a count mismatch, not a guess at which one it was.
+    assert services.parse_show(runs[0], ["corosync.service", "pacemaker.service"]) == (
+        "systemctl show answered 1 unit(s) for the 2 asked"
+    )
