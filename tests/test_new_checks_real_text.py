@@ -340,3 +340,15 @@ def test_published_show_output_without_loadstate_is_no_answer() -> None:
     assert services.parse_show(runs[0], ["corosync.service", "pacemaker.service"]) == (
         "systemctl show answered 1 unit(s) for the 2 asked"
     )
+
+
+def test_published_show_of_nvidia_persistenced_with_only_loadstate_is_no_answer() -> None:
+    """openSUSE/supportutils #182: ``systemctl show nvidia-persistenced.service -p LoadState`` on a host
+    where the unit is not installed printed ``LoadState=not-found``. The probe asks for ActiveState too;
+    an answer without it is not taken as the unit's state."""
+    lines = (REAL_SERVICES / "supportutils_182_nvidia_persistenced_loadstate.txt").read_text().splitlines()
+    assert lines[0] == "# systemctl show nvidia-persistenced.service -p LoadState"
+    answer = "\n".join(lines[1:]) + "\n"
+    assert answer == "LoadState=not-found\n"
+    why = services.parse_show(answer, ["nvidia-persistenced.service"])
+    assert why == "systemctl show: no LoadState/ActiveState for nvidia-persistenced.service"
