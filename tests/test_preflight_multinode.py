@@ -35,7 +35,8 @@ def _scenario(c: MultiNode, node: str, name: str, driver: str = "") -> None:
     (c.root / f"nh-{node}.toml").write_text(f'[nvml]\nsimulate = "{scen}"\n[slurm]\nconf = "{c.conf}"\n')
 
 
-def _preflight(c: MultiNode, *srun: str) -> Any:
+def _preflight(c: MultiNode, *srun: str, args: tuple[str, ...] = (), timeout: float = 60) -> Any:
+    """``srun [srun options] nodehealth preflight --config nh-%n.toml --timeout 3 [args]``."""
     return c.run(
         "/usr/bin/srun",
         "--ntasks-per-node=1",
@@ -48,7 +49,8 @@ def _preflight(c: MultiNode, *srun: str) -> Any:
         str(c.root / "nh-%n.toml"),
         "--timeout",
         "3",
-        timeout=60,
+        *args,
+        timeout=timeout,
     )
 
 
@@ -104,27 +106,8 @@ def _across_nodes(c: MultiNode, outcomes: dict[str, str], table_scale: float = 1
 
 def _across(c: MultiNode, *more: str) -> Any:
     # srun --mpi=pmix needs the PMIx library, which Debian's Slurm 22.05 does not pull in; pmi2 is built in.
-    return c.run(
-        "/usr/bin/srun",
-        "--mpi=pmi2",
-        "--ntasks-per-node=1",
-        "-D",
-        str(c.shared),
-        "-w",
-        "n[1-3]",
-        str(BIN / "nodehealth"),
-        "preflight",
-        "--config",
-        str(c.root / "nh-%n.toml"),
-        "--timeout",
-        "3",
-        "--nccl",
-        "--across",
-        "--nccl-timeout",
-        "4",
-        *more,
-        timeout=90,
-    )
+    args = ("--nccl", "--across", "--nccl-timeout", "4", *more)
+    return _preflight(c, "--mpi=pmi2", "-w", "n[1-3]", args=args, timeout=90)
 
 
 def _drained(c: MultiNode) -> list[str]:
