@@ -235,12 +235,9 @@ def with_gpu0(extra: str) -> str:
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from test_slurm_faces import Fake
+    from test_slurm_faces import job_fake
 
-    f = Fake(tmp_path, monkeypatch, "healthy.toml")
-    monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    return f
+    return job_fake(tmp_path, monkeypatch)
 
 
 def rewrite(f: Any, text: str) -> None:

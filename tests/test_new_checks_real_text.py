@@ -170,12 +170,9 @@ def test_the_older_csrow_layout_gives_the_controllers_counts(tmp_path: Path) -> 
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from test_slurm_faces import Fake
+    from test_slurm_faces import job_fake
 
-    f = Fake(tmp_path, monkeypatch, "healthy.toml")
-    monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    return f
+    return job_fake(tmp_path, monkeypatch)
 
 
 def throttled(f: Any, gpu_line: str, counters: str) -> None:

@@ -101,6 +101,14 @@ class Fake:
         return data
 
 
+def job_fake(tmp: Path, monkeypatch: pytest.MonkeyPatch, scenario: str = "healthy.toml") -> Fake:
+    """A ``Fake`` node running job 42 on GPUs 0 and 1 (the job's environment as Slurm sets it)."""
+    f = Fake(tmp, monkeypatch, scenario)
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0,1")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    return f
+
+
 def test_healthy_prolog_makes_no_slurm_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = Fake(tmp_path, monkeypatch)
     assert prolog.main() == 0
