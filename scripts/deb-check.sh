@@ -33,18 +33,21 @@ apt-get install -y -qq "$deb1" >/dev/null
 dpkg-query -W -f='${Package} ${Version} ${Status}\n' nodehealth
 /usr/bin/nodehealth --version | tee "$tmp/version"
 grep -q "(commit $(git rev-parse --short=12 HEAD))" "$tmp/version" || fail "--version does not name the commit the package was built from"
+# The listing goes to a file, then grep reads it: `dpkg -L | grep -q` under pipefail fails whenever grep
+# finds its line and exits before dpkg has written the rest (dpkg dies of SIGPIPE, the pipeline is 141).
+dpkg -L nodehealth > "$tmp/files"
 for cmd in nodehealth nodehealth-prolog nodehealth-epilog nodehealth-healthcheck; do
     for f in /usr/share/bash-completion/completions/$cmd /usr/share/zsh/vendor-completions/_$cmd \
              /usr/share/fish/vendor_completions.d/$cmd.fish; do
-        dpkg -L nodehealth | grep -qx "$f" || fail "the package does not install $f"
+        grep -qx "$f" "$tmp/files" || fail "the package does not install $f"
     done
 done
-dpkg -L nodehealth | grep -qx /usr/share/man/man5/nodehealth.toml.5.gz || fail "the package does not install nodehealth.toml(5)"
+grep -qx /usr/share/man/man5/nodehealth.toml.5.gz "$tmp/files" || fail "the package does not install nodehealth.toml(5)"
 bash -c 'source /usr/share/bash-completion/completions/nodehealth; COMP_WORDS=(nodehealth check --only gpu_e); COMP_CWORD=3; _nodehealth; [ "${COMPREPLY[*]}" = gpu_ecc ]' \
     || fail "the installed bash completion does not complete check names"
 bash -c 'source /usr/share/bash-completion/completions/nodehealth-prolog; COMP_WORDS=(nodehealth-prolog --d); COMP_CWORD=1; _nodehealth_prolog; [ "${COMPREPLY[*]}" = --dry-run ]' \
     || fail "the installed bash completion of nodehealth-prolog does not complete its options"
-dpkg-query -W -f='${Conffiles}\n' nodehealth | grep -q " $conf " || fail "$conf is not a conffile"
+grep -q " $conf " <<<"$(dpkg-query -W -f='${Conffiles}\n' nodehealth)" || fail "$conf is not a conffile"
 stat -c '%n %U:%G %a' /run/nodehealth /var/lib/nodehealth "$conf"
 [ "$(stat -c %a /run/nodehealth)" = 700 ] || fail "/run/nodehealth mode"
 [ "$(stat -c '%a %U:%G' /var/lib/nodehealth)" = "700 root:root" ] || fail "/var/lib/nodehealth mode or owner"

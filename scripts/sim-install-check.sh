@@ -40,8 +40,8 @@ libs=$(find "$tmp/venv" -path '*nodehealth_sim/fakenvml/build/*/libnvidia-ml.so.
 rc=0; out=$("$tmp/venv/bin/nodehealth" check --simulate "$scenario" 2>&1) || rc=$?
 echo "$out" | sed 's/^/  /'
 [ "$rc" = 1 ] || fail "row-remap-pending: exit $rc, expected 1"
-echo "$out" | grep -q '^FAIL' || fail "row-remap-pending: no FAIL line"
-echo "$out" | head -3 | grep -qi 'simulated' || fail "row-remap-pending: the header does not say simulated"
+grep -q '^FAIL' <<<"$out" || fail "row-remap-pending: no FAIL line"
+grep -qi 'simulated' <<<"$(head -3 <<<"$out")" || fail "row-remap-pending: the header does not say simulated"
 "$tmp/venv/bin/nodehealth-sim" replay --help >/dev/null || fail "nodehealth-sim replay --help"
 
 echo "sim-install-check: OK in $(( $(date +%s) - start )) s"
