@@ -197,3 +197,20 @@ def test_parsing_a_command_line_imports_no_shutil() -> None:
     code = "import sys, nodehealth.cli as c; c.build_parser(['check']).format_help(); print('shutil' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "False"
+
+
+def test_every_command_has_a_description_for_its_help_and_man_page():
+    """``nodehealth X --help`` (and the man page made from it) says what X does, not only its usage line."""
+    import argparse
+
+    from nodehealth.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        bare = [] if parser.description else [path]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    bare += walk(sub, f"{path} {name}")
+        return bare
+
+    assert walk(build_parser(), "nodehealth") == []

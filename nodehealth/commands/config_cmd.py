@@ -14,16 +14,30 @@ from nodehealth.config.sample import document
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config", help="validate configuration")
+    p = sub.add_parser(
+        "config",
+        help="validate configuration",
+        description="Validate a configuration file (config check) or print every key at its default (config "
+        "defaults). Acts on nothing.",
+    )
     inner = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
-    c = inner.add_parser("check", help="validate a config file and print the effective config for a host")
+    c = inner.add_parser(
+        "check",
+        help="validate a config file and print the effective config for a host",
+        description="Validate a config file, every error at once with its file:line, then print the effective "
+        "config for a host (its [[override]] blocks applied). Exit 0 valid, 2 invalid or usage error.",
+    )
     c.add_argument(
         "file", nargs="?", help="config file (default: $NODEHEALTH_CONFIG or /etc/nodehealth/nodehealth.toml)"
     )
     c.add_argument("--host", help="node name to resolve overrides for (default: this node)")
     add_format(c, choices=("toml", "json"))
     c.set_defaults(func=run)
-    d = inner.add_parser("defaults", help="print a sample config: every key at its default, documented")
+    d = inner.add_parser(
+        "defaults",
+        help="print a sample config: every key at its default, documented",
+        description="Print a sample config: every key at its default, each with what it does. Exit 0.",
+    )
     d.set_defaults(func=lambda args: print(document(), end="") or 0)
     p.set_defaults(func=lambda args: fail_usage(UsageError("config: missing subcommand (try: config check)")))
 

@@ -11,7 +11,13 @@ from nodehealth.registry import CHECKS, PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list-checks", help="list the checks nodehealth knows")
+    p = sub.add_parser(
+        "list-checks",
+        help="list the checks nodehealth knows",
+        description="Every check of this version: whether it runs by default, its cost, the phases it runs in, "
+        "its probes and its timeout, then one line of what it judges. Reads no config and probes nothing. "
+        "Exit 0, 2 usage error.",
+    )
     add_format(p)
     p.set_defaults(func=run)
 
