@@ -98,6 +98,7 @@ def test_check_as_a_face_runs_on_a_simulated_node(tmp_path: Path) -> None:
         "check", "--config", str(cfg), "--as", "prolog", "--simulate", str(SCEN / "row-remap-failure.toml")
     )
     assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert bad.stdout.splitlines()[0] == f"config: {cfg}"  # first, as a plain check prints it
     assert f"simulated: {SCEN / 'row-remap-failure.toml'}" in bad.stdout.splitlines()
     assert "checks run now on the simulated GPUs" in bad.stdout
     assert "prolog exit code would be 1" in bad.stdout and "nh:rowremap" in bad.stdout

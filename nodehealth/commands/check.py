@@ -200,10 +200,11 @@ def _as_face(args: argparse.Namespace) -> int:
             "config": config_file(args),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
+    else:  # the config line first, as a plain check prints it
+        sys.stdout.write(f"config: {config_file(args)}\n")
         if result.report is not None:
             sys.stdout.write(render.text(result.report, color=use_color(sys.stdout)))
-        sys.stdout.write("\n".join(result.lines()) + f"\nconfig: {config_file(args)}\n")
+        sys.stdout.write("\n".join(result.lines()) + "\n")
     return result.exit_code
 
 
