@@ -24,295 +24,101 @@ ARCH_AMPERE = 7
 ARCH_HOPPER = 9
 ARCH_BLACKWELL = 10
 
+
+def _model(base: Dict[str, Any], name: str, pci_device_id: int, **values: Any) -> Dict[str, Any]:
+    """A model's identity and ``values`` over ``base``; each model has its own ``pcie`` and ``nvlink`` tables."""
+    out = {**base, "name": name, "pci_device_id": pci_device_id, **values}
+    return {key: dict(value) if isinstance(value, dict) else value for key, value in out.items()}
+
+
+def _sampled(memory_total_mib: int, power_w: float, temperature_c: int, memory_temp_c: int) -> Dict[str, Any]:
+    """What a model's nvidia-smi -q sample gives beyond its identity: memory, idle power and temperatures."""
+    return {
+        "memory_total_mib": memory_total_mib,
+        "power_w": power_w,
+        "temperature_c": temperature_c,
+        "memory_temp_c": memory_temp_c,
+    }
+
+
+def _pcie_x16(gen: int) -> Dict[str, int]:
+    return {"gen": gen, "max_gen": gen, "width": 16, "max_width": 16}
+
+
+def _architecture(architecture: int, cc: str, nvlinks: int, **values: Any) -> Dict[str, Any]:
+    """What the boards of one architecture share, with ``values`` over it."""
+    return {
+        "architecture": architecture,
+        "cc": cc,
+        # NVLink error counters are unsupported for Blackwell+ (nvml.h)
+        "nvlink": {"links": nvlinks, "counters": architecture < ARCH_BLACKWELL},
+        # Ampere replaced page retirement with row remapping (nvml.h)
+        "retired_pages_supported": architecture < ARCH_AMPERE,
+        "remapped_rows_supported": architecture >= ARCH_AMPERE,
+        # what every board ships with: a scenario of a node run otherwise sets its own
+        "ecc_enabled": True,
+        "persistence_mode": True,
+        # GPU fabric info is Hopper+ (nvml.h), and on NVSwitch boards only: Ampere's HGX prints N/A too
+        "fabric": "not_supported",
+        **values,
+    }
+
+
+_VOLTA_SXM2 = _architecture(
+    ARCH_VOLTA,
+    "7.0",
+    6,
+    power_limit_w=300.0,
+    **{"shutdown_c": 90, "slowdown_c": 87, "gpu_max_c": 83, "mem_max_c": 85},
+    pcie=_pcie_x16(3),
+    form_factor="sxm",
+)
+_AMPERE = _architecture(ARCH_AMPERE, "8.0", 12, pcie=_pcie_x16(4))
+_AMPERE_SXM4 = {
+    **_AMPERE,
+    "power_limit_w": 400.0,
+    **{"shutdown_c": 92, "slowdown_c": 89, "gpu_max_c": 85, "mem_max_c": 95},
+    "form_factor": "sxm",
+}
+_HOPPER = _architecture(ARCH_HOPPER, "9.0", 18, memory_total_mib=81559, pcie=_pcie_x16(5))
+# the H800's absolute thresholds under driver 525 (model_sources._HOPPER_TEMPS)
+_HOPPER_THRESHOLDS = {"shutdown_c": 92, "slowdown_c": 89, "gpu_max_c": 87, "mem_max_c": 95}
+_HOPPER_SXM5 = {**_HOPPER, **_HOPPER_THRESHOLDS, "power_limit_w": 700.0, "fabric": "completed", "form_factor": "sxm"}
+_BLACKWELL = _architecture(ARCH_BLACKWELL, "10.0", 18, fabric="completed")
+
 MODELS: Dict[str, Dict[str, Any]] = {
-    "V100-SXM2-16GB": {
-        "name": "Tesla V100-SXM2-16GB",
-        "pci_device_id": 0x1DB110DE,
-        "architecture": ARCH_VOLTA,
-        "cc": "7.0",
-        "memory_total_mib": 16384,
-        "power_limit_w": 300.0,
-        "power_w": 44.5,
-        "temperature_c": 37,
-        "shutdown_c": 90,
-        "slowdown_c": 87,
-        "gpu_max_c": 83,
-        "mem_max_c": 85,
-        "memory_temp_c": 33,
-        "pcie": {"gen": 3, "max_gen": 3, "width": 16, "max_width": 16},
-        "nvlink": {"links": 6, "counters": True},
-        "retired_pages_supported": True,
-        "remapped_rows_supported": False,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "sxm",
-    },
-    "V100-SXM2-32GB": {
-        "name": "Tesla V100-SXM2-32GB",
-        "pci_device_id": 0x1DB510DE,
-        "architecture": ARCH_VOLTA,
-        "cc": "7.0",
-        "memory_total_mib": 32480,
-        "power_limit_w": 300.0,
-        "power_w": 39.78,
-        "temperature_c": 38,
-        "shutdown_c": 90,
-        "slowdown_c": 87,
-        "gpu_max_c": 83,
-        "mem_max_c": 85,
-        "memory_temp_c": 34,
-        # the sample (POWER9 with NVLink to the CPU) idles at x2 of x16
-        "pcie": {"gen": 3, "max_gen": 3, "width": 16, "max_width": 16},
-        "nvlink": {"links": 6, "counters": True},
-        "retired_pages_supported": True,
-        "remapped_rows_supported": False,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "sxm",
-    },
-    "A100-SXM4-40GB": {
-        # driver 460 names it "A100-SXM4-40GB"; later drivers prefix "NVIDIA " (driver table)
-        "name": "NVIDIA A100-SXM4-40GB",
-        "pci_device_id": 0x20B010DE,
-        "architecture": ARCH_AMPERE,
-        "cc": "8.0",
-        "memory_total_mib": 40536,
-        "power_limit_w": 400.0,
-        "power_w": 55.63,
-        "temperature_c": 41,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 85,
-        "mem_max_c": 95,
-        "memory_temp_c": 40,
-        "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
-        "nvlink": {"links": 12, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        # The Azure sample runs without persistence mode, a host setting (nvidia-persistenced): the
-        # model's default is a well-run node's, persistence on (a scenario of that VM sets it off).
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        # NVSwitch HGX, but GPU fabric info is Hopper+ (nvml.h); both A100 samples print Fabric State N/A
-        "fabric": "not_supported",
-        "form_factor": "sxm",
-    },
-    "A100-SXM4-80GB": {
-        "name": "NVIDIA A100-SXM4-80GB",
-        "pci_device_id": 0x20B210DE,
-        "architecture": ARCH_AMPERE,
-        "cc": "8.0",
-        "memory_total_mib": 81920,
-        "power_limit_w": 400.0,
-        "power_w": 67.97,
-        "temperature_c": 28,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 85,
-        "mem_max_c": 95,
-        "memory_temp_c": 47,
-        "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
-        "nvlink": {"links": 12, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "sxm",
-    },
-    "A100-SXM4-80GB-500W": {
-        # the 500 W board of HGX A100 80GB (same name and device ID as the 400 W one)
-        "name": "NVIDIA A100-SXM4-80GB",
-        "pci_device_id": 0x20B210DE,
-        "architecture": ARCH_AMPERE,
-        "cc": "8.0",
-        "memory_total_mib": 81920,
-        "power_limit_w": 500.0,
-        "power_w": 59.77,
-        "temperature_c": 25,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 85,
-        "mem_max_c": 95,
-        "memory_temp_c": 43,
-        "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
-        "nvlink": {"links": 12, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "sxm",
-    },
-    "A100-PCIE-40GB": {
-        "name": "NVIDIA A100-PCIE-40GB",
-        "pci_device_id": 0x20F110DE,
-        "architecture": ARCH_AMPERE,
-        "cc": "8.0",
-        "power_limit_w": 250.0,
-        "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
-        "nvlink": {"links": 12, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "pcie",
-    },
-    "A100-PCIE-80GB": {
-        "name": "NVIDIA A100 80GB PCIe",
-        "pci_device_id": 0x20B510DE,
-        "architecture": ARCH_AMPERE,
-        "cc": "8.0",
-        "power_limit_w": 300.0,
-        "pcie": {"gen": 4, "max_gen": 4, "width": 16, "max_width": 16},
-        "nvlink": {"links": 12, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "pcie",
-    },
-    "H100-SXM5-80GB": {
-        "name": "NVIDIA H100 80GB HBM3",
-        "pci_device_id": 0x233010DE,
-        "architecture": ARCH_HOPPER,
-        "cc": "9.0",
-        "memory_total_mib": 81559,
-        "power_limit_w": 700.0,
-        "power_w": 72.02,
-        "temperature_c": 33,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 87,
-        "mem_max_c": 95,
-        "memory_temp_c": 41,
-        "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "nvlink": {"links": 18, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "completed",
-        "form_factor": "sxm",
-    },
-    "H800-SXM5-80GB": {
-        "name": "NVIDIA H800",
-        "pci_device_id": 0x232410DE,
-        "architecture": ARCH_HOPPER,
-        "cc": "9.0",
-        "memory_total_mib": 81559,
-        "power_limit_w": 700.0,
-        "power_w": 74.71,
-        "temperature_c": 35,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 87,
-        "mem_max_c": 95,
-        "memory_temp_c": 44,
-        "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "nvlink": {"links": 8, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        # The published node runs with ECC disabled, an operator's choice (data-center GPUs ship with
-        # ECC on): the model's default is on, so a healthy H800 scenario is healthy.
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "completed",
-        "form_factor": "sxm",
-    },
-    "H100-PCIE-80GB": {
-        "name": "NVIDIA H100 PCIe",
-        "pci_device_id": 0x233110DE,
-        "architecture": ARCH_HOPPER,
-        "cc": "9.0",
-        "memory_total_mib": 81559,
-        "power_limit_w": 350.0,
-        "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "nvlink": {"links": 18, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "pcie",
-    },
-    "H100-NVL-94GB": {
-        # default (enforced) limit 310 W of a 200-400 W range in the sample
-        "name": "NVIDIA H100 NVL",
-        "pci_device_id": 0x232110DE,
-        "architecture": ARCH_HOPPER,
-        "cc": "9.0",
-        "memory_total_mib": 95830,
-        "power_limit_w": 310.0,
-        "power_w": 61.62,
-        "temperature_c": 32,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 87,
-        "mem_max_c": 95,
-        "memory_temp_c": 40,
-        "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "nvlink": {"links": 18, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "not_supported",
-        "form_factor": "nvl",
-    },
-    "H200-SXM-141GB": {
-        "name": "NVIDIA H200",
-        "pci_device_id": 0x233510DE,
-        "architecture": ARCH_HOPPER,
-        "cc": "9.0",
-        "memory_total_mib": 143771,
-        "power_limit_w": 700.0,
-        "power_w": 74.58,
-        "temperature_c": 28,
-        "shutdown_c": 92,
-        "slowdown_c": 89,
-        "gpu_max_c": 87,
-        "mem_max_c": 95,
-        "memory_temp_c": 25,
-        "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-        "nvlink": {"links": 18, "counters": True},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "completed",
-        "form_factor": "sxm",
-    },
-    "B200": {
-        "name": "NVIDIA B200",
-        "pci_device_id": 0x290110DE,
-        "architecture": ARCH_BLACKWELL,
-        "cc": "10.0",
-        "power_limit_w": 1000.0,
-        "nvlink": {"links": 18, "counters": False},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "completed",
-        "form_factor": "sxm",
-    },
-    "GB200": {
-        "name": "NVIDIA GB200",
-        "pci_device_id": 0x294110DE,
-        "architecture": ARCH_BLACKWELL,
-        "cc": "10.0",
-        "power_limit_w": 1200.0,
-        "nvlink": {"links": 18, "counters": False},
-        "retired_pages_supported": False,
-        "remapped_rows_supported": True,
-        "ecc_enabled": True,
-        "persistence_mode": True,
-        "fabric": "completed",
-        "form_factor": "superchip",
-    },
+    # model id: _model(base, name, PCI device ID, **_sampled(MiB, idle W, idle C, idle memory C), other values)
+    "V100-SXM2-16GB": _model(_VOLTA_SXM2, "Tesla V100-SXM2-16GB", 0x1DB110DE, **_sampled(16384, 44.5, 37, 33)),
+    # the sample (POWER9 with NVLink to the CPU) idles at x2 of x16
+    "V100-SXM2-32GB": _model(_VOLTA_SXM2, "Tesla V100-SXM2-32GB", 0x1DB510DE, **_sampled(32480, 39.78, 38, 34)),
+    # Driver 460 names it "A100-SXM4-40GB"; later drivers prefix "NVIDIA " (driver table). The Azure
+    # sample runs without persistence mode, a host setting (nvidia-persistenced): the model's default
+    # is a well-run node's, persistence on (a scenario of that VM sets it off).
+    "A100-SXM4-40GB": _model(_AMPERE_SXM4, "NVIDIA A100-SXM4-40GB", 0x20B010DE, **_sampled(40536, 55.63, 41, 40)),
+    "A100-SXM4-80GB": _model(_AMPERE_SXM4, "NVIDIA A100-SXM4-80GB", 0x20B210DE, **_sampled(81920, 67.97, 28, 47)),
+    # the 500 W board of HGX A100 80GB (same name and device ID as the 400 W one)
+    "A100-SXM4-80GB-500W": _model(
+        _AMPERE_SXM4, "NVIDIA A100-SXM4-80GB", 0x20B210DE, **_sampled(81920, 59.77, 25, 43), power_limit_w=500.0
+    ),
+    "A100-PCIE-40GB": _model(_AMPERE, "NVIDIA A100-PCIE-40GB", 0x20F110DE, power_limit_w=250.0, form_factor="pcie"),
+    "A100-PCIE-80GB": _model(_AMPERE, "NVIDIA A100 80GB PCIe", 0x20B510DE, power_limit_w=300.0, form_factor="pcie"),
+    "H100-SXM5-80GB": _model(_HOPPER_SXM5, "NVIDIA H100 80GB HBM3", 0x233010DE, **_sampled(81559, 72.02, 33, 41)),
+    # The published node runs with ECC disabled, an operator's choice (data-center GPUs ship with
+    # ECC on): the model's default is on, so a healthy H800 scenario is healthy.
+    "H800-SXM5-80GB": _model(
+        _HOPPER_SXM5, "NVIDIA H800", 0x232410DE, **_sampled(81559, 74.71, 35, 44), nvlink={"links": 8, "counters": True}
+    ),
+    "H100-PCIE-80GB": _model(_HOPPER, "NVIDIA H100 PCIe", 0x233110DE, power_limit_w=350.0, form_factor="pcie"),
+    # default (enforced) limit 310 W of a 200-400 W range in the sample
+    "H100-NVL-94GB": _model(
+        {**_HOPPER, **_HOPPER_THRESHOLDS},
+        "NVIDIA H100 NVL",
+        0x232110DE,
+        **_sampled(95830, 61.62, 32, 40),
+        power_limit_w=310.0,
+        form_factor="nvl",
+    ),
+    "H200-SXM-141GB": _model(_HOPPER_SXM5, "NVIDIA H200", 0x233510DE, **_sampled(143771, 74.58, 28, 25)),
+    "B200": _model(_BLACKWELL, "NVIDIA B200", 0x290110DE, power_limit_w=1000.0, form_factor="sxm"),
+    "GB200": _model(_BLACKWELL, "NVIDIA GB200", 0x294110DE, power_limit_w=1200.0, form_factor="superchip"),
 }
