@@ -325,31 +325,8 @@ HAND_MADE = [
         512,
         KIND_FALLEN_OFF_BUS,
     ),
-    # The prefix forms of recorded logs beyond dmesg's and syslog's (issue 19's classes).
-    (
-        "journalctl-no-hostname",
-        "Feb 23 16:24:18 kernel: NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s",
-        119,
-        "0000:9b:00",
-        2024380,
-        "nvidia-smi",
-        "Feb 23 16:24:18",
-        None,
-        None,
-        KIND_XID,
-    ),
-    (
-        "journalctl-no-hostname-short-iso",
-        "2025-02-23T16:24:18+0000 kernel: NVRM: Xid (PCI:0000:9b:00): 120, pid=1, name=x, GSP error",
-        120,
-        "0000:9b:00",
-        1,
-        "x",
-        "2025-02-23T16:24:18+0000",
-        None,
-        None,
-        KIND_XID,
-    ),
+    # The prefix forms of recorded logs beyond dmesg's and syslog's (issue 19's classes; journalctl's
+    # without the hostname are made below).
     (
         "kernel-tag-only-with-uptime",
         "kernel: [16450076.435595] NVRM: Xid (PCI:0000:17:00): 94, pid=789012, name=process, Contained ECC error.",
@@ -411,6 +388,13 @@ HAND_MADE = [
         None,
         KIND_XID,
     ),
+]
+
+# journalctl's prefix without the hostname: the line of each journalctl case with its hostname dropped, the same event.
+HAND_MADE += [
+    (name.replace("journalctl-k", "journalctl-no-hostname"), line.replace(" gpu017 kernel:", " kernel:"), *expected)
+    for name, line, *expected in HAND_MADE
+    if name in ("journalctl-k", "journalctl-k-short-iso")
 ]
 
 
