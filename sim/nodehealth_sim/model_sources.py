@@ -92,108 +92,46 @@ def _prov(common: Dict[str, str], **extra: str) -> Dict[str, str]:
 _IDENTITY = {"architecture": "nvml.h", "cc": "datasheet"}
 _FROM_SAMPLE = {k: "sample" for k in _SAMPLE_KEYS + _SAMPLE_THRESHOLDS}
 _HOPPER_SIBLING = {k: "sibling H800-SXM5-80GB" for k in _SAMPLE_THRESHOLDS}
+# a model with samples: what they print, the form factor from the datasheet
+_SAMPLED = {**_IDENTITY, **_FROM_SAMPLE, "form_factor": "datasheet"}
+# a Hopper whose samples print T.Limit offsets: gpu_max_c and slowdown_c derived from them, the rest as the H800
+_HOPPER_DERIVED = {**_SAMPLED, **_HOPPER_SIBLING, "gpu_max_c": "derived", "slowdown_c": "derived"}
+# a model without a sample: name and ID from the driver table, the features from nvml.h, the settings assumed
+_UNSAMPLED = {
+    **_IDENTITY,
+    "name": "driver-table",
+    "pci_device_id": "driver-table",
+    "power_limit_w": "datasheet",
+    "nvlink": "issue",
+    "retired_pages_supported": "nvml.h",
+    "remapped_rows_supported": "nvml.h",
+    "ecc_enabled": "assumed",
+    "persistence_mode": "assumed",
+    "fabric": "nvml.h",
+    "form_factor": "datasheet",
+}
 
 PROVENANCE: Dict[str, Dict[str, str]] = {
-    "V100-SXM2-16GB": _prov({**_IDENTITY, **_FROM_SAMPLE}, nvlink="issue", fabric="nvml.h", form_factor="datasheet"),
-    "V100-SXM2-32GB": _prov({**_IDENTITY, **_FROM_SAMPLE}, nvlink="issue", fabric="nvml.h", form_factor="datasheet"),
-    "A100-SXM4-40GB": _prov(
-        {**_IDENTITY, **_FROM_SAMPLE}, name="driver-table", nvlink="issue", fabric="sample", form_factor="datasheet"
-    ),
-    "A100-SXM4-80GB": _prov({**_IDENTITY, **_FROM_SAMPLE}, nvlink="issue", fabric="sample", form_factor="datasheet"),
-    "A100-SXM4-80GB-500W": _prov(
-        {**_IDENTITY, **_FROM_SAMPLE}, nvlink="issue", fabric="sample", form_factor="datasheet"
-    ),
-    "A100-PCIE-40GB": _prov(
-        _IDENTITY,
-        name="driver-table",
-        pci_device_id="driver-table",
-        power_limit_w="datasheet",
-        pcie="datasheet",
-        nvlink="issue",
-        retired_pages_supported="nvml.h",
-        remapped_rows_supported="nvml.h",
-        ecc_enabled="assumed",
-        persistence_mode="assumed",
-        fabric="nvml.h",
-        form_factor="datasheet",
-    ),
-    "A100-PCIE-80GB": _prov(
-        _IDENTITY,
-        name="driver-table",
-        pci_device_id="driver-table",
-        power_limit_w="datasheet",
-        pcie="datasheet",
-        nvlink="issue",
-        retired_pages_supported="nvml.h",
-        remapped_rows_supported="nvml.h",
-        ecc_enabled="assumed",
-        persistence_mode="assumed",
-        fabric="nvml.h",
-        form_factor="datasheet",
-    ),
-    "H100-SXM5-80GB": _prov(
-        {**_IDENTITY, **_FROM_SAMPLE, **_HOPPER_SIBLING}, nvlink="issue", fabric="sample", form_factor="datasheet"
-    ),
-    "H800-SXM5-80GB": _prov({**_IDENTITY, **_FROM_SAMPLE}, nvlink="sample", fabric="sample", form_factor="datasheet"),
+    "V100-SXM2-16GB": _prov(_SAMPLED, nvlink="issue", fabric="nvml.h"),
+    "V100-SXM2-32GB": _prov(_SAMPLED, nvlink="issue", fabric="nvml.h"),
+    "A100-SXM4-40GB": _prov(_SAMPLED, name="driver-table", nvlink="issue", fabric="sample"),
+    "A100-SXM4-80GB": _prov(_SAMPLED, nvlink="issue", fabric="sample"),
+    "A100-SXM4-80GB-500W": _prov(_SAMPLED, nvlink="issue", fabric="sample"),
+    "A100-PCIE-40GB": _prov(_UNSAMPLED, pcie="datasheet"),
+    "A100-PCIE-80GB": _prov(_UNSAMPLED, pcie="datasheet"),
+    "H100-SXM5-80GB": _prov({**_SAMPLED, **_HOPPER_SIBLING}, nvlink="issue", fabric="sample"),
+    "H800-SXM5-80GB": _prov(_SAMPLED, nvlink="sample", fabric="sample"),
     "H100-PCIE-80GB": _prov(
-        _IDENTITY,
-        name="driver-table",
-        pci_device_id="driver-table",
+        _UNSAMPLED,
         memory_total_mib="sibling H100-SXM5-80GB",
-        power_limit_w="datasheet",
         pcie="datasheet",
         nvlink="sibling H100-NVL-94GB",
-        retired_pages_supported="nvml.h",
-        remapped_rows_supported="nvml.h",
-        ecc_enabled="assumed",
-        persistence_mode="assumed",
         fabric="issue",
-        form_factor="datasheet",
     ),
-    "H100-NVL-94GB": _prov(
-        {**_IDENTITY, **_FROM_SAMPLE, **_HOPPER_SIBLING},
-        gpu_max_c="derived",
-        slowdown_c="derived",
-        nvlink="issue",
-        fabric="sample",
-        form_factor="datasheet",
-    ),
-    "H200-SXM-141GB": _prov(
-        {**_IDENTITY, **_FROM_SAMPLE, **_HOPPER_SIBLING},
-        gpu_max_c="derived",
-        slowdown_c="derived",
-        nvlink="datasheet",
-        fabric="sample",
-        form_factor="datasheet",
-    ),
-    "B200": _prov(
-        _IDENTITY,
-        name="driver-table",
-        pci_device_id="driver-table",
-        power_limit_w="datasheet",
-        nvlink="issue",
-        nvlink__counters="nvml.h",
-        retired_pages_supported="nvml.h",
-        remapped_rows_supported="nvml.h",
-        ecc_enabled="assumed",
-        persistence_mode="assumed",
-        fabric="issue",
-        form_factor="datasheet",
-    ),
-    "GB200": _prov(
-        _IDENTITY,
-        name="driver-table",
-        pci_device_id="driver-table",
-        power_limit_w="datasheet",
-        nvlink="issue",
-        nvlink__counters="nvml.h",
-        retired_pages_supported="nvml.h",
-        remapped_rows_supported="nvml.h",
-        ecc_enabled="assumed",
-        persistence_mode="assumed",
-        fabric="issue",
-        form_factor="datasheet",
-    ),
+    "H100-NVL-94GB": _prov(_HOPPER_DERIVED, nvlink="issue", fabric="sample"),
+    "H200-SXM-141GB": _prov(_HOPPER_DERIVED, nvlink="datasheet", fabric="sample"),
+    "B200": _prov(_UNSAMPLED, nvlink__counters="nvml.h", fabric="issue"),
+    "GB200": _prov(_UNSAMPLED, nvlink__counters="nvml.h", fabric="issue"),
 }
 
 SOURCES: Dict[str, str] = {
