@@ -33,6 +33,23 @@ IMPURE = OS_MODULES | {"os", "io", "pathlib", "shutil", "socket", "select", "sig
 # --------------------------------------------------------------------------- the import graph
 
 
+def imported_by_call(node: ast.AST) -> Optional[str]:
+    """The module a ``__import__("a.b")`` or ``importlib.import_module("a.b")`` call names, or None."""
+    if not (
+        isinstance(node, ast.Call)
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return None
+    f = node.func
+    if (isinstance(f, ast.Name) and f.id == "__import__") or (
+        isinstance(f, ast.Attribute) and f.attr == "import_module"
+    ):
+        return node.args[0].value
+    return None
+
+
 class Package:
     """The modules of one package directory and what each imports."""
 
@@ -72,17 +89,8 @@ class Package:
                     base = ".".join(parts + ([base] if base else []))
                 out.append((base, node.lineno))
                 out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names if alias.name != "*"]
-            elif (
-                isinstance(node, ast.Call)
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
-                f = node.func
-                if (isinstance(f, ast.Name) and f.id == "__import__") or (
-                    isinstance(f, ast.Attribute) and f.attr == "import_module"
-                ):
-                    out.append((node.args[0].value, node.lineno))
+            elif dynamic := imported_by_call(node):
+                out.append((dynamic, node.lineno))
         return out
 
     def resolve(self, name: str) -> Optional[str]:
@@ -379,17 +387,8 @@ def os_imports(path: Path) -> set[str]:
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            f = node.func
-            if (isinstance(f, ast.Name) and f.id == "__import__") or (
-                isinstance(f, ast.Attribute) and f.attr == "import_module"
-            ):
-                found.add(node.args[0].value.split(".")[0])
+        elif dynamic := imported_by_call(node):
+            found.add(dynamic.split(".")[0])
     return found
 
 
