@@ -28,6 +28,8 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 MAX_INPUT_BYTES = 256 << 20
 _CHUNK = 1 << 20
+_Out = Optional[IO[str]]
+_In = Optional[IO[bytes]]
 
 ROW_KEYS = (
     "size_bytes",
@@ -198,45 +200,34 @@ def _fail(command: str, message: str, err: IO[str]) -> int:
     return EXIT_USAGE
 
 
-def run_parse(
-    args: argparse.Namespace,
-    out: Optional[IO[str]] = None,
-    err: Optional[IO[str]] = None,
-    stdin: Optional[IO[bytes]] = None,
-) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    try:
-        text = read_input(args.source, stdin)
-        res = parse_perf(text)
-    except InputError as e:
-        return _fail("parse", str(e), err)
-    except ParseError as e:
-        return _fail("parse", f"{args.source}: could not parse: {e}", err)
-    if args.format == "json":
-        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **perf_dict(res)}, sort_keys=False) + "\n")
-    else:
-        _print_perf_text(res, out)
-    return EXIT_OK
+# each command: its parser, its JSON document and its readable text
+_COMMANDS: dict[str, tuple[Callable[[str], Any], Callable[[Any], dict[str, Any]], Callable[[Any, IO[str]], None]]] = {
+    "parse": (parse_perf, perf_dict, _print_perf_text),
+    "transport": (classify, transport_dict, _print_transport_text),
+}
 
 
-def run_transport(
-    args: argparse.Namespace,
-    out: Optional[IO[str]] = None,
-    err: Optional[IO[str]] = None,
-    stdin: Optional[IO[bytes]] = None,
-) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+def run_parse(args: argparse.Namespace, out: _Out = None, err: _Out = None, stdin: _In = None) -> int:
+    return _run("parse", args, out or sys.stdout, err or sys.stderr, stdin)
+
+
+def run_transport(args: argparse.Namespace, out: _Out = None, err: _Out = None, stdin: _In = None) -> int:
+    return _run("transport", args, out or sys.stdout, err or sys.stderr, stdin)
+
+
+def _run(command: str, args: argparse.Namespace, out: IO[str], err: IO[str], stdin: _In) -> int:
+    """Read ``args.source`` and print what ``command``'s parser makes of it, as ``args.format``."""
+    parse, document, print_text = _COMMANDS[command]
     try:
-        text = read_input(args.source, stdin)
+        res = parse(read_input(args.source, stdin))
     except InputError as e:
-        return _fail("transport", str(e), err)
-    res = classify(text)
+        return _fail(command, str(e), err)
+    except ParseError as e:  # parse_perf's; classify takes any text
+        return _fail(command, f"{args.source}: could not parse: {e}", err)
     if args.format == "json":
-        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **transport_dict(res)}) + "\n")
+        out.write(json.dumps({"schema_version": SCHEMA_VERSION, **document(res)}) + "\n")
     else:
-        _print_transport_text(res, out)
+        print_text(res, out)
     return EXIT_OK
 
 
