@@ -5,17 +5,17 @@ on every run, and none hides the XIDs of this boot's kernel log."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_xid import follow_until_seen
 
 from nodehealth.checks import gpu_xid
 from nodehealth.checks.base import Context
 from nodehealth.model import Status
-from nodehealth.observations import Observations, XidRecord
+from nodehealth.observations import Observations
 from nodehealth.probes.kernel_log import KmsgReader
 from nodehealth.probes.xid_store import MAX_SEQ, XidStore, gather, load_state, store_path
 
@@ -225,21 +225,8 @@ def test_a_position_past_the_end_of_the_log_is_read_again_from_its_beginning() -
 
 def test_the_follower_reads_past_a_poisoned_position_and_says_so_once(node: Node) -> None:
     node.poison(_store(kmsg_seq=2**63, events=[dict(GOOD_EVENT, seq=1)]))
-    seen: list[XidRecord] = []
     notes: list[str] = []
-    stop = threading.Event()
-    store = node.store()
-    t = threading.Thread(
-        target=store.follow, args=(stop,), kwargs={"on_event": seen.append, "poll_s": 0.02, "on_note": notes.append}
-    )
-    t.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        t.join(5)
+    seen = follow_until_seen(node.store(), on_note=notes.append)
     assert [r.event.xid for r in seen] == [79]
     assert len(notes) == 1 and "past the end" in notes[0]
     state = load_state(str(node.state))[0]

@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_xid import follow_until_seen
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,18 +166,7 @@ def test_the_store_holds_printable_bounded_text_and_the_follower_hands_it_on(tmp
     # A replayed file of records may hold raw bytes (the kernel would have escaped them).
     message = LINE.split("] ", 1)[1].replace(", pid=1234, name=", ", pid=1234, name=" + "x" * 300)
     store = _node(tmp_path, f"4,1,94571234,-;{message}\n".encode())
-    seen: list[XidRecord] = []
-    stop = threading.Event()
-    t = threading.Thread(target=store.follow, args=(stop,), kwargs={"on_event": seen.append, "poll_s": 0.02})
-    t.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        t.join(5)
-    (record,) = seen
+    (record,) = follow_until_seen(store)
     assert record.event.process is not None and terminal_safe(record.event.process)
     assert terminal_safe(record.event.message)
     (stored,) = load_state(store.state_dir)[0].events
