@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nodehealth.config import loader as C
 from nodehealth.preflight import across, schema
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real-world" / "nccl_debug"
@@ -42,6 +44,86 @@ def test_launch_env_passes_the_mpi_place_and_nothing_else() -> None:
     assert across.launch_env(env) == {"PMIX_RANK": "1", "PMI_FD": "11", "SLURM_PROCID": "1"}
 
 
+PMI = {"PMI_RANK": "1", "PMI_SIZE": "3", "PMI_JOBID": "42.0"}
+
+
+def test_the_pmi2_socket_is_kept_open_with_its_variables() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        env = {**PMI, "PMI_FD": str(theirs.fileno())}
+        assert across.launch_fds(env) == ((theirs.fileno(),), env, [])
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("abc", "not a descriptor number"),
+        ("-4", "not a descriptor number"),
+        (" 5", "not a descriptor number"),
+        ("1", "fd 1 is not a descriptor number from 3 to 1023"),
+        ("99999", "fd 99999 is not a descriptor number from 3 to 1023"),
+    ],
+)
+def test_a_pmi_fd_that_is_no_small_number_above_stdio_is_not_passed(value: str, why: str) -> None:
+    fds, env, notes = across.launch_fds({**PMI, "PMI_FD": value})
+    assert fds == () and env == PMI  # the variable goes too: the child must not write PMI to another fd
+    assert notes == [f"PMI_FD={value} not passed to all_reduce_perf: {why}"]
+
+
+def test_a_pmi_fd_naming_a_regular_file_or_a_closed_fd_is_not_passed(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "f", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        fds, env, notes = across.launch_fds({**PMI, "PMI_FD": str(fd)})
+        assert fds == () and "PMI_FD" not in env and notes[0].endswith(f"fd {fd} is not a socket (a regular file)")
+    finally:
+        os.close(fd)
+    fds, env, notes = across.launch_fds({**PMI, "PMI_FD": str(fd)})
+    assert fds == () and "PMI_FD" not in env and f"fd {fd} is not open" in notes[0]
+
+
+def test_a_pmi_fd_without_its_rank_and_size_is_not_passed() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        fds, env, notes = across.launch_fds({"PMI_RANK": "1", "PMI_FD": str(theirs.fileno())})
+        assert fds == () and env == {"PMI_RANK": "1"} and "no PMI_RANK and PMI_SIZE" in notes[0]
+    assert across.launch_fds({"SLURM_PROCID": "1"}) == ((), {"SLURM_PROCID": "1"}, [])
+
+
+def _mpi_double(tmp_path: Path) -> Path:
+    """An all_reduce_perf that sends PMI2's first command to the descriptor of ``PMI_FD`` (MPICH's
+    simple PMI2 client: ``cmd=init pmi_version=2 pmi_subversion=0``, length-prefixed)."""
+    prog = tmp_path / "all_reduce_perf"
+    prog.write_text(
+        f"#!{sys.executable} -I\nimport os\nmsg = b'cmd=init;pmi_version=2;pmi_subversion=0;'\n"
+        "os.write(int(os.environ['PMI_FD']), b'%-6d' % len(msg) + msg)\nprint('init sent')\n"
+    )
+    prog.chmod(0o755)
+    return prog
+
+
+def _cfg(prog: Path) -> Any:
+    raw = {"checks": {"nccl_selftest": {"all_reduce_perf": str(prog), "runner": "nccl-tests", "gpus": 8}}}
+    return C.resolve(raw, "<test>", host="n2", environ={})
+
+
+def test_the_part_reaches_its_pmi2_server_through_the_passed_socket(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        environ = {**PMI, "PMI_FD": str(theirs.fileno()), "LD_PRELOAD": "/x.so"}
+        part = across.run_part(_cfg(_mpi_double(tmp_path)), environ, 30, leader=False)
+        assert part["returncode"] == 0 and part["notes"] == [], part
+        ours.settimeout(10)
+        assert ours.recv(256) == b"40    cmd=init;pmi_version=2;pmi_subversion=0;"
+
+
+def test_a_part_whose_pmi_fd_was_not_passed_says_so_in_its_finding(tmp_path: Path) -> None:
+    part = across.run_part(_cfg(_mpi_double(tmp_path)), {**PMI, "PMI_FD": "1"}, 30, leader=False)
+    assert part["returncode"] == 1  # the double finds no PMI_FD: KeyError
+    assert part["notes"] == ["PMI_FD=1 not passed to all_reduce_perf: fd 1 is not a descriptor number from 3 to 1023"]
+    (line,) = _judge({0: _part(r=0), 1: dict(part, pairs={}, errors=["x"]), 2: _part(r=2)})
+    assert line == "FAIL n2: its part of the all-reduce failed (exit 1) x: " + part["notes"][0]
+
+
 def _part(net: str = "IB", gdr: bool = True, r: int = 0, **more: Any) -> dict[str, Any]:
     g = 8
     nxt = ((r + 1) % 3) * g
@@ -72,6 +154,9 @@ def test_one_process_per_node_world_is_not_one_communicator() -> None:
     parts[0]["perf"]["ranks"] = 8  # each copy a world of its own (no MPI plugin): 8 ranks, not 24
     (line,) = _judge(parts)
     assert line.startswith("FAIL job: all_reduce_perf did not run as one communicator: 8 rank(s), not 24")
+    parts[2]["notes"] = ["PMI_FD=abc not passed to all_reduce_perf: not a descriptor number"]
+    (line,) = _judge(parts)
+    assert line.endswith("is needed); n3: PMI_FD=abc not passed to all_reduce_perf: not a descriptor number")
 
 
 def test_low_bandwidth_without_evidence_names_the_job() -> None:

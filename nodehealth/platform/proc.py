@@ -8,7 +8,9 @@ Every process nodehealth starts goes through ``run``:
   ``[python, "-I", ...]`` (no current or script directory on ``sys.path``, no user site, no
   ``PYTHON*`` variables); the environment is built from an allow-list: ``BASE_ENV`` plus only
   the names in ``allow`` taken from ``env`` (never the caller's or a job's ``LD_*``,
-  ``PYTHON*``, ``PATH``, ``NCCL_*`` unless the caller names them itself);
+  ``PYTHON*``, ``PATH``, ``NCCL_*`` unless the caller names them itself); no descriptor but 0-2
+  reaches it, except those in ``pass_fds`` that are open sockets above 2 (a launcher's PMI socket,
+  ``fd_problem``); any other is not passed, and the result's ``notes`` say which and why;
 * **bounded**: stdout and stderr are read as they come (one ``selectors`` loop) and each is
   cut at ``max_output`` bytes *while reading*: at the cap the reading stops and the group is
   killed, so a program printing without end costs the caller ``max_output`` plus one read;
@@ -32,6 +34,7 @@ import os
 import re
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -47,6 +50,7 @@ ALLOW: tuple[str, ...] = ("SLURM_CONF",)
 POLL_S = 0.5  # how often ``check`` runs while the program runs
 DRAIN_S = 0.2  # after the program exited, how long its last output may take to arrive
 REAP_S = 1.0  # after SIGKILL, how long we wait to reap the leader (one stuck in the kernel is left)
+MAX_PASS_FD = 1023  # a launcher's socket is a low descriptor: a larger number is refused, never looked up
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PYTHON = re.compile(r"python[0-9.]*(-dbg)?$")
 
@@ -59,6 +63,7 @@ class CommandResult:
     stderr: str
     timed_out: bool = False
     truncated: bool = False  # stdout or stderr reached ``max_output``: reading stopped, the group was killed
+    notes: tuple[str, ...] = ()  # what was asked and not done (a descriptor of ``pass_fds`` not passed)
 
 
 class CommandError(Exception):
@@ -103,6 +108,27 @@ def refuse(argv: Sequence[str]) -> str:
     return ""
 
 
+def fd_problem(fd: object) -> str:
+    """Why ``fd`` may not stay open in a child ("" when it may): only an open socket above 2, at most
+    ``MAX_PASS_FD`` (a launcher's PMI socket); never stdio, a file, a pipe or a closed number."""
+    if isinstance(fd, bool) or not isinstance(fd, int) or not 2 < fd <= MAX_PASS_FD:
+        return f"fd {fd!r} is not a descriptor number from 3 to {MAX_PASS_FD}"
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        return f"fd {fd} is not open ({exc.strerror or exc})"
+    if not stat.S_ISSOCK(mode):
+        return f"fd {fd} is not a socket ({_kind(mode)})"
+    return ""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device")):
+        if test(mode):
+            return name
+    return "a directory" if stat.S_ISDIR(mode) else "another kind of file"
+
+
 def run(
     argv: Sequence[str],
     timeout_s: float,
@@ -110,16 +136,26 @@ def run(
     max_output: int = MAX_OUTPUT,
     allow: Sequence[str] = ALLOW,
     check: Optional[Callable[[], None]] = None,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
     """Run ``argv`` (see the module's rules); kill its whole process group on every way out.
 
     ``env``: where the variables named in ``allow`` come from (any other name in it is dropped).
     ``check``: called about every ``POLL_S`` while the program runs; an exception it raises ends
-    the run (the group is killed) and propagates.
+    the run (the group is killed) and propagates. ``pass_fds``: descriptors kept open in the child,
+    each only if ``fd_problem`` has nothing against it (the others are named in the result's notes).
     """
     why = refuse(argv)
     if why:
         raise CommandError(why)
+    keep: list[int] = []
+    notes: list[str] = []
+    for fd in pass_fds:
+        problem = fd_problem(fd)
+        if problem:
+            notes.append(f"not passed to {os.path.basename(argv[0])}: {problem}")
+        elif fd not in keep:
+            keep.append(fd)
     caught: list[int] = []
     wake_r, wake_w = os.pipe()
     old = _catch_signals(caught, wake_w)
@@ -135,6 +171,7 @@ def run(
                 env=environment(env, allow),
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(keep),
             )
         except OSError as exc:
             raise CommandError(f"{argv[0]}: {exc.strerror or exc}") from None
@@ -155,6 +192,7 @@ def run(
         err.decode("utf-8", "replace"),
         timed_out=timed_out,
         truncated=truncated,
+        notes=tuple(notes),
     )
 
 

@@ -6,7 +6,11 @@ ranks ``proc*g .. proc*g+g-1`` (src/common.cu); process 0 makes the ``ncclUnique
 ``MPI_Bcast``s it; only process 0 prints the table. Under ``srun --mpi=pmix`` the MPI library
 finds the PMIx server of the step in the task's environment (``PMIX_*``), so each pre-flight rank
 runs its part as its own child with that environment passed on: one process per node, one
-communicator over the step. Launched without an MPI plugin, every copy is a one-process world of
+communicator over the step. Under ``srun --mpi=pmi2`` the task holds an open socket to the PMI
+server, ``PMI_FD=<n>`` beside ``PMI_RANK``/``PMI_SIZE``: that one descriptor is kept open in the
+child (``launch_fds``; ``proc.run``'s ``pass_fds`` passes only an open socket above 2), nothing else
+of this process; a ``PMI_FD`` that is not such a socket is not passed, nor the variable, and the
+part's notes say why. Launched without an MPI plugin, every copy is a one-process world of
 its own: the table then lists one node's devices, which ``judge`` names.
 
 Each rank parses its own ``NCCL_DEBUG=INFO`` output (``nccl.transport``; the table with
@@ -25,10 +29,12 @@ from typing import Any, Mapping, Optional, Sequence
 from nodehealth.config.schema import Config
 from nodehealth.nccl.transport import net_kind
 from nodehealth.preflight.judge import Finding
+from nodehealth.xid.text import printable
 
 # What the MPI library of the child needs to find its place in the step (never LD_*, PYTHON*, PATH).
 LAUNCH_PREFIXES = ("PMIX_", "PMI_", "OMPI_", "SLURM_")
 MAX_PAIRS = 64
+_FD_RE = re.compile(r"^[0-9]{1,9}$")
 # "Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA" (2.12 on; "%d[%lx]" before 2.18, "%d(%d)" with PXN)
 _NET_CHANNEL_RE = re.compile(
     r"Channel \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fA-Fx]+\])?(?:\(\d+\))? -> (\d+)(?:\[[0-9a-fA-Fx]+\])?(?:\(\d+\))?"
@@ -39,6 +45,26 @@ _NET_CHANNEL_RE = re.compile(
 def launch_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of this task that tell an MPI program its rank (PMIx, PMI, Open MPI, Slurm)."""
     return {k: v for k, v in environ.items() if k.startswith(LAUNCH_PREFIXES) and len(v) < 4096}
+
+
+def launch_fds(env: Mapping[str, str]) -> tuple[tuple[int, ...], dict[str, str], list[str]]:
+    """The PMI2 socket named by ``env``'s ``PMI_FD``, to keep open in the child: (the descriptors, ``env``
+    without ``PMI_FD`` when it is not passed, the notes why not)."""
+    from nodehealth.platform import proc
+
+    value = env.get("PMI_FD")
+    if value is None:
+        return (), dict(env), []
+    rest = {k: v for k, v in env.items() if k != "PMI_FD"}
+    if not ("PMI_RANK" in env and "PMI_SIZE" in env):
+        why = "no PMI_RANK and PMI_SIZE beside it (not a PMI2 launch)"
+    elif not _FD_RE.match(value):
+        why = "not a descriptor number"
+    else:
+        why = proc.fd_problem(int(value))
+    if why:
+        return (), rest, [f"PMI_FD={printable(value[:32], 32)} not passed to all_reduce_perf: {why}"]
+    return (int(value),), dict(env), []
 
 
 def net_pairs(text: str) -> dict[str, dict[str, Any]]:
@@ -87,16 +113,17 @@ def run_part(cfg: Config, environ: Mapping[str, str], timeout_s: float, leader: 
     if problem:
         return {"setup_error": problem}
     gpus = int(getattr(settings, "gpus", 0) or 0) or gpus or 1  # else the node's count (NVML)
-    env = {**launch_env(environ), **nplan.child_env(nplan.mode_env("nvlink"), p.env)}
+    fds, env, notes = launch_fds({**launch_env(environ), **nplan.child_env(nplan.mode_env("nvlink"), p.env)})
     argv = nplan.argv_for("nccl-tests", p, gpus, None)
     t0 = time.monotonic()
     try:
-        res = proc.run(argv, timeout_s, env=env, max_output=1 << 20, allow=tuple(env))
+        res = proc.run(argv, timeout_s, env=env, max_output=1 << 20, allow=tuple(env), pass_fds=fds)
     except proc.CommandError as exc:
-        return {"setup_error": str(exc)}
+        return {"setup_error": str(exc), "notes": notes}
     text = res.stdout + ("\n" + res.stderr if res.stderr else "")
     out = summarize(text, leader)
     out.update(
+        notes=notes + list(res.notes),
         gpus=gpus,
         returncode=res.returncode,
         timed_out=res.timed_out,
@@ -150,7 +177,7 @@ def judge(
                     "FAIL",
                     node,
                     f"its part of the all-reduce did not finish within {float(part.get('timeout_s') or 0):.1f} s "
-                    "(hung, or waiting for a peer that never came)",
+                    "(hung, or waiting for a peer that never came)" + _noted(part),
                 )
             )
         elif part.get("truncated"):
@@ -159,7 +186,9 @@ def judge(
             first = next(iter(part.get("errors") or ()), "")
             out.append(
                 Finding(
-                    "FAIL", node, f"its part of the all-reduce failed (exit {part.get('returncode')}) {first}".strip()
+                    "FAIL",
+                    node,
+                    f"its part of the all-reduce failed (exit {part.get('returncode')}) {first}".strip() + _noted(part),
                 )
             )
         for key, link in sorted((part.get("pairs") or {}).items()):
@@ -204,7 +233,8 @@ def judge(
                     "FAIL",
                     "job",
                     f"all_reduce_perf did not run as one communicator: {perf['ranks']} rank(s), not {want} "
-                    "(an MPI build of nccl-tests, started by srun --mpi=pmix, is needed)",
+                    "(an MPI build of nccl-tests, started by srun --mpi=pmix, is needed)"
+                    + "".join(f"; {nodes[r]}{_noted(parts[r])}" for r in range(len(nodes)) if _noted(parts.get(r))),
                 )
             )
         elif min_busbw > 0 and isinstance(perf.get("busbw_gbps"), (int, float)) and perf["busbw_gbps"] < min_busbw:
@@ -223,6 +253,12 @@ def judge(
                 )
             )
     return out
+
+
+def _noted(part: Optional[Mapping[str, Any]]) -> str:
+    """A part's notes (a launch descriptor not passed), as the end of its finding ("" when none)."""
+    notes = [n for n in (part or {}).get("notes") or () if isinstance(n, str)][:2]
+    return f": {'; '.join(notes)}" if notes else ""
 
 
 def busbw(parts: Mapping[int, Mapping[str, Any]]) -> Optional[float]:
