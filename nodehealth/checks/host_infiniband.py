@@ -110,6 +110,8 @@ class Settings(CheckSettings):
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
     ports = obs.infiniband
+    if isinstance(ports, ProbeError) and ports.kind == "unavailable":
+        return result(ctx, Status.SKIPPED, f"does not apply: {ports.message}")
     if isinstance(ports, ProbeError):
         return result(ctx, Status.UNKNOWN, f"cannot read InfiniBand ports: {ports.message}")
     if ports is None:

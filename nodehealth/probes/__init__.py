@@ -123,9 +123,26 @@ def _shared_dirs(ctx: ProbeContext, timeout_s: float) -> Any:
     return host.start_shared_dirs(getattr(ctx.config.checks["host_shared_dir"], "paths", ()), timeout_s)
 
 
+def _simulated_sysfs(ctx: ProbeContext, probe: str, what: str) -> Any:
+    """Simulated GPUs read with this host's sysfs: ``what`` there is the host's, not theirs (a ProbeError,
+    "unavailable"); None when the GPUs are real or ``[paths] sysfs_root`` is a recorded tree."""
+    from nodehealth.probes import pci
+
+    if not ctx.config.nvml.simulate or not pci.is_host_sysfs(ctx.config.paths.sysfs_root):
+        return None
+    return ProbeError(
+        probe,
+        "unavailable",
+        f"simulated GPUs: {what} (set [paths] sysfs_root to a recorded sysfs tree to read one)",
+    )
+
+
 def _infiniband(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import infiniband
 
+    gate = _simulated_sysfs(ctx, "infiniband", "the host's InfiniBand ports are not their NICs")
+    if gate is not None:
+        return gate
     paths = ctx.config.paths
     # In a killable child (a PMA counter read waits on the HCA); the history is this boot's (run dir).
     return infiniband.start(paths.sysfs_root, paths, timeout_s, persist=ctx.writes and not ctx.look_only)
@@ -201,6 +218,9 @@ def _counter_reading(ctx: ProbeContext, timeout_s: float) -> Any:
 def _pcie_aer(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import host_errors
 
+    gate = _simulated_sysfs(ctx, "pcie_aer", "the host's PCIe AER counters are not theirs")
+    if gate is not None:
+        return gate
     settings = ctx.config.checks.get("host_pcie_aer")
     return host_errors.pcie_aer(ctx.config.paths.sysfs_root, timeout_s, getattr(settings, "upstream", True))
 

@@ -10,9 +10,15 @@ from nodehealth.observations import PciGpus, ProbeError
 NVIDIA_VENDOR = "0x10de"
 # PCI class 0x0300xx (VGA compatible) and 0x0302xx (3D controller: data-centre GPUs).
 GPU_CLASSES = ("0x0300", "0x0302")
+SYSFS = "/sys"  # this host's own sysfs ([paths] sysfs_root's default)
 
 
-def nvidia_gpus(sysfs_root: str = "/sys") -> Union[PciGpus, ProbeError]:
+def is_host_sysfs(sysfs_root: str) -> bool:
+    """Whether ``sysfs_root`` is this host's sysfs (a recorded tree elsewhere is not)."""
+    return os.path.realpath(sysfs_root) == SYSFS
+
+
+def nvidia_gpus(sysfs_root: str = SYSFS) -> Union[PciGpus, ProbeError]:
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
     try:
         entries = sorted(os.listdir(base))
