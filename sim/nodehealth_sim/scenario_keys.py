@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
+from nodehealth.probes.nvml_h import THROTTLE_FIELDS, THROTTLE_FIELDS_580
+
 # nvmlReturn_t (nvml.h), by the names a scenario uses.
 ERROR_CODES = {
     "UNINITIALIZED": 1,
@@ -65,17 +67,8 @@ THROTTLE_BITS = {
     "hw_power_brake_slowdown": 0x80,
     "display_clocks": 0x100,
 }
-# The reasons of nodehealth.probes.nvml_h.THROTTLE_FIELDS (and _580), in the fake library's key names.
-THROTTLE_TIME_REASONS = (
-    "power",
-    "thermal",
-    "sync_boost",
-    "board_limit",
-    "low_utilization",
-    "reliability",
-    "hw_thermal",
-    "hw_power_brake",
-)
+# The reasons the probe reads throttle time for, in field order: the fake library's key names too.
+THROTTLE_TIME_REASONS = tuple(reason for _, reason in THROTTLE_FIELDS + THROTTLE_FIELDS_580)
 RECOVERY_ACTIONS = {
     "none": 0,
     "gpu_reset": 1,
