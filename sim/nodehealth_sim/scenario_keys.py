@@ -203,23 +203,10 @@ def model_defaults(model: str) -> Optional[dict[str, Any]]:
     entry = models.MODELS.get(model)
     if entry is None:
         return None
-    out: dict[str, Any] = {}
-    for key in (
-        "name",
-        "temperature_c",
-        "slowdown_c",
-        "shutdown_c",
-        "gpu_max_c",
-        "mem_max_c",
-        "memory_temp_c",
-        "power_w",
-        "power_limit_w",
-        "memory_total_mib",
-        "ecc_enabled",
-        "persistence_mode",
-    ):
-        if entry.get(key) is not None:
-            out[key] = entry[key]
+    # the model's values of the scalar [[gpu]] keys, in GPU_KEYS' order; its tables below
+    out: dict[str, Any] = {
+        key: entry[key] for key, kind in GPU_KEYS.items() if isinstance(kind, type) and entry.get(key) is not None
+    }
     if isinstance(entry.get("pcie"), dict):
         out["pcie"] = dict(entry["pcie"])
     unsupported = []
