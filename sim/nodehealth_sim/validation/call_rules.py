@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from nodehealth.validation.record import Call
+from nodehealth_sim import scenario_keys
+from nodehealth_sim.scenario_keys import THROTTLE_BITS
 
 # nvml.h values (the same in every pynvml and in the simulator).
 SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, FUNCTION_NOT_FOUND = 0, 2, 3, 13
@@ -29,28 +31,9 @@ ECC_KEYS = {
     (1, 1): "aggregate_uncorrected",
 }  # (error type, counter type)
 NVLINK_COUNTERS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
-THROTTLE_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks": 0x100,
-}
-RECOVERY_ACTIONS = {
-    0: "none",
-    1: "gpu_reset",
-    2: "node_reboot",
-    3: "drain_p2p",
-    4: "drain_and_reset",
-    5: "recover_imex_domain",
-    6: "bus_reset",
-    7: "system_reboot",
-}
-FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+# the scenario's names of the recovery actions and fabric states, by nvml.h's value
+RECOVERY_ACTIONS = {value: name for name, value in scenario_keys.RECOVERY_ACTIONS.items()}
+FABRIC_STATES = {value: name for name, value in scenario_keys.FABRIC_STATES.items()}
 
 # nvmlDeviceGetFieldValues: field id -> (scenario key, conversion). Per-link fields (scopeId =
 # link) are in LINK_FIELDS. The function a field stands for in ``unsupported`` is FIELD_CALL.
