@@ -4,46 +4,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from helpers_preflight import start_rank
+from helpers_scontrol import write_fake_scontrol
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "tests" / "fixtures" / "slurm"
 FAKE_NCCL = ROOT / "tests" / "fakes" / "all_reduce_perf"
 A100 = ROOT / "tests" / "fixtures" / "nccl_selftest" / "gcm_single_node_8xA100.txt"
 
-# A logging scontrol: `show node(s)` answers from nodes.json, `update` drains (or is refused).
-SCONTROL = """#!{python}
-import json, os, sys
-d = {d!r}
-with open(d + "/calls.jsonl", "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
-if os.path.exists(d + "/refuse") and sys.argv[1] == "update":
-    print("slurm_update error: Access/permission denied", file=sys.stderr)
-    sys.exit(1)
-nodes = json.load(open(d + "/nodes.json"))
-args = sys.argv[1:]
-if args[:2] == ["show", "node"] or args[:1] == ["show"]:
-    for name, (state, reason) in nodes.items():
-        line = f"NodeName={{name}} Arch=x86_64 Gres=gpu:8 State={{state}} Partitions=p"
-        if reason:
-            line += f" Reason={{reason}} [root@2026-11-29T21:45:19]"
-        print(line)
-elif args[0] == "update":
-    kv = dict(a.split("=", 1) for a in args[1:])
-    state, reason = nodes[kv["nodename"]]
-    nodes[kv["nodename"]] = [state + "+DRAIN", kv["reason"]] if kv["state"] == "drain" else [state, None]
-    json.dump(nodes, open(d + "/nodes.json", "w"))
-"""
-
 
 def _setup(tmp: Path, scenarios: dict[str, Path], extra: str = "") -> Path:
-    fake = tmp / "scontrol"
-    fake.write_text(SCONTROL.format(python=sys.executable, d=str(tmp)))
-    fake.chmod(0o755)
+    fake = write_fake_scontrol(tmp)
     (tmp / "nodes.json").write_text(json.dumps({n: ["ALLOCATED", None] for n in scenarios}))
     for node, scen in scenarios.items():
         (tmp / f"nh-{node}.toml").write_text(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import Timing
+from helpers_scontrol import FAKE_SCONTROL, write_fake_scontrol
 
 from nodehealth.faces import epilog, healthcheck, prolog
 from nodehealth.probes import source
@@ -18,31 +19,7 @@ from nodehealth.registry import CHECKS
 
 SCEN = Path(__file__).parent / "fixtures" / "slurm"
 
-FAKE = """#!{python}
-import json, sys
-d = {d!r}
-with open(d + "/calls.jsonl", "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
-nodes = json.load(open(d + "/nodes.json"))
-args = sys.argv[1:]
-if args[:2] == ["show", "node"]:
-    want = args[3] if len(args) > 3 else None
-    for name, (state, reason) in nodes.items():
-        if want in (None, name):
-            line = f"NodeName={{name}} Arch=x86_64 Gres=gpu:8 State={{state}} Partitions=p"
-            if reason:
-                line += f" Reason={{reason}} [root@2026-11-29T21:45:19]"
-            print(line)
-elif args[0] == "update":
-    kv = dict(a.split("=", 1) for a in args[1:])
-    name = kv["nodename"]
-    state, reason = nodes[name]
-    if kv["state"] == "drain":
-        nodes[name] = [state.split("+")[0] + "+DRAIN", kv["reason"]]
-    elif kv["state"] == "resume":
-        nodes[name] = [state.split("+")[0], None]
-    json.dump(nodes, open(d + "/nodes.json", "w"))
-"""
+FAKE = FAKE_SCONTROL  # the name other tests import it by
 
 
 class Fake:
@@ -55,9 +32,7 @@ class Fake:
         clean_runs: int = 2,
     ) -> None:
         self.d = tmp
-        self.scontrol = tmp / "scontrol"
-        self.scontrol.write_text(FAKE.format(python=sys.executable, d=str(tmp)))
-        self.scontrol.chmod(0o755)
+        self.scontrol = write_fake_scontrol(tmp)
         self.set_nodes(nodes or {"n1": ["IDLE", None]})
         self.boot = tmp / "proc" / "sys" / "kernel" / "random" / "boot_id"  # under [paths] procfs_root
         self.boot.parent.mkdir(parents=True)
