@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_act import healthcheck_actor
 from test_slurm_faces import Fake
 
 from nodehealth.config.loader import load
 from nodehealth.faces import healthcheck
 from nodehealth.faces.preview import preview
 from nodehealth.model import Action, CheckResult, Report, Status
-from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import act, observe
 from nodehealth.slurm.client import Scontrol
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
@@ -118,16 +118,7 @@ def test_the_sequence_on_memory_drains_in_memory_only(tmp_path: Path, monkeypatc
     cfg = load()
     before = _files(tmp_path / "state")
     client, store, said = observe.RecordingClient("n1"), act.MemoryStore(cfg.paths), []
-    actor = act.Actor(
-        cfg=cfg,
-        node="n1",
-        phase="healthcheck",
-        client=client,
-        deadline=Deadline(30),
-        log=lambda m, **k: said.append(m),
-        boot_id="boot-1",
-        store=store,
-    )
+    actor = healthcheck_actor(cfg, client, lambda m, **k: said.append(m), store=store)
     assert act.after_check(actor, _fault()).outcome == act.ActOutcome.DRAINED
     assert [(r.action, r.node) for r in client.recorded] == [("drain", "n1")]
     assert store.state.drain is not None and store.state.drain.check == "gpu_ecc"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import pytest
+from helpers_act import healthcheck_actor
 from test_slurm_faces import Fake
 
 from nodehealth.cli import main as cli_main
@@ -17,7 +18,6 @@ from nodehealth.config.loader import load
 from nodehealth.faces import epilog, healthcheck, prolog
 from nodehealth.model import Action, CheckResult, Report, Status
 from nodehealth.observations import ProbeError
-from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import act, policy
 from nodehealth.slurm.client import UpdateOutcome
 from nodehealth.slurm.nodes import NodeInfo, parse_reason, parse_state
@@ -208,15 +208,7 @@ def test_an_admin_edit_inside_the_cache_window_is_never_resumed(
     Fake(tmp_path, monkeypatch, clean_runs=1)
     cfg = load()
     client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
-    actor = act.Actor(
-        cfg=cfg,
-        node="n1",
-        phase="healthcheck",
-        client=client,
-        deadline=Deadline(30),
-        log=lambda *a, **k: None,
-        boot_id="boot-1",
-    )
+    actor = healthcheck_actor(cfg, client, lambda *a, **k: None)
     assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
     ours = client.nodes["n1"][1]
     assert ours is not None
