@@ -110,6 +110,15 @@ def gpus_expected(obs: Observations, ctx: Context) -> bool:
     return count is None or count > 0
 
 
+def nvml_snapshot(obs: Observations, ctx: Context) -> Union[NvmlSnapshot, CheckResult]:
+    """The NVML snapshot a per-GPU check judges, or ``nvml_gate``'s answer when there is none to judge."""
+    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
+    if gate is not None:
+        return gate
+    assert isinstance(obs.nvml, NvmlSnapshot)
+    return obs.nvml
+
+
 Judge = Callable[[GpuObservation], Optional[Sequence[Finding]]]
 
 
@@ -120,11 +129,9 @@ def judge_gpus(obs: Observations, ctx: Context, judge: Judge, ok_summary: str) -
     its findings (an empty list means fine). If it applies to no GPU the result is SKIPPED.
     ``ok_summary`` may use ``{n}``, the number of GPUs judged.
     """
-    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
-    if gate is not None:
-        return gate
-    snap = obs.nvml
-    assert isinstance(snap, NvmlSnapshot)
+    snap = nvml_snapshot(obs, ctx)
+    if isinstance(snap, CheckResult):
+        return snap
     findings: list[Finding] = []
     judged: list[int] = []
     not_applicable: list[int] = []

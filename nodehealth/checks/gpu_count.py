@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodehealth.checks.base import (
-    CheckSettings,
-    Context,
-    expected_gpu_count,
-    gpus_expected,
-    nvml_gate,
-    result,
-)
+from nodehealth.checks.base import CheckSettings, Context, expected_gpu_count, nvml_snapshot, result
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, PciGpus
 from nodehealth.observations.record import record
@@ -26,11 +19,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
-    if gate is not None:
-        return gate
-    snap = obs.nvml
-    assert isinstance(snap, NvmlSnapshot)
+    snap = nvml_snapshot(obs, ctx)
+    if isinstance(snap, CheckResult):
+        return snap
     expected, source = expected_gpu_count(obs, ctx)
     seen = snap.device_count if snap.device_count is not None else len(snap.gpus)
     details: dict[str, Any] = {"expected": expected, "expected_from": source, "nvml_count": seen}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, gpus_expected, nvml_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, nvml_snapshot, result, setting
 from nodehealth.model import Action, CheckResult, Status
-from nodehealth.observations import NvmlSnapshot, Observations
+from nodehealth.observations import Observations
 from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
@@ -21,11 +21,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
-    if gate is not None:
-        return gate
-    snap = obs.nvml
-    assert isinstance(snap, NvmlSnapshot)
+    snap = nvml_snapshot(obs, ctx)
+    if isinstance(snap, CheckResult):
+        return snap
     version = snap.driver_version
     if version is None:
         return result(ctx, Status.UNKNOWN, "NVML did not report the driver version")
