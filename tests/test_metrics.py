@@ -137,19 +137,12 @@ def _with_host_errors(report):
     from nodehealth.checks import host_dstate, host_edac, host_pcie_aer
     from nodehealth.checks.base import Context
     from nodehealth.observations import Observations
-    from nodehealth.observations.host_errors import (
-        AerDevice,
-        AerObservation,
-        DstateObservation,
-        DstateProcess,
-        EdacController,
-        EdacObservation,
-    )
+    from nodehealth.observations import host_errors as he
 
     seen = Observations(
-        pcie_aer=AerObservation((AerDevice("0000:18:00.0", "gpu", 2, 0, 1),)),
-        edac=EdacObservation((EdacController("mc0", 3, 1),)),
-        dstate=DstateObservation((DstateProcess(4100, "python3", ("/dev/nvidia3",)),), 200),
+        pcie_aer=he.AerObservation((he.AerDevice("0000:18:00.0", "gpu", 2, 0, 1),)),
+        edac=he.EdacObservation((he.EdacController("mc0", 3, 1),)),
+        dstate=he.DstateObservation((he.DstateProcess(4100, "python3", ("/dev/nvidia3",)),), 200),
     )
     results = []
     for check in (host_pcie_aer, host_edac, host_dstate):
