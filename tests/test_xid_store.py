@@ -5,12 +5,11 @@ on every run, and none hides the XIDs of this boot's kernel log."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_xid import follow_until_seen
+from helpers_xid import follow_until_seen, until_seen
 
 from nodehealth.checks import gpu_xid
 from nodehealth.checks.base import Context
@@ -257,12 +256,7 @@ def test_the_daemons_follower_logs_what_the_store_ignored(node: Node) -> None:
     seen: list[Any] = []
     follower = StoreXidFollower(cfg, lambda message, priority, **_: logged.append((message, priority)))  # type: ignore[arg-type]
     follower.start(seen.append)
-    try:
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        follower.stop()
+    until_seen(seen, follower.stop)
     assert [e.xid for e in seen] == [79]
     warnings = [m for m, p in logged if p == "warning"]
     assert len(warnings) == 1 and "events is a JSON int" in warnings[0] and "kmsg_seq" in warnings[0], logged
