@@ -233,7 +233,7 @@ def judge(
                     "FAIL",
                     "job",
                     f"all_reduce_perf did not run as one communicator: {perf['ranks']} rank(s), not {want} "
-                    "(an MPI build of nccl-tests, started by srun --mpi=pmix, is needed)"
+                    "(an MPI build of nccl-tests, started by srun --mpi=pmix or --mpi=pmi2, is needed)"
                     + "".join(f"; {nodes[r]}{_noted(parts[r])}" for r in range(len(nodes)) if _noted(parts.get(r))),
                 )
             )
