@@ -79,6 +79,11 @@ def test_xid119_log_details() -> None:
     assert events[0].message.startswith("Timeout after 6s of waiting for RPC response from GPU4 GSP!")
 
 
+def _bare(name: str, line: str, xid: int, pci: str, kind: str = KIND_XID) -> tuple[Any, ...]:
+    """A case whose line names no pid, process, time or record number: only its XID, PCI address and kind."""
+    return (name, line, xid, pci, None, None, None, None, None, kind)
+
+
 # Hand-made lines, one per format and shape the parser must know.
 # (id, line, xid, pci, pid, process, time, uptime_s, seq, kind)
 HAND_MADE = [
@@ -239,30 +244,13 @@ HAND_MADE = [
         None,
         KIND_XID,
     ),
-    (
+    _bare(
         "pid-unknown",
         "NVRM: Xid (PCI:0000:3b:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 0)",
         13,
         "0000:3b:00",
-        None,
-        None,
-        None,
-        None,
-        None,
-        KIND_XID,
     ),
-    (
-        "no-pid",
-        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
-        79,
-        "0000:01:00",
-        None,
-        None,
-        None,
-        None,
-        None,
-        KIND_XID,
-    ),
+    _bare("no-pid", "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", 79, "0000:01:00"),
     (
         "payload-names-other-xid",
         "[171167.9] NVRM: Xid (PCI:0009:01:00): 155, pid=1, name=x, NVLink SW error caused by previous Xid 149",
@@ -275,19 +263,13 @@ HAND_MADE = [
         None,
         KIND_XID,
     ),
-    (
+    _bare(
         "xid-154-recovery-action",
         "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
         154,
         "0000:01:00",
-        None,
-        None,
-        None,
-        None,
-        None,
-        KIND_XID,
     ),
-    ("xid-without-payload", "NVRM: Xid (PCI:0000:01:00): 62", 62, "0000:01:00", None, None, None, None, None, KIND_XID),
+    _bare("xid-without-payload", "NVRM: Xid (PCI:0000:01:00): 62", 62, "0000:01:00"),
     (
         "fallen-off-bus-gpu-line",
         "[ 1843.308145] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
@@ -300,16 +282,11 @@ HAND_MADE = [
         None,
         KIND_FALLEN_OFF_BUS,
     ),
-    (
+    _bare(
         "fallen-off-bus-gpu-at",
         "NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.",
         79,
         "0000:3b:00",
-        None,
-        None,
-        None,
-        None,
-        None,
         KIND_FALLEN_OFF_BUS,
     ),
     (
