@@ -89,6 +89,15 @@ def test_a_torn_frame_is_unreadable_not_a_crash_of_the_parent() -> None:
     assert "torn frame" in frames[1][1]
 
 
+def test_a_child_never_collects_what_it_inherited() -> None:
+    """gc.freeze first: a collection in the child walks its own objects, not the parent's heap
+    (which would copy every page it touched)."""
+    import gc
+
+    (end,) = child.wait_all([child.start(gc.get_freeze_count)], DEADLINE_S)
+    assert end.ok and end.value >= len(gc.get_objects()) // 2, end
+
+
 def test_an_unpicklable_answer_is_an_error_not_a_hang() -> None:
     (end,) = child.wait_all([child.start(lambda: threading.Lock())], DEADLINE_S)
     assert not end.ok and not end.timed_out and "pickle" in end.value.lower(), end

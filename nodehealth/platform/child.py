@@ -32,12 +32,16 @@ its cgroup. Any child whose parent is gone fails its next write to the pipe and 
 
 The function run in the child must only make system calls and run plain Python (no threads,
 no imports, no locks another thread of the parent may hold: fork copies only the calling
-thread). The child leaves with ``os._exit`` so no parent cleanup runs twice.
+thread). The child leaves with ``os._exit`` so no parent cleanup runs twice. What it inherits is
+moved out of the garbage collector's reach first (``gc.freeze``): a collection in the child
+would otherwise walk the parent's whole heap and copy every page it touches (copy-on-write);
+the child's own objects are collected as usual.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import pickle
 import select
@@ -207,6 +211,7 @@ def _child(
     """The child's whole life: run ``body``, its frames over ``wfd``, and leave."""
     code = 0
     try:
+        gc.freeze()  # the parent's objects: never walked here (see the module's docstring)
         os.close(rfd)
         os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
