@@ -384,32 +384,39 @@ def drained_state(clean: int, action: str = "reset_gpu", boot: str | None = "boo
     return slurmstate.State(clean_runs=clean, drain=rec)
 
 
+def decide(
+    me: sn.NodeInfo | None, state: slurmstate.State, needed: int, boot: str | None, reboot: tuple[str, ...]
+) -> policy.Decision:
+    """decide_resume over resume_due's answer, as slurm.act asks them."""
+    return policy.decide_resume(me, state, policy.resume_due(state, needed, boot, reboot))
+
+
 def test_resume_needs_n_clean_runs() -> None:
     ours = node("IDLE+DRAIN", REASON + " [root@t]")
-    assert policy.decide_resume(ours, drained_state(2), 3, "boot-a", ("reboot",)).action == "none"
-    assert policy.decide_resume(ours, drained_state(3), 3, "boot-a", ("reboot",)).action == "resume"
+    assert decide(ours, drained_state(2), 3, "boot-a", ("reboot",)).action == "none"
+    assert decide(ours, drained_state(3), 3, "boot-a", ("reboot",)).action == "resume"
 
 
 def test_resume_never_for_others_or_hands_off() -> None:
     s = drained_state(10)
-    assert policy.decide_resume(node("IDLE+DRAIN", "admin [a@t]"), s, 3, "b", ()).action == "none"
-    assert policy.decide_resume(node("IDLE", None), s, 3, "b", ()).action == "none"
-    assert policy.decide_resume(node("IDLE+DRAIN+REBOOT_REQUESTED", REASON), s, 3, "b", ()).action == "none"
-    assert policy.decide_resume(node("IDLE+DRAIN+MAINTENANCE", REASON), s, 3, "b", ()).action == "none"
-    assert policy.decide_resume(None, s, 3, "b", ()).action == "none"
+    assert decide(node("IDLE+DRAIN", "admin [a@t]"), s, 3, "b", ()).action == "none"
+    assert decide(node("IDLE", None), s, 3, "b", ()).action == "none"
+    assert decide(node("IDLE+DRAIN+REBOOT_REQUESTED", REASON), s, 3, "b", ()).action == "none"
+    assert decide(node("IDLE+DRAIN+MAINTENANCE", REASON), s, 3, "b", ()).action == "none"
+    assert decide(None, s, 3, "b", ()).action == "none"
 
 
 def test_reboot_class_needs_new_boot_id() -> None:
     ours = node("IDLE+DRAIN", REASON)
     s = drained_state(5, action="reboot", boot="boot-a")
-    assert policy.decide_resume(ours, s, 3, "boot-a", ("reboot",)).action == "none"
-    assert policy.decide_resume(ours, s, 3, None, ("reboot",)).action == "none"
-    assert policy.decide_resume(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
+    assert decide(ours, s, 3, "boot-a", ("reboot",)).action == "none"
+    assert decide(ours, s, 3, None, ("reboot",)).action == "none"
+    assert decide(ours, s, 3, "boot-b", ("reboot",)).action == "resume"
     # not reboot-class by config: clean runs are enough
-    assert policy.decide_resume(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
+    assert decide(ours, s, 3, "boot-a", ("inspect",)).action == "resume"
     # the record was lost (a state dir on tmpfs across the reboot): the reason is no longer
     # provably ours, so it is left for a person
-    assert policy.decide_resume(ours, slurmstate.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "none"
+    assert decide(ours, slurmstate.State(clean_runs=3), 3, "boot-a", ("reboot",)).action == "none"
 
 
 def test_after_run_counter() -> None:

@@ -380,9 +380,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         actor.say(f"resume due, but slurmctld did not answer ({got.message}); next run")
         return Acted(ActOutcome.NONE)
     node = got
-    decision = policy.decide_resume(
-        node, state, cfg.resume.clean_runs, actor.boot_id, cfg.resume.reboot_actions, cfg.resume.clean_runs_max
-    )
+    decision = policy.decide_resume(node, state, due)
     if decision.action != "resume":
         if node.drained and not policy.owns(node, state) or not node.drained:
             _disown(actor, node, state)

@@ -341,21 +341,12 @@ def reboot_class(action: str, reboot_actions: Sequence[str]) -> bool:
     return action in reboot_actions
 
 
-def decide_resume(
-    node: Optional[NodeInfo],
-    state: State,
-    clean_runs_needed: int,
-    boot_id: Optional[str],
-    reboot_actions: Sequence[str],
-    clean_runs_max: Optional[int] = None,
-) -> Decision:
-    """Whether a clean node that nodehealth drained may go back into service.
+def decide_resume(node: Optional[NodeInfo], state: State, due: Decision) -> Decision:
+    """Whether a clean node that nodehealth drained may go back into service: ``due`` (``resume_due``'s
+    answer, asked first so that nothing is asked of slurmctld before it can say yes) on a node that says so.
 
     Only a drain that is ours (``owns``: Slurm's reason is exactly the one recorded); not while a
-    reboot or maintenance is pending; after ``clean_runs_needed`` consecutive runs that judged the
-    drain's check OK; and for a reboot-class fault only once the boot id differs from the one
-    recorded at the drain (the count restarts at the new boot). ``resume_due`` is the same
-    decision without the node, so that nothing is asked of slurmctld before it can say yes.
+    reboot or maintenance is pending.
     """
     if node is None:
         return Decision("none", "node state unknown")
@@ -365,7 +356,7 @@ def decide_resume(
         return Decision("none", "drained for a reason that is not exactly ours; never resumed by nodehealth")
     if node.state.hands_off:
         return Decision("none", f"node state {node.state.text}: reboot/maintenance pending, left alone")
-    return resume_due(state, clean_runs_needed, boot_id, reboot_actions, clean_runs_max)
+    return due
 
 
 def resume_due(
@@ -377,7 +368,9 @@ def resume_due(
 ) -> Decision:
     """What the drain record and the clean-run count alone say about resuming (no Slurm view).
 
-    A drain held for flapping is never due. ``clean_runs_max``: the backoff's cap (the record's
+    After ``clean_runs_needed`` consecutive runs that judged the drain's check OK; for a reboot-class
+    fault only once the boot id differs from the one recorded at the drain (the count restarts at the
+    new boot). A drain held for flapping is never due. ``clean_runs_max``: the backoff's cap (the record's
     Nth drain within the window needs ``clean_runs_needed`` x 2^(N-1) runs); None: no backoff.
     """
     rec = state.drain
