@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from collections import deque
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 
@@ -496,20 +496,24 @@ def layers_markdown() -> str:
 MAX_LISTED_CHECKS = 5
 
 
+def literal_collections(test_dir: Path) -> Iterator[tuple[str, int, list[Optional[ast.expr]]]]:
+    """``(file, line, items)`` of each literal list, tuple, set or dict (its keys) in the tests under ``test_dir``."""
+    for path in sorted(test_dir.rglob("*.py")):
+        rel = str(path.relative_to(test_dir.parent))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                yield rel, node.lineno, list(node.elts)
+            elif isinstance(node, ast.Dict):
+                yield rel, node.lineno, list(node.keys)
+
+
 def hand_written_registries(test_dir: Path, names: set[str]) -> list[str]:
     """Rule 7: ``file:line`` of each literal list, tuple, set or dict in the tests naming over 5 registered checks."""
     out = []
-    for path in sorted(test_dir.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-                items: list[Optional[ast.expr]] = list(node.elts)
-            elif isinstance(node, ast.Dict):
-                items = list(node.keys)
-            else:
-                continue
-            listed = {n.value for n in items if isinstance(n, ast.Constant) and n.value in names}
-            if len(listed) > MAX_LISTED_CHECKS:
-                out.append(f"{path.relative_to(test_dir.parent)}:{node.lineno} lists {len(listed)} checks")
+    for rel, line, items in literal_collections(test_dir):
+        listed = {n.value for n in items if isinstance(n, ast.Constant) and n.value in names}
+        if len(listed) > MAX_LISTED_CHECKS:
+            out.append(f"{rel}:{line} lists {len(listed)} checks")
     return out
 
 
@@ -518,21 +522,12 @@ def hand_written_module_lists(test_dir: Path, modules: set[str]) -> list[str]:
     holding over 5 check modules by name (``gpu_ecc`` or ``checks.gpu_ecc``): derive it from
     ``registry.CHECKS`` (``spec.module``) instead."""
     out = []
-    for path in sorted(test_dir.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-                items: list[Optional[ast.expr]] = list(node.elts)
-            elif isinstance(node, ast.Dict):
-                items = list(node.keys)
-            else:
-                continue
-            listed = {
-                n.id if isinstance(n, ast.Name) else n.attr for n in items if isinstance(n, (ast.Name, ast.Attribute))
-            }
-            if len(listed & modules) > MAX_LISTED_CHECKS:
-                out.append(
-                    f"{path.relative_to(test_dir.parent)}:{node.lineno} lists {len(listed & modules)} check modules"
-                )
+    for rel, line, items in literal_collections(test_dir):
+        listed = {
+            n.id if isinstance(n, ast.Name) else n.attr for n in items if isinstance(n, (ast.Name, ast.Attribute))
+        }
+        if len(listed & modules) > MAX_LISTED_CHECKS:
+            out.append(f"{rel}:{line} lists {len(listed & modules)} check modules")
     return out
 
 
