@@ -84,11 +84,15 @@ def _read(path: str) -> tuple[Optional[dict[str, Any]], Optional[str]]:
 
 
 def write_latest(state_dir: str, counters: Mapping[str, Any], boot_id: Optional[str], source: str) -> None:
-    """The latest reading of every GPU (OSError when it cannot be written, ``files.UnsafeDir`` included)."""
+    """The latest reading of every GPU (OSError when it cannot be written, ``files.UnsafeDir`` included).
+
+    Not fsynced (the daemon writes it every round): only a reading of this boot is ever used
+    (``baseline_from_latest``), and a crash that loses unsynced data is a reboot."""
     files.require_state_dir(state_dir)
     text = files.dumps(counters_record(counters, time.time(), boot_id, source), compact=True) + "\n"
-    files.write_atomic(layout.path(state_dir, layout.COUNTERS), text, files.STATE_FILE_MODE)
-    files.write_atomic(layout.path(state_dir, layout.COUNTERS_MARSHAL), dumps_marshal(text), files.STATE_FILE_MODE)
+    mode = files.STATE_FILE_MODE
+    files.write_atomic(layout.path(state_dir, layout.COUNTERS), text, mode, durable=False)
+    files.write_atomic(layout.path(state_dir, layout.COUNTERS_MARSHAL), dumps_marshal(text), mode, durable=False)
 
 
 def read_latest(state_dir: str) -> Optional[dict[str, Any]]:

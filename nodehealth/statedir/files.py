@@ -112,9 +112,11 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def write_atomic(path: str, text: Union[str, bytes], mode: int = STATE_FILE_MODE) -> None:
+def write_atomic(path: str, text: Union[str, bytes], mode: int = STATE_FILE_MODE, durable: bool = True) -> None:
     """Write ``text`` (UTF-8; bytes as they are) to a new temp file in the same directory, fsync,
-    rename over ``path``.
+    rename over ``path``. ``durable=False``: no fsync, for a file of this boot only that is
+    rewritten soon (a crash that loses the page cache is a reboot, after which the file is
+    refused as another boot's: the fsync would keep nothing that is ever read).
 
     The temp file has a unique name (random bytes, created with ``O_EXCL | O_NOFOLLOW``, as
     ``mkstemp`` does), so nothing planted under a name is ever written through; the rename
@@ -139,7 +141,8 @@ def write_atomic(path: str, text: Union[str, bytes], mode: int = STATE_FILE_MODE
         try:
             os.fchmod(fd, mode)
             _write_all(fd, text if isinstance(text, bytes) else text.encode("utf-8"))
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
