@@ -266,16 +266,18 @@ def _take_frames(buf: bytearray) -> list[Any]:
     """Every whole frame at the head of ``buf`` (removed from it); an unpicklable one is an
     ``(UNREADABLE, why)`` frame."""
     out: list[Any] = []
-    while len(buf) >= FRAME.size:
-        (size,) = FRAME.unpack_from(buf)
-        if len(buf) < FRAME.size + size:
+    pos, end = 0, len(buf)
+    while end - pos >= FRAME.size:
+        (size,) = FRAME.unpack_from(buf, pos)
+        start = pos + FRAME.size
+        if end - start < size:
             break
-        payload = bytes(buf[FRAME.size : FRAME.size + size])
-        del buf[: FRAME.size + size]
+        pos = start + size
         try:
-            out.append(pickle.loads(payload))  # noqa: S301 - our own child, over our own pipe
+            out.append(pickle.loads(buf[start:pos]))  # noqa: S301 - our own child, over our own pipe
         except Exception as exc:  # noqa: BLE001 - a torn answer is an error, not a crash
             out.append((UNREADABLE, describe(exc)))
+    del buf[:pos]  # once: a read holds a hundred frames, and each cut moved the rest
     return out
 
 
