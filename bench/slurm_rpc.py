@@ -3,7 +3,7 @@
   .venv/bin/python bench/slurm_rpc.py [--nodes 4] [--minutes 6] [--jobs 20] [--mode daemon|faces|both|scale]
 
 Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (Slurm 22.05). The cluster is the
-tests' harness (``tests/multinode.py``'s ``MultiNode`` on ``tests/slurm_cluster.py``'s helpers; run
+tests' harness (``tests/multinode.py``'s ``MultiNode`` on ``tests/slurm_daemons.py``'s ``PrivateSlurm``; run
 the bench from the repository root): munged, slurmctld and one slurmd per node, each slurmd in its
 own UTS namespace with its own node name (``n1``..``nN``, all on 127.0.0.1 with their own ports),
 8 fake GPUs per node, and nodehealth's

@@ -1,7 +1,7 @@
 """The private multi-node Slurm of ``bench/slurm_rpc.py``: the tests' harness with nodehealth on every node.
 
 ``Cluster`` is ``tests/multinode.py``'s ``MultiNode`` (munged, slurmctld, one slurmd per node in its
-own UTS namespace, on ``tests/slurm_cluster.py``'s helpers) plus what the bench measures with: 8
+own UTS namespace, on ``tests/slurm_daemons.py``'s ``PrivateSlurm``) plus what the bench measures with: 8
 fake GPUs per node (gres), nodehealth's faces as ``Prolog``, ``Epilog`` and
 ``HealthCheckProgram`` through wrappers that name the node, per-node ``scontrol``/``sinfo``
 wrappers that log every call with the node and the caller, one ``nodehealth daemon`` per node in
@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -27,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the one Slurm harness: the tests' private cluster
 
 from multinode import MultiNode  # noqa: E402
-from slurm_cluster import BIN, SCENARIOS, free_port, slurm_missing, spawn, stop_process, wait_for  # noqa: E402
+from slurm_cluster import BIN, SCENARIOS, slurm_missing  # noqa: E402
+from slurm_daemons import free_port, spawn, stop_process, wait_for  # noqa: E402
 
 __all__ = ["FIXTURES", "SCONTROL", "SINFO", "Cluster", "missing", "wait_for"]  # what bench/slurm_rpc.py uses
 
@@ -245,10 +245,7 @@ class Cluster(MultiNode):
         for name in [n for n in self.procs if n.startswith("daemon-")]:
             stop_process(self.procs.pop(name))
         if "slurmctld" in self.procs:
-            self.run("/usr/bin/scancel", "--user=root")
-            end = time.monotonic() + 20  # else slurmstepd and job processes are orphaned
-            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i").stdout.strip():
-                time.sleep(0.2)
+            self.cancel_jobs(20, every=0.2)
         super().stop()
 
     # ---------------------------------------------------------------- Slurm (outside the windows)

@@ -2,7 +2,8 @@
 slurmd in its own UTS namespace (hostname = node name), optionally in its own mount namespace
 with an empty tmpfs over a directory ("shared storage missing on that node").
 
-Follows shared/notes/slurm-multinode.md; reuses ``tests/slurm_cluster.py``'s helpers. The one
+Follows shared/notes/slurm-multinode.md; built on ``tests/slurm_daemons.py``'s ``PrivateSlurm`` (the
+directories, the head of slurm.conf, munged and slurmctld, the stop), as ``SlurmCluster`` is. The one
 multi-node harness of the tests and the benches (``bench/slurm_rpc.py`` builds its cluster on it:
 its own directory, node lines with GPUs, declared nodes that never register, more slurm.conf lines).
 """
@@ -16,10 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from slurm_cluster import _free_port, spawn, stop_process, wait_for
+from slurm_daemons import PrivateSlurm, _free_port, wait_for
 
 
-class MultiNode:
+class MultiNode(PrivateSlurm):
+    new_session = True
+
     def __init__(
         self,
         nodes: Sequence[str],
@@ -33,79 +36,23 @@ class MultiNode:
         directory above its socket searchable); ``node_opts``: the NodeName lines' resources
         (``Gres=gpu:8``...); ``more_nodes``: NodeName lines of nodes that never register (a
         cluster of that size to slurmctld; in the partition, not waited for)."""
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="nh-multi."))
+        super().__init__(Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="nh-multi.")))
         self.node_opts, self.more_nodes = node_opts, list(more_nodes)
         self.nodes, self.private = list(nodes), set(private)
         self.extra = list(extra)  # more slurm.conf lines (HealthCheckProgram=...), before the nodes
-        self.conf = self.root / "etc" / "slurm.conf"
         self.shared = self.root / "shared"
-        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        self.procs[name] = spawn(self.root, name, argv, self.env, new_session=True)
 
     def start(self, timeout: float = 30) -> MultiNode:
         """munged, slurmctld, every node's slurmd; returns once every node of ``nodes`` is idle
         (within ``timeout`` s)."""
-        r = self.root
-        for d in ("etc", "state", "spool", "log", "run", "munge", "shared"):
-            (r / d).mkdir(parents=True, exist_ok=True)
-        os.chmod(r, 0o755)
-        os.chmod(r / "munge", 0o755)
-        key = r / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        os.chmod(key, 0o400)
-        lines = [
-            "ClusterName=nhmulti",
-            "SlurmctldHost=vm(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            f"AuthInfo=socket={r}/munge/munge.socket",
-            "CredType=cred/munge",
-            f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={r}/spool/%n",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "SchedulerType=sched/backfill",
-            "SchedulerParameters=batch_sched_delay=0",
-            "MpiDefault=none",
-            "MailProg=/bin/true",
-            "ReturnToService=2",
-        ]
-        lines += self.extra
+        self._make_dirs("shared")
+        lines = self.conf_head("nhmulti", os.uname().nodename.split(".")[0], per_node=True) + self.extra
         for n in self.nodes:
             lines.append(f"NodeName={n} NodeAddr=127.0.0.1 Port={_free_port()} {self.node_opts} State=UNKNOWN")
         lines += self.more_nodes
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-        lines[1] = f"SlurmctldHost={os.uname().nodename.split('.')[0]}(127.0.0.1)"
         self.conf.write_text("\n".join(lines) + "\n")
-        self._spawn(
-            "munged",
-            [
-                "/usr/sbin/munged",
-                "-F",
-                f"--socket={r}/munge/munge.socket",
-                f"--key-file={key}",
-                f"--pid-file={r}/munge/munged.pid",
-                f"--log-file={r}/munge/munged.log",
-                f"--seed-file={r}/munge/munged.seed",
-            ],
-        )
-        wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
-        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
-        wait_for(lambda: self.run("/usr/bin/scontrol", "ping").returncode == 0, 15, "slurmctld up")
+        self.start_controller()
         for n in self.nodes:
             if n in self.private:
                 argv = [
@@ -134,10 +81,7 @@ class MultiNode:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
     def stop(self) -> None:
-        self.run("/usr/bin/scancel", "--user=root")
-        for name in [k for k in self.procs if k.startswith("slurmd")] + ["slurmctld", "munged"]:
-            p = self.procs.pop(name, None)
-            if p is not None:
-                stop_process(p)
+        self.cancel_jobs()
+        self.stop_daemons()
         if not os.environ.get("NODEHEALTH_KEEP_SLURM"):
             shutil.rmtree(self.root, ignore_errors=True)

@@ -3,7 +3,8 @@ packages, all in one temp dir, with nodehealth's installed entry points as Prolo
 HealthCheckProgram and simulated GPUs behind them.
 
 Follows the verified recipe (Debian 12, Slurm 22.05): daemons run in the foreground as
-children of the test process and are stopped by PID; fake GPUs are gres.conf ``File=``
+children of the test process and are stopped by PID (``tests/slurm_daemons.py``'s ``PrivateSlurm``,
+which ``tests/multinode.py`` is built on too); fake GPUs are gres.conf ``File=``
 entries that are symlinks to /dev/null; ``SLURM_CONF`` points at the temp dir. slurmd gives
 the prolog/epilog a fixed environment and the health check an empty one, so each face is
 started through a two-line wrapper that sets ``NODEHEALTH_CONFIG`` and execs the installed
@@ -22,11 +23,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
+from slurm_daemons import PrivateSlurm, _free_port, wait_for
 
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd"}
 CLIENTS = (
@@ -59,17 +60,7 @@ def requires_slurm() -> Any:
     return pytest.mark.skipif(why is not None, reason=why or "")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-free_port = _free_port  # the benches' name for it (bench/slurm_rpc.py)
-
-
-class SlurmCluster:
+class SlurmCluster(PrivateSlurm):
     """One node (this host's short name) with ``ngpus`` fake GPUs, plus optional ghost nodes
     that are declared but never register (for the breaker)."""
 
@@ -82,13 +73,10 @@ class SlurmCluster:
         ghosts: int = 0,
         nodehealth: Optional[dict[str, Any]] = None,
     ) -> None:
-        self.root = Path(root).resolve()
+        super().__init__(Path(root).resolve())
         self.host = socket.gethostname().split(".")[0]
         self.ngpus, self.hc_interval, self.ghosts = ngpus, hc_interval, ghosts
-        self.conf = self.root / "etc" / "slurm.conf"
-        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.env.pop("NODEHEALTH_CONFIG", None)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.state_dir = self.root / "nodehealth-state"
         # nodehealth={"persistent_dir": True}: the split layout of a default install (a run dir and a
         # persistent dir); otherwise one state dir, as every config that sets only state_dir has it.
@@ -179,14 +167,7 @@ class SlurmCluster:
 
     def _write_config(self) -> None:
         r = self.root
-        for d in ("etc", "state", "spool", "log", "run", "munge", "dev", "out"):
-            (r / d).mkdir(parents=True, exist_ok=True)
-        os.chmod(r, 0o755)
-        os.chmod(r / "munge", 0o755)  # munged needs o+x on the socket dir
-        key = r / "munge" / "munge.key"
-        if not key.exists():
-            key.write_bytes(os.urandom(1024))
-            os.chmod(key, 0o400)
+        self._make_dirs("dev", "out")
         for i in range(self.ngpus):  # gres File= must be a char/block device
             link = r / "dev" / f"gpu{i}"
             if not link.is_symlink():
@@ -194,36 +175,10 @@ class SlurmCluster:
         if not self.boot_id.exists():
             self.set_boot_id("boot-1")
         self._write_nodehealth()
-        lines = [
-            "ClusterName=nhtest",
-            f"SlurmctldHost={self.host}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            f"AuthInfo=socket={r}/munge/munge.socket",
-            "CredType=cred/munge",
-            f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={r}/spool",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd.log",
-            "SlurmctldDebug=debug",
-            "SlurmdDebug=debug2",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "SchedulerType=sched/backfill",
-            "SchedulerParameters=batch_sched_delay=0",
-            "MpiDefault=none",
-            "MailProg=/bin/true",
-            "ReturnToService=2",
+        lines = self.conf_head(
+            "nhtest", self.host, per_node=False, debug=("SlurmctldDebug=debug", "SlurmdDebug=debug2")
+        )
+        lines += [
             "GresTypes=gpu",
             f"Prolog={self._wrapper('nodehealth-prolog')}",
             f"Epilog={self._wrapper('nodehealth-epilog')}",
@@ -253,26 +208,9 @@ class SlurmCluster:
             gres.append(f"NodeName={self.host} Name=gpu File={r}/dev/gpu[0-{self.ngpus - 1}]")
         (r / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        self.procs[name] = spawn(self.root, name, argv, self.env)
-
     def start(self) -> SlurmCluster:
         self._write_config()
-        r = self.root
-        self._spawn(
-            "munged",
-            [
-                "/usr/sbin/munged",
-                "-F",
-                f"--socket={r}/munge/munge.socket",
-                f"--key-file={r}/munge/munge.key",
-                f"--pid-file={r}/munge/munged.pid",
-                f"--log-file={r}/munge/munged.log",
-                f"--seed-file={r}/munge/munged.seed",
-            ],
-        )
-        wait_for(lambda: (r / "munge" / "munge.socket").exists(), 10, "munged socket")
-        self.start_slurmctld()
+        self.start_controller()
         self._spawn("slurmd", ["/usr/sbin/slurmd", "-D"])
         # Registered: idle, or drained already by a health check that ran before registration.
         wait_for(
@@ -282,23 +220,10 @@ class SlurmCluster:
         )
         return self
 
-    def start_slurmctld(self) -> None:
-        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
-        wait_for(lambda: self.run("/usr/bin/scontrol", "ping", check=False).returncode == 0, 15, "slurmctld up")
-
-    def stop_daemon(self, name: str) -> None:
-        p = self.procs.pop(name, None)
-        if p is not None:
-            stop_process(p)
-
     def stop(self) -> None:
         if "slurmctld" in self.procs:
-            self.run("/usr/bin/scancel", "--user=root", check=False)
-            end = time.monotonic() + 15  # else slurmstepd and job processes are orphaned
-            while time.monotonic() < end and self.run("/usr/bin/squeue", "-h", "-o", "%i", check=False).stdout.strip():
-                time.sleep(0.1)
-        for name in ("slurmd", "slurmctld", "munged"):
-            self.stop_daemon(name)
+            self.cancel_jobs(15)
+        self.stop_daemons()
 
     # -------------------------------------------------------------- helpers
 
@@ -399,32 +324,6 @@ class SlurmCluster:
         return str(self.root / "bin" / face)
 
 
-def spawn(
-    root: Path, name: str, argv: list[str], env: dict[str, str], new_session: bool = False
-) -> subprocess.Popen[bytes]:
-    """A daemon of the private cluster, its output in ``<root>/log/<name>.stdio``."""
-    with open(root / "log" / f"{name}.stdio", "ab") as log:
-        return subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=root,
-            start_new_session=new_session,
-        )
-
-
-def stop_process(p: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 15 s; always reaped."""
-    p.terminate()
-    try:
-        p.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-
-
 def logged_scontrol(d: Path) -> tuple[Path, Path]:
     """A root-owned scontrol wrapper in ``d`` that appends its argv to a log, then runs the real one:
     ``(wrapper, log)``. What a test counts nodehealth's scontrol calls with."""
@@ -432,16 +331,6 @@ def logged_scontrol(d: Path) -> tuple[Path, Path]:
     wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec /usr/bin/scontrol "$@"\n')
     wrapper.chmod(0o755)
     return wrapper, log
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        if pred():
-            return
-        if time.monotonic() > end:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.fixture

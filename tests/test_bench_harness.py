@@ -1,5 +1,6 @@
-"""One Slurm harness for the tests and the benches: only ``tests/slurm_cluster.py`` and ``tests/multinode.py``
-start munged, slurmctld and slurmd; every bench that needs a private Slurm builds on them."""
+"""One Slurm harness for the tests and the benches: only ``tests/slurm_daemons.py`` (and the two clusters built
+on it, ``tests/slurm_cluster.py`` and ``tests/multinode.py``) start munged, slurmctld and slurmd; every bench
+that needs a private Slurm builds on them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = {"tests/slurm_cluster.py", "tests/multinode.py"}
+HARNESS = {"tests/slurm_daemons.py", "tests/slurm_cluster.py", "tests/multinode.py"}
 MUNGED = "/usr/sbin/munged"  # every private Slurm starts its own munged first
 SLURM_DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 RUNS = {"Popen", "run", "call", "check_call", "check_output"}
@@ -44,9 +45,7 @@ def daemon_starters(paths: list[Path]) -> list[str]:
 def test_no_bench_or_test_starts_slurm_but_the_harness() -> None:
     paths = sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
     found = daemon_starters(paths)
-    assert not found, "a private Slurm started outside tests/slurm_cluster.py and tests/multinode.py:\n" + "\n".join(
-        found
-    )
+    assert not found, "a private Slurm started outside the harness (tests/slurm_daemons.py):\n" + "\n".join(found)
 
 
 def test_the_rule_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
