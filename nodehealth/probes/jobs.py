@@ -34,7 +34,6 @@ The cache holds the processes of the last scan only (a pid gone is dropped), at 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Callable, Optional, Union
 
@@ -60,8 +59,10 @@ class _Seen:
         self.key, self.first_s, self.read_s, self.job = key, first_s, read_s, job
 
 
-_CACHE: dict[str, dict[int, _Seen]] = {}  # procfs root -> pid -> the last scan's (one root kept)
-_CACHE_LOCK = threading.Lock()
+# procfs root -> pid -> what the last scan learned (one root kept). No lock: a scan reads it once
+# and replaces it whole (its entries are never changed), so two scans at once (a round's probe
+# abandoned at its deadline and the next one's) each give a right answer, whichever is kept.
+_CACHE: dict[str, dict[int, _Seen]] = {}
 
 
 def gather(
@@ -77,8 +78,7 @@ def gather(
         names = os.listdir(procfs_root)
     except OSError as exc:
         return ProbeError("node_jobs", "unavailable", f"cannot list {procfs_root}: {exc.strerror or exc}")
-    with _CACHE_LOCK:
-        pid_jobs = _scan(procfs_root, names[:MAX_PIDS], clock())
+    pid_jobs = _scan(procfs_root, names[:MAX_PIDS], clock())
     return NodeJobs(running=running, pid_jobs=pid_jobs)
 
 
@@ -101,11 +101,12 @@ def _scan(procfs_root: str, names: list[str], now: float) -> dict[int, str]:
         if entry is None or entry.key != key:
             entry = _Seen(key, now, now, _read_job(base))
         elif entry.read_s - entry.first_s < SETTLE_S:
-            entry.read_s, entry.job = now, _read_job(base)
+            entry = _Seen(key, entry.first_s, now, _read_job(base))
         seen[pid] = entry
         if entry.job is not None:
             pid_jobs[pid] = entry.job
-    _CACHE.clear()
+    if list(_CACHE) != [procfs_root]:
+        _CACHE.clear()
     _CACHE[procfs_root] = seen
     return pid_jobs
 
