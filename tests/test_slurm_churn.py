@@ -405,3 +405,63 @@ def test_the_daemon_says_a_finding_once_per_change(tmp_path: Path) -> None:
     d.round()
     text = d.log.stream.getvalue()
     assert text.count("OK gpu_remapped_rows: cleared") == 1 and text.count("err: FAIL gpu_remapped_rows:") == 1, text
+
+
+# ----------------------------------------------------------------------------- 4. a resume by hand, then a new fault
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no-view", "view-cached-before-the-resume"])
+def test_a_fault_after_clean_runs_reads_the_node_back_and_drains_a_node_resumed_by_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """Drained by us; the fault clears (a clean run) and a person resumes the node by hand while our
+    record stays; the fault comes back: the record is read back, not trusted, and the node drained
+    again (trusted, it said "already drained" and the node took jobs with the fault). A view of the
+    node cached seconds before the resume is not this run's read either."""
+    Fake(tmp_path, monkeypatch, clean_runs=3)
+    cfg = load()
+    client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    actor = healthcheck_actor(cfg, client, lambda *a, **k: None)
+    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
+    if cached:
+        act.read_me(actor)  # fresh for a minute: shows our drain
+    assert act.after_check(actor, _report(Status.OK)).outcome == act.ActOutcome.NONE  # clean run 1 of 3
+    client.nodes["n1"] = ("IDLE", None)  # scontrol update nodename=n1 state=resume
+    assert slurmstate.load(cfg.paths).drain is not None  # our record stays
+    got = act.after_check(actor, _report(Status.FAIL))
+    assert got.outcome == act.ActOutcome.DRAINED, client.log
+    assert client.nodes["n1"][0] == "IDLE+DRAIN" and client.log[-1] == ("update", "n1", "drain")
+
+
+def test_the_follower_reads_back_too_after_a_clean_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``on_fault`` called on its own (the XID follower, the prolog, the epilog) takes the count it loads."""
+    Fake(tmp_path, monkeypatch, clean_runs=3)
+    cfg = load()
+    client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    actor = healthcheck_actor(cfg, client, lambda *a, **k: None)
+    assert act.on_fault(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
+    act.after_check(actor, _report(Status.OK))
+    client.nodes["n1"] = ("IDLE", None)
+    assert act.on_fault(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
+    assert client.nodes["n1"][0] == "IDLE+DRAIN"
+
+
+def test_a_fault_that_held_since_the_drain_costs_no_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other side of the rule: a drained node whose fault never cleared makes no Slurm call per run,
+    and one read after a clean run that finds our drain still there trusts the record again."""
+    Fake(tmp_path, monkeypatch, clean_runs=3)
+    cfg = load()
+    client = Recording({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    actor = healthcheck_actor(cfg, client, lambda *a, **k: None)
+    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.DRAINED
+    act.read_me(actor)
+    monkeypatch.setattr(time, "time", lambda real=time.time: real() + 120)  # the cached view is stale
+    calls = client.calls
+    for _ in range(3):
+        assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.ALREADY
+    assert client.calls == calls
+    act.after_check(actor, _report(Status.OK))
+    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.ALREADY  # read: still ours
+    assert client.calls == calls + 1 and client.log[-1] == ("show", "*")
+    assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.ALREADY
+    assert client.calls == calls + 1

@@ -92,6 +92,28 @@ def test_an_admin_edit_inside_the_cache_window_is_never_resumed(slurm_cluster, t
     assert seen is not None
 
 
+def test_a_fault_back_after_a_resume_by_hand_drains_again(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
+    """Drained; the fault clears (a clean run reads the node: still our drain); a person resumes it by
+    hand while our record stays; the fault comes back: the health check reads the node back and drains
+    it again, rather than trusting the record ("already drained") for up to [slurm] reconcile_s."""
+    wrapper, log = logged_scontrol(tmp_path)
+    c: SlurmCluster = slurm_cluster(
+        scenario="remap-pending.toml",
+        hc_interval=1,
+        nodehealth={"clean_runs": 50, "slurm": {"scontrol": f'"{wrapper}"'}},
+    )
+    ours = c.wait_node(drained, 60, "drained by the health check")["reason"]
+    c.use_scenario("healthy.toml")
+    wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 1, 60, "clean run 1 (it reads the node)")
+    c.run("/usr/bin/scontrol", "update", f"nodename={c.host}", "state=resume")
+    c.wait_node(in_service, 30, "resumed by hand")
+    assert c.nh_state()["drain"] is not None  # our record stays
+    c.use_scenario("remap-pending.toml")
+    node = c.wait_node(drained, 60, "drained again after the fault came back")
+    assert node["reason"].startswith("nh:rowremap GPU1 ") and node["reason"] != "", (node, ours)
+    assert sum("state=drain" in x for x in calls(log)) == 2, calls(log)
+
+
 def test_a_stray_in_its_jobs_cgroup_stays_drained_until_it_is_gone(slurm_cluster) -> None:  # noqa: F811
     c: SlurmCluster = slurm_cluster(scenario="healthy.toml", hc_interval=1, nodehealth={"clean_runs": 1})
     stray = c.root / "stray.toml"

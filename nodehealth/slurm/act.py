@@ -15,6 +15,8 @@ Under churn (docs/operations.md, "Flapping", "Orphan drains", "Quiet logs"):
   held for a person (reason ``nh:flap ...``, never resumed), and each drain within the window
   needs twice the clean runs of the one before (``policy.clean_runs_needed``);
 * a resume is made only on a read of the node made just before it (never on the cached view);
+* a fault back after a run judged it gone reads the node before trusting our drain record (a person
+  may have resumed the node by hand); a fault that has held since the drain costs no call;
 * a drain for processes lasts while NVML lists a process on its GPUs (``policy.judged_clean``);
 * a node drained with a nodehealth reason and no record of ours is an orphan: said once, left;
 * what the sequence says of a node that stays as it is is said once per drain, not every run.
@@ -178,13 +180,20 @@ def _orphan(actor: Actor, node: Optional[NodeInfo], state: State) -> bool:
     return False
 
 
-def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Acted:
+def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None, seen_clean: Optional[bool] = None) -> Acted:
     """Drain for the worst fault of ``report``; ``me``: this node's record when just read.
 
     Slurm calls: none while a drain of ours already holds the node for a fault at least as
-    severe (its first reason stays), nor while ``me`` shows it drained for another reason; else
-    one cluster view (this node and the breaker's count) and the drain. The drain that makes
-    ``[resume] flap_drains`` drains of its check within ``flap_window_s`` is held for a person.
+    severe (its first reason stays) and that fault has held since the drain, nor while ``me``
+    shows it drained for another reason; else one cluster view (this node and the breaker's count)
+    and the drain. The drain that makes ``[resume] flap_drains`` drains of its check within
+    ``flap_window_s`` is held for a person.
+
+    ``seen_clean``: whether a run judged the drain's fault gone since the drain (the caller that
+    advanced the clean-run count before this call says what the count was; else the count
+    loaded). A fault that comes back after that is not the one the record drained for: a person
+    may have resumed the node meanwhile (``scontrol update state=resume`` while our record stays),
+    so the record is read back from Slurm, not trusted.
     """
     cfg = actor.cfg
     fault = policy.worst_failure(report, cfg.policy.unknown)
@@ -248,8 +257,12 @@ def on_fault(actor: Actor, report: Report, me: Optional[NodeInfo] = None) -> Act
                 notable=True,
             )
 
-    trusted = state.drain is not None and (
-        actor.record_trusted_after is None or state.drain.time >= actor.record_trusted_after
+    if seen_clean is None:
+        seen_clean = state.clean_runs > 0  # recording a drain (and every fault) sets the count to 0
+    trusted = (
+        state.drain is not None
+        and not seen_clean
+        and (actor.record_trusted_after is None or state.drain.time >= actor.record_trusted_after)
     )
     if state.drain is not None and (policy.owns(me, state) if me is not None else trusted):
         # Ours already (by our record; Slurm keeps an existing reason, so no call is needed to stay drained).
@@ -339,7 +352,13 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
     """
     cfg = actor.cfg
     now = time.time()
-    state = actor.save(lambda s: policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)) or actor.load()
+    seen_clean = [False]  # a drain of ours whose fault a run judged gone since: read back on a fault
+
+    def advance(s: State) -> State:
+        seen_clean[0] = s.drain is not None and s.clean_runs > 0
+        return policy.after_run(s, report, cfg.policy.unknown, now, actor.boot_id)
+
+    state = actor.save(advance) or actor.load()
     node = me if isinstance(me, NodeInfo) else NodeInfo.from_json(state.slurm_node)
     if node is not None and node.name != actor.node:
         node = None
@@ -352,7 +371,11 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         node = got if isinstance(got, NodeInfo) else None
         now = time.time()  # the read is this run's latest word (its view is not "from the future")
     if policy.worst_failure(report, cfg.policy.unknown) is not None:
-        return on_fault(actor, report, me=node if _fresh(node, now, 60.0) else None)
+        # After a clean run only a view read in this run counts: a cached one may predate a resume by hand.
+        recent = node if _fresh(node, now, 60.0) else None
+        if recent is not None and seen_clean[0] and (recent.seen_at or 0.0) < report.started_at:
+            recent = None
+        return on_fault(actor, report, me=recent, seen_clean=seen_clean[0])
     if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):
         got = read_me(actor)  # the hourly reconciliation
         if isinstance(got, ProbeError):
