@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--across",
         action="store_true",
         help="with --nccl: once every node passed, one all-reduce over all nodes (nccl-tests' all_reduce_perf, "
-        "MPI build; start the step with srun --mpi=pmix); names the node whose link went over TCP",
+        "MPI build; start the step with srun --mpi=pmix or --mpi=pmi2); names the node whose link went over TCP",
     )
     p.add_argument(
         "--min-busbw",
