@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurm_cluster import SCENARIOS, SlurmCluster, drained, logged_scontrol, requires_slurm, slurm_cluster, wait_for  # noqa: F401
@@ -69,16 +70,23 @@ def test_a_flapping_fault_gives_k_drains_then_one_held_for_a_person(slurm_cluste
     print(f"scontrol calls: {len(calls(log))} ({len(updates)} updates)", file=sys.stderr)
 
 
-def test_an_admin_edit_inside_the_cache_window_is_never_resumed(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
+def drained_then_clean(make: Any, tmp_path: Path, clean_runs: int) -> tuple[SlurmCluster, Path, str]:
+    """A node the health check (every second, scontrol logged) drained for a row remap, then one clean run
+    (it reads the node: still our drain): the cluster, the scontrol log and our reason."""
     wrapper, log = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(
+    c: SlurmCluster = make(
         scenario="remap-pending.toml",
         hc_interval=1,
-        nodehealth={"clean_runs": 3, "slurm": {"scontrol": f'"{wrapper}"'}},
+        nodehealth={"clean_runs": clean_runs, "slurm": {"scontrol": f'"{wrapper}"'}},
     )
     ours = c.wait_node(drained, 60, "drained by the health check")["reason"]
     c.use_scenario("healthy.toml")
     wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 1, 60, "clean run 1 (it reads the node)")
+    return c, log, ours
+
+
+def test_an_admin_edit_inside_the_cache_window_is_never_resumed(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
+    c, log, ours = drained_then_clean(slurm_cluster, tmp_path, clean_runs=3)
     seen = c.nh_state()["slurm_node"]["time"]
     edited = f"{ours} -- investigating DO NOT RESUME"
     c.run("/usr/bin/scontrol", "update", f"nodename={c.host}", "state=drain", f"reason={edited}")
@@ -96,15 +104,7 @@ def test_a_fault_back_after_a_resume_by_hand_drains_again(slurm_cluster, tmp_pat
     """Drained; the fault clears (a clean run reads the node: still our drain); a person resumes it by
     hand while our record stays; the fault comes back: the health check reads the node back and drains
     it again, rather than trusting the record ("already drained") for up to [slurm] reconcile_s."""
-    wrapper, log = logged_scontrol(tmp_path)
-    c: SlurmCluster = slurm_cluster(
-        scenario="remap-pending.toml",
-        hc_interval=1,
-        nodehealth={"clean_runs": 50, "slurm": {"scontrol": f'"{wrapper}"'}},
-    )
-    ours = c.wait_node(drained, 60, "drained by the health check")["reason"]
-    c.use_scenario("healthy.toml")
-    wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 1, 60, "clean run 1 (it reads the node)")
+    c, log, ours = drained_then_clean(slurm_cluster, tmp_path, clean_runs=50)
     c.run("/usr/bin/scontrol", "update", f"nodename={c.host}", "state=resume")
     c.wait_node(in_service, 30, "resumed by hand")
     assert c.nh_state()["drain"] is not None  # our record stays
