@@ -123,17 +123,25 @@ def _shared_dirs(ctx: ProbeContext, timeout_s: float) -> Any:
     return host.start_shared_dirs(getattr(ctx.config.checks["host_shared_dir"], "paths", ()), timeout_s)
 
 
+def _not_theirs(ctx: ProbeContext, probe: str, what: str, host_source: bool = True, hint: str = "") -> Any:
+    """The one simulate rule: simulated GPUs are not judged by this host's facts about GPUs (``what`` is
+    the host's, not theirs: a ProbeError, "unavailable"). None when the GPUs are real, or when the probe
+    reads a recorded source instead of the host's (``host_source`` False); ``hint``: how to give it one."""
+    if not ctx.config.nvml.simulate or not host_source:
+        return None
+    return ProbeError(probe, "unavailable", f"simulated GPUs: {what}" + (f" ({hint})" if hint else ""))
+
+
 def _simulated_sysfs(ctx: ProbeContext, probe: str, what: str) -> Any:
-    """Simulated GPUs read with this host's sysfs: ``what`` there is the host's, not theirs (a ProbeError,
-    "unavailable"); None when the GPUs are real or ``[paths] sysfs_root`` is a recorded tree."""
+    """``_not_theirs`` for a probe of this host's sysfs; a recorded tree as ``[paths] sysfs_root`` is read."""
     from nodehealth.probes import pci
 
-    if not ctx.config.nvml.simulate or not pci.is_host_sysfs(ctx.config.paths.sysfs_root):
-        return None
-    return ProbeError(
+    return _not_theirs(
+        ctx,
         probe,
-        "unavailable",
-        f"simulated GPUs: {what} (set [paths] sysfs_root to a recorded sysfs tree to read one)",
+        what,
+        host_source=pci.is_host_sysfs(ctx.config.paths.sysfs_root),
+        hint="set [paths] sysfs_root to a recorded sysfs tree to read one",
     )
 
 
@@ -154,14 +162,15 @@ def _xid(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.xid.patterns import KMSG_PATH
 
     settings = xid_settings(ctx.config)
-    if ctx.config.nvml.simulate and settings.kmsg_path == KMSG_PATH:
-        # Simulated GPUs: this host's kernel log does not describe them.
-        return ProbeError(
-            "xid",
-            "unavailable",
-            "simulated GPUs: the host's kernel log is not theirs "
-            "(set [checks.gpu_xid] kmsg_path to a recorded log to watch one)",
-        )
+    gate = _not_theirs(
+        ctx,
+        "xid",
+        "the host's kernel log is not theirs",
+        host_source=settings.kmsg_path == KMSG_PATH,
+        hint="set [checks.gpu_xid] kmsg_path to a recorded log to watch one",
+    )
+    if gate is not None:
+        return gate
     return xid_store.gather(
         ctx.config.paths.state_dir,
         ctx.config.paths.procfs_root,
@@ -189,8 +198,9 @@ def _nccl(ctx: ProbeContext, timeout_s: float) -> Any:
 def _services(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import services
 
-    if ctx.config.nvml.simulate:  # what simulated GPUs need is not what this host runs
-        return ProbeError("services", "unavailable", "simulated GPUs: the host's services and modules are not theirs")
+    gate = _not_theirs(ctx, "services", "the host's services and modules are not theirs")
+    if gate is not None:
+        return gate
     settings = ctx.config.checks["host_services"]
     return services.gather(
         ctx.config.paths.sysfs_root,
@@ -234,8 +244,9 @@ def _edac(ctx: ProbeContext, timeout_s: float) -> Any:
 def _dstate(ctx: ProbeContext, timeout_s: float) -> Any:
     from nodehealth.probes import host_errors
 
-    if ctx.config.nvml.simulate:  # the host's processes do not hold simulated GPUs
-        return ProbeError("dstate", "unavailable", "simulated GPUs: no process of this host holds them")
+    gate = _not_theirs(ctx, "dstate", "no process of this host holds them")
+    if gate is not None:
+        return gate
     settings = ctx.config.checks.get("host_dstate")
     return host_errors.start_dstate(ctx.config.paths.procfs_root, timeout_s, getattr(settings, "confirm_s", 1.0))
 
