@@ -170,6 +170,8 @@ def test_config_error_never_drains(
     assert prolog.main() == 0
     err = capsys.readouterr().err
     assert "configuration error" in err and "checking with the built-in defaults" in err, err
+    # Every record file looked for is named in one clause, not the same words once for each.
+    assert err.count("no configuration has validated on this node") == 1 and "(neither " in err, err
 
 
 def test_unreachable_slurmctld_still_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

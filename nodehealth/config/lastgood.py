@@ -103,11 +103,17 @@ def record(paths: Any, path: str, text: str, ident: Optional[list[int]], now: fl
     return True
 
 
+def none_yet(*records: str) -> str:
+    """Why there is no last good config, naming every record file looked for (one clause, not one each)."""
+    where = records[0] if len(records) == 1 else "neither " + " nor ".join(records)
+    return f"no configuration has validated on this node ({where})"
+
+
 def recall(paths: Any, path: str) -> tuple[Optional[dict[str, Any]], str]:
     """The record for ``path`` whose text still matches its hash, or ``(None, why not)``."""
     rec = read(paths)
     if rec is None:
-        return None, f"no configuration has validated on this node ({path_in(paths)})"
+        return None, none_yet(path_in(paths))
     if rec["path"] != path:
         return None, f"the last configuration that validated here is {rec['path']}, not {path}"
     if _sha256(rec["text"]) != rec["sha256"]:

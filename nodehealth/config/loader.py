@@ -366,12 +366,16 @@ def _fallback(
     # Where the file keeps its last good one (its persistent dir; its state dir when it names only
     # that: lean.persistent_follows), then the default, then the run dirs from before the split.
     dirs = [d for d in (kept or hint, lean.default("paths.persistent_dir"), hint, lean.default("paths.state_dir")) if d]
-    whys = []
+    whys, unseen = [], []
     for sd in dict.fromkeys(dirs):
         why = trust.problem(lastgood.path_in(sd))
         rec, why = (None, why) if why else lastgood.recall(sd, file)
         if rec is None:
-            whys.append(why)
+            # Record files that are simply absent make one clause ("neither A nor B"), not the same words twice.
+            if why == lastgood.none_yet(lastgood.path_in(sd)):
+                unseen.append(lastgood.path_in(sd))
+            else:
+                whys.append(why)
             continue
         try:
             label = file if rec["identity"] is not None else "<defaults>"
@@ -396,6 +400,7 @@ def _fallback(
             check(cfg)
     except ConfigError:
         raise error from None
+    whys[:0] = [lastgood.none_yet(*unseen)] if unseen else []
     return Loaded(cfg, file, error, "defaults", "; ".join(whys))
 
 
