@@ -132,3 +132,18 @@ def test_status_words_for_a_drained_node(
     assert re.search(r"^last face run: FAIL (just now|\d+ s ago)$", text, re.M), text
     assert re.search(r"^slurm \(cached view(, read (just now|\d+ s ago))?\): state IDLE, Gres gpu:8$", text, re.M), text
     assert not any(w in text for w in ("never", "-0 s", "or failing", "{'", "since just now")), text
+
+
+def test_status_without_a_daemon_says_how_to_start_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh install (the unit is installed, not enabled): "cannot tell", and the command that fixes it."""
+    Fake(tmp_path, monkeypatch, scenario="healthy.toml")
+    assert cli_main(["status"]) == 4
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("daemon: no usable verdict: no daemon state ("))
+    assert lines[at + 1].strip() == "-> " + (
+        "systemctl enable --now nodehealth.service starts it; journalctl -u nodehealth.service says why it stopped"
+    ), lines
+    code, doc = _status(capsys)
+    assert code == 4 and doc["daemon"]["alive"] is False and "systemctl enable --now" in doc["daemon"]["fix"]

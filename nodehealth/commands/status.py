@@ -80,7 +80,8 @@ def gather(config: Optional[str] = None, now: Optional[float] = None) -> dict[st
         state_dir, math.inf, boot_id=boot, now=t, require_xid=False, procfs_root=cfg.paths.procfs_root
     )
     if st is None:
-        doc["daemon"] = {"verdict": None, "alive": False, "why": why}
+        # What an admin does next: the unit is installed but not enabled by the packages (docs/daemon.md).
+        doc["daemon"] = {"verdict": None, "alive": False, "why": why, "fix": _DAEMON_FIX}
     else:
         doc["daemon"] = {
             "verdict": st.status,
@@ -256,6 +257,11 @@ def headline(doc: dict[str, Any]) -> str:
     return "cannot tell: " + "; ".join(why)
 
 
+_DAEMON_FIX = (
+    "systemctl enable --now nodehealth.service starts it; journalctl -u nodehealth.service says why it stopped"
+)
+
+
 def _breaker(held: dict[str, Any]) -> str:
     """The drain-storm breaker's hold in words (``slurm.act``'s record of it)."""
     share, limit = held.get("share"), held.get("limit")
@@ -275,6 +281,7 @@ def text(doc: dict[str, Any]) -> str:
     )
     if d.get("verdict") is None:
         lines.append(f"daemon: no usable verdict: {d.get('why') or 'none written yet'}")
+        lines.append(f"        -> {d['fix']}")
     else:
         lines.append(
             f"daemon: pid {d['pid']} running; last verdict {d['verdict']} {_age(d['age_s'])} (round "
