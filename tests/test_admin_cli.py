@@ -111,6 +111,28 @@ def test_check_as_a_face_runs_on_a_simulated_node(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no such scenario file" in missing.stderr and missing.stdout == ""
 
 
+def test_a_scenario_path_from_the_source_tree_on_a_package_install_names_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's `--simulate examples/scenarios/X.toml` typed on a .deb install (no source tree): the
+    error names the packages' copy of X, or their folder when X is not one of them."""
+    from nodehealth.cli import main as cli_main
+    from nodehealth.probes import source
+
+    shipped = tmp_path / "share" / "scenarios"
+    shipped.mkdir(parents=True)
+    (shipped / "row-remap-pending.toml").write_bytes((SCEN / "row-remap-pending.toml").read_bytes())
+    monkeypatch.setattr(source, "SHIPPED_SCENARIOS", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    source.forget()
+    assert cli_main(["check", "--simulate", "examples/scenarios/row-remap-pending.toml"]) == 2
+    err = capsys.readouterr().err
+    assert f"no such scenario file (the packages ship it: --simulate {shipped}/row-remap-pending.toml)" in err, err
+    assert cli_main(["check", "--simulate", "examples/scenarios/no-such.toml"]) == 2
+    assert f"no such scenario file (the packages' scenarios: {shipped}/*.toml)" in capsys.readouterr().err
+    assert cli_main(["check", "--simulate", str(shipped / "row-remap-pending.toml"), "-q"]) == 1  # the hint works
+
+
 # --------------------------------------------------------------------------- status
 
 

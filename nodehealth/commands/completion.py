@@ -15,8 +15,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from nodehealth.probes.source import SHIPPED_SCENARIOS as SCENARIO_DIR
+
 SHELLS = ("bash", "zsh", "fish", "tcsh")
-SCENARIO_DIR = "/usr/share/nodehealth/scenarios"  # the packages' shipped scenarios
 CHECK_OPTIONS = ("--only", "--skip")
 FILE_METAVARS = ("FILE", "FILE|-", "SCENARIO", "P", "PATH")
 DIR_METAVARS = ("DIR", "D")

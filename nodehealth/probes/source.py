@@ -27,6 +27,8 @@ SIM_PACKAGE = "nodehealth_sim"
 DEB_SITE = "/usr/lib/python3/dist-packages"
 PIP_SIM = "pip install nodehealth-sim (./sim in the source tree)"
 DEB_SIM = "apt install nodehealth-sim (the nodehealth-sim .deb that make deb builds beside nodehealth's)"
+# The scenarios the .deb and the RPM ship (packaging/debian/nodehealth.install, the spec's %files).
+SHIPPED_SCENARIOS = "/usr/share/nodehealth/scenarios"
 
 
 def install_sim(package_dir: Optional[str] = None) -> str:
@@ -95,10 +97,22 @@ def _simulated(path: str) -> NvmlSource:
     try:
         source = sim.nvml_source(path)
     except sim.ScenarioError as exc:
-        raise ProbeSetupError(str(exc)) from None
+        raise ProbeSetupError(str(exc) + _shipped_hint(path)) from None
     if not isinstance(source, NvmlSource):
         raise ProbeSetupError(f"{SIM_PACKAGE}.nvml_source gave {type(source).__name__}, not an NvmlSource")
     return source
+
+
+def _shipped_hint(path: str) -> str:
+    """Where the packages' scenarios are, for a scenario path that names no file (a .deb user who
+    followed a source tree's ``examples/scenarios/...``): the same name there when it exists."""
+    shipped = SHIPPED_SCENARIOS
+    if os.path.lexists(path) or not os.path.isdir(shipped):
+        return ""
+    same = os.path.join(shipped, os.path.basename(path))
+    if os.path.isfile(same):
+        return f" (the packages ship it: --simulate {same})"
+    return f" (the packages' scenarios: {shipped}/*.toml)"
 
 
 def forget() -> None:
