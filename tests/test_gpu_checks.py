@@ -308,9 +308,16 @@ ROWS = [
         without(MISSING, pci=()),
         SKIPPED,
         expected=0,
-        summary_has="no GPU expected",
+        summary_has="no GPU expected ([gpu] expected_count = 0)",
     ),
-    Row("nvml-unavailable-auto-empty-pci", nvml, without(MISSING, pci=()), SKIPPED, expected="auto"),
+    Row(
+        "nvml-unavailable-auto-empty-pci",
+        nvml,
+        without(MISSING, pci=()),
+        SKIPPED,
+        expected="auto",
+        summary_has="no GPU expected (no NVIDIA GPU on the PCI bus)",
+    ),
     Row(
         "nvml-unavailable-auto-slurm-no-gpu-gres-pci-has-gpus",
         nvml,
@@ -988,6 +995,12 @@ def test_no_nvml_data(check: ModuleType, obs: Observations, expected: Any, statu
     res = _run(row)
     assert (res.status, res.action, res.gpu) == (status, NONE, None), res.summary
     assert res.status != OK
+    if status == SKIPPED:  # says what expects no GPU, as the nvml check does
+        assert res.summary.startswith(
+            "no GPU expected ([gpu] expected_count = 0"
+            if expected == 0
+            else "no GPU expected (no NVIDIA GPU on the PCI bus)"
+        ), res.summary
 
 
 @pytest.mark.parametrize("check", PER_GPU, ids=_name)

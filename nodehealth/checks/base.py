@@ -66,9 +66,7 @@ def result(
     return CheckResult(ctx.name, status, summary, action=action, gpu=gpu, details=details)
 
 
-def nvml_gate(
-    obs_nvml: Union[NvmlSnapshot, ProbeError, None], ctx: Context, gpus_expected: bool
-) -> Optional[CheckResult]:
+def nvml_gate(obs: Observations, ctx: Context) -> Optional[CheckResult]:
     """The common answer of a per-GPU check when there is no NVML data to judge.
 
     Returns None when the snapshot is usable. When NVML is unavailable on a node where no
@@ -76,6 +74,7 @@ def nvml_gate(
     UNKNOWN here, and the ``nvml`` check carries the FAIL. A snapshot cut off at its deadline
     before any GPU was read is no data either (UNKNOWN), not "no GPU".
     """
+    obs_nvml = obs.nvml
     if isinstance(obs_nvml, NvmlSnapshot):
         if not obs_nvml.complete and not obs_nvml.gpus:  # cut off before any GPU was read
             # The runner's words for a probe past its deadline (runner.gather): one cause, one text.
@@ -84,8 +83,8 @@ def nvml_gate(
             )
         return None
     reason = obs_nvml.message if isinstance(obs_nvml, ProbeError) else "NVML was not probed"
-    if not gpus_expected and isinstance(obs_nvml, ProbeError) and obs_nvml.kind == "unavailable":
-        return result(ctx, Status.SKIPPED, f"no GPU expected and NVML not available ({reason})")
+    if isinstance(obs_nvml, ProbeError) and obs_nvml.kind == "unavailable" and not gpus_expected(obs, ctx):
+        return result(ctx, Status.SKIPPED, no_gpu_expected(obs, ctx, reason))
     return result(ctx, Status.UNKNOWN, f"no NVML data: {reason}")
 
 
@@ -110,9 +109,21 @@ def gpus_expected(obs: Observations, ctx: Context) -> bool:
     return count is None or count > 0
 
 
+# Why no GPU is expected, by expected_gpu_count's source: an admin reading "no GPU expected" on a GPU
+# node learns what said so.
+_NONE_EXPECTED = {"config": "[gpu] expected_count = 0", "slurm gres": "Slurm's Gres names no GPU here"}
+
+
+def no_gpu_expected(obs: Observations, ctx: Context, why: str) -> str:
+    """The SKIPPED summary of a GPU check on a node where no GPU is expected and NVML is unavailable."""
+    _, source = expected_gpu_count(obs, ctx)
+    said = _NONE_EXPECTED.get(source, "no NVIDIA GPU on the PCI bus" if source.startswith("pci") else source)
+    return f"no GPU expected ({said}) and NVML not available ({why})"
+
+
 def nvml_snapshot(obs: Observations, ctx: Context) -> Union[NvmlSnapshot, CheckResult]:
     """The NVML snapshot a per-GPU check judges, or ``nvml_gate``'s answer when there is none to judge."""
-    gate = nvml_gate(obs.nvml, ctx, gpus_expected(obs, ctx))
+    gate = nvml_gate(obs, ctx)
     if gate is not None:
         return gate
     assert isinstance(obs.nvml, NvmlSnapshot)

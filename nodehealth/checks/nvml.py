@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, gpus_expected, result
+from nodehealth.checks.base import CheckSettings, Context, gpus_expected, no_gpu_expected, result
 from nodehealth.model import Action, CheckResult, Status
 from nodehealth.observations import NvmlSnapshot, Observations, ProbeError
 from nodehealth.observations.record import record
@@ -26,7 +26,7 @@ def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult
         if snap.kind == "timeout":
             return result(ctx, Status.FAIL, f"NVML did not answer: {snap.message}", Action.REBOOT, error=snap.message)
         if snap.kind == "unavailable" and not gpus_expected(obs, ctx):
-            return result(ctx, Status.SKIPPED, f"NVML not available and no GPU expected ({snap.message})")
+            return result(ctx, Status.SKIPPED, no_gpu_expected(obs, ctx, snap.message))
         if snap.kind == "unavailable":
             # The driver's library is not installed or its kernel module is not loaded: a
             # reboot does not install a driver, so a person has to look.
