@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
 from nodehealth.observations import (
@@ -203,10 +203,16 @@ def field_error(gpu: GpuObservation, *fields: str) -> Optional[Finding]:
     return None
 
 
-def probe_gate(x: object, ctx: Context, cannot: str, missing: str, error_kind: bool = False) -> Optional[CheckResult]:
-    """A check's answer when its probe gave nothing to judge: not probed (UNKNOWN, ``missing``), not on
-    this node (SKIPPED, "does not apply"), failed (UNKNOWN, ``cannot: <why>``; with ``error_kind`` the
-    probe's error kind in the details); None when there is an observation."""
+T = TypeVar("T")
+
+
+def probe_data(
+    x: Union[T, ProbeError, None], ctx: Context, cannot: str, missing: str, error_kind: bool = False
+) -> Union[T, CheckResult]:
+    """A probe's observation to judge, or the check's answer when the probe gave nothing: not probed
+    (UNKNOWN, ``missing``), not on this node (SKIPPED, "does not apply"), failed (UNKNOWN, ``cannot:
+    <why>``; with ``error_kind`` the probe's error kind in the details). A caller returns a CheckResult
+    as it is: ``if isinstance(got, CheckResult): return got``."""
     if x is None:
         return result(ctx, Status.UNKNOWN, missing)
     if isinstance(x, ProbeError):
@@ -215,9 +221,9 @@ def probe_gate(x: object, ctx: Context, cannot: str, missing: str, error_kind: b
         if error_kind:
             return result(ctx, Status.UNKNOWN, f"{cannot}: {x.message}", error_kind=x.kind)
         return result(ctx, Status.UNKNOWN, f"{cannot}: {x.message}")
-    return None
+    return x
 
 
-def kernel_log_gate(x: object, ctx: Context, what: str) -> Optional[CheckResult]:
-    """``probe_gate`` of a kernel-log check (``gpu_xid``, ``gpu_sxid``) over the ``xid`` probe."""
-    return probe_gate(x, ctx, f"cannot watch {what}", "the kernel log was not read", error_kind=True)
+def kernel_log_data(x: Union[T, ProbeError, None], ctx: Context, what: str) -> Union[T, CheckResult]:
+    """``probe_data`` of a kernel-log check (``gpu_xid``, ``gpu_sxid``) over the ``xid`` probe."""
+    return probe_data(x, ctx, f"cannot watch {what}", "the kernel log was not read", error_kind=True)

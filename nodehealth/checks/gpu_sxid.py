@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, kernel_log_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, kernel_log_data, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
-from nodehealth.observations import Observations, ProbeError, XidRecord
+from nodehealth.observations import Observations, XidRecord
 from nodehealth.observations.record import record
 from nodehealth.xid.catalog import sxid_catalog_for
 from nodehealth.xid.events import Severity
@@ -121,10 +121,9 @@ def _record_json(record: XidRecord) -> dict[str, Any]:
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    x = obs.xid
-    gate = kernel_log_gate(x, ctx, "SXids")
-    if gate is not None or x is None or isinstance(x, ProbeError):
-        return gate or result(ctx, Status.UNKNOWN, "the kernel log was not read")
+    x = kernel_log_data(obs.xid, ctx, "SXids")
+    if isinstance(x, CheckResult):
+        return x
     catalog = sxid_catalog_for(tuple(settings.severity_overrides))
     records = [r for r in x.records if r.event.kind == KIND_SXID and r.current_boot]
     fatal: dict[str, list[XidRecord]] = {}

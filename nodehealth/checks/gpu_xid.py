@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Optional, Protocol
 
-from nodehealth.checks.base import CheckSettings, Context, kernel_log_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, kernel_log_data, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold, worst_action
-from nodehealth.observations import NvmlSnapshot, Observations, ProbeError, XidObservation, XidRecord
+from nodehealth.observations import NvmlSnapshot, Observations, XidObservation, XidRecord
 from nodehealth.observations.record import record
 from nodehealth.xid.attribution import attribute, gpu_at, gpu_map
 from nodehealth.xid.catalog import application_xid_bursts, catalog_for
@@ -163,10 +163,9 @@ def _record_json(record: XidRecord) -> dict[str, Any]:
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    x = obs.xid
-    gate = kernel_log_gate(x, ctx, "XIDs")
-    if gate is not None or x is None or isinstance(x, ProbeError):
-        return gate or result(ctx, Status.UNKNOWN, "the kernel log was not read")
+    x = kernel_log_data(obs.xid, ctx, "XIDs")
+    if isinstance(x, CheckResult):
+        return x
     return judge(x, obs.nvml, settings, ctx)
 
 

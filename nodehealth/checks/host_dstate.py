@@ -9,9 +9,9 @@ is normal. Default WARN (action reboot, no drain) until a site sets ``status = "
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_data, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
-from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations import Observations
 from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
@@ -35,10 +35,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    found = obs.dstate
-    gate = probe_gate(found, ctx, "cannot scan processes", "processes were not probed")
-    if gate is not None or found is None or isinstance(found, ProbeError):
-        return gate or result(ctx, Status.UNKNOWN, "processes were not probed")
+    found = probe_data(obs.dstate, ctx, "cannot scan processes", "processes were not probed")
+    if isinstance(found, CheckResult):
+        return found
     bad = Status.FAIL if settings.status == "fail" else Status.WARN
     findings = [
         Finding(

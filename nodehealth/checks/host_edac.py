@@ -9,9 +9,9 @@ counters cover the whole uptime; ``ce_warn`` sets a count. No EDAC driver is SKI
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_data, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
-from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations import Observations
 from nodehealth.observations.record import record
 
 # The drain reason's code (``nh:<code>``, a published contract: never changes meaning) and what it says.
@@ -41,10 +41,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    edac = obs.edac
-    gate = probe_gate(edac, ctx, "cannot read EDAC counters", "EDAC counters were not probed")
-    if gate is not None or edac is None or isinstance(edac, ProbeError):
-        return gate or result(ctx, Status.UNKNOWN, "EDAC counters were not probed")
+    edac = probe_data(obs.edac, ctx, "cannot read EDAC counters", "EDAC counters were not probed")
+    if isinstance(edac, CheckResult):
+        return edac
     if not edac.loaded or not edac.controllers:
         return result(ctx, Status.SKIPPED, "does not apply: no EDAC memory controller (driver not loaded?)")
     findings: list[Finding] = []

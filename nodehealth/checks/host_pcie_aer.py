@@ -10,9 +10,9 @@ and shown, judged only past ``correctable_warn``.
 
 from __future__ import annotations
 
-from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
+from nodehealth.checks.base import CheckSettings, Context, probe_data, result, setting
 from nodehealth.model import Action, CheckResult, Finding, Status, fold
-from nodehealth.observations import Observations, ProbeError
+from nodehealth.observations import Observations
 from nodehealth.observations.host_errors import AerDevice
 from nodehealth.observations.record import record
 
@@ -52,10 +52,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> CheckResult:
-    aer = obs.pcie_aer
-    gate = probe_gate(aer, ctx, "cannot read PCIe AER counters", "PCIe AER counters were not probed")
-    if gate is not None or aer is None or isinstance(aer, ProbeError):
-        return gate or result(ctx, Status.UNKNOWN, "PCIe AER counters were not probed")
+    aer = probe_data(obs.pcie_aer, ctx, "cannot read PCIe AER counters", "PCIe AER counters were not probed")
+    if isinstance(aer, CheckResult):
+        return aer
     if not aer.devices and aer.complete:
         return result(ctx, Status.SKIPPED, "does not apply: no GPU, NVSwitch or network controller on the PCI bus")
     counted = [d for d in aer.devices if (d.correctable, d.nonfatal, d.fatal) != (None, None, None)]

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from nodehealth.checks.base import CheckSettings, Context, probe_gate, result, setting
-from nodehealth.model import Finding, Status, fold
+from nodehealth.checks.base import CheckSettings, Context, probe_data, result, setting
+from nodehealth.model import CheckResult, Finding, Status, fold
 from nodehealth.observations import Observations
 from nodehealth.observations.record import record
 from nodehealth.observations.services import ServicesObservation, UnitState
@@ -114,10 +114,9 @@ class Settings(CheckSettings):
 
 
 def evaluate(obs: Observations, settings: Settings, ctx: Context) -> Any:
-    seen = obs.services
-    gate = probe_gate(seen, ctx, "cannot read the node's services", "the node's services were not probed")
-    if gate is not None:
-        return gate
+    seen = probe_data(obs.services, ctx, "cannot read the node's services", "the node's services were not probed")
+    if isinstance(seen, CheckResult):
+        return seen
     if not isinstance(seen, ServicesObservation):
         return result(ctx, Status.UNKNOWN, "the node's services were not probed")
     findings: list[Finding] = []
