@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
@@ -24,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 from nodehealth import SCHEMA_VERSION
 from nodehealth.checks.gpu_xid import xid_settings
 from nodehealth.commands.options import ExitCode, add_config, add_format
+from nodehealth.platform.wake import WakeEvent
 from nodehealth.probes.kernel_log import KernelLogUnavailable, KmsgReader, boot_time
 from nodehealth.xid.attribution import GpuMap, attribute, gpu_map
 from nodehealth.xid.catalog import Catalog, CatalogEntry, enrich, load_catalog
@@ -317,7 +317,7 @@ def run_watch(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         return _error("watch", f"cannot load the XID catalog: {exc}")
     gpus = _gpus(cfg)
-    stop = threading.Event()
+    stop = WakeEvent()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         store.follow(

@@ -1,12 +1,14 @@
 """The one kernel-log reader: ``/dev/kmsg`` (backlog, then follow), and journald.
 
 ``KmsgReader`` reads ``/dev/kmsg`` records without ever blocking for longer than its poll
-interval, so a stop event or a deadline ends it promptly. It remembers the sequence number of
-the last record it handed out (``last_seq``) and skips records at or below the position it was
-started from: together with the boot id that is the store's position across restarts. A plain
-file or a FIFO of records works the same way (tests, replay, ``nodehealth xid scan --kmsg``);
-at end of file a follower waits for more. Records are recognised by the pattern table's one
-record regex (``nodehealth.xid.patterns.KMSG_RECORD``); the lines go to the pure parser.
+interval, so a stop event or a deadline ends it promptly; a stop it can poll (``platform.wake``)
+is waited on beside the log instead, so an idle follower sleeps until a record or the stop comes.
+It remembers the sequence number of the last record it handed out (``last_seq``) and skips
+records at or below the position it was started from: together with the boot id that is the
+store's position across restarts. A plain file or a FIFO of records works the same way (tests,
+replay, ``nodehealth xid scan --kmsg``); at end of file a follower waits for more. Records are
+recognised by the pattern table's one record regex (``nodehealth.xid.patterns.KMSG_RECORD``);
+the lines go to the pure parser.
 
 A saved position past the last record of the log (sequence numbers only grow within a boot, so
 it belongs to no record of this boot: a damaged or foreign state file) would hide every record;
@@ -25,6 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Optional
 
+from nodehealth.platform.wake import WakeEvent
 from nodehealth.xid.history import FilePosition as FilePosition
 from nodehealth.xid.parse import MAX_LINE_BYTES, split_lines
 from nodehealth.xid.pattern_kit import Regex
@@ -32,6 +35,9 @@ from nodehealth.xid.patterns import KMSG_PATH, KMSG_RECORD
 
 _READ_SIZE = 64 * 1024  # /dev/kmsg fails a read shorter than the record with EINVAL
 POLL_S = 0.25
+# The longest wait on /dev/kmsg with a pollable stop (platform.wake.WakeEvent): a record or set() ends
+# it at once, so this only bounds a wait nobody will end (a lost wake-up would cost at most this).
+WAKE_IDLE_S = 60.0
 
 # The record regex on the bytes the reader sees (the same pattern text as the parser's), compiled on
 # first use.
@@ -292,6 +298,11 @@ class KmsgReader:
     ) -> Iterator[bytes]:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        # A stop that can be polled (platform.wake) is waited on beside the log: no wake-up each poll_s.
+        idle_s = self.poll_s
+        if isinstance(stop, WakeEvent) and stop.fileno() >= 0:
+            poller.register(stop.fileno(), select.POLLIN)
+            idle_s = WAKE_IDLE_S
         while True:
             if stop is not None and stop.is_set():
                 return
@@ -303,7 +314,7 @@ class KmsgReader:
                 self._at_end()
                 if not follow:
                     return
-                poller.poll(self._wait_ms(deadline))
+                poller.poll(self._wait_ms(deadline, idle_s))
                 continue
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten before we read it; go on
@@ -323,8 +334,8 @@ class KmsgReader:
                 chunk += b"\n"
             yield chunk
 
-    def _wait_ms(self, deadline: Optional[float]) -> int:
-        wait = self.poll_s
+    def _wait_ms(self, deadline: Optional[float], wait: Optional[float] = None) -> int:
+        wait = self.poll_s if wait is None else wait
         if deadline is not None:
             wait = max(0.0, min(wait, deadline - time.monotonic()))
         return int(wait * 1000)

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from nodehealth.checks.gpu_xid import xid_settings
+from nodehealth.platform.wake import WakeEvent
 
 if TYPE_CHECKING:
     from nodehealth.config.schema import Config
@@ -32,7 +33,7 @@ class StoreXidFollower:
         self.cfg = cfg
         xid_settings(cfg)  # a wrong [checks.gpu_xid] type fails here, not in the thread
         self.log, self.retry_s = log, retry_s
-        self._stop = threading.Event()
+        self._stop = WakeEvent()  # polled beside /dev/kmsg: an idle follower sleeps (platform.wake)
         self._alive = False
         self._thread: Optional[threading.Thread] = None
         self.since: Optional[float] = None
