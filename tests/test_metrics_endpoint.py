@@ -301,3 +301,28 @@ def test_a_scrape_waits_behind_a_busy_thread_at_most_a_short_switch(serve):
         assert sys.getswitchinterval() <= SWITCH_INTERVAL_S <= 0.001
     finally:
         sys.setswitchinterval(before)
+
+
+def test_an_idle_endpoint_sleeps_until_a_client_or_the_stop() -> None:
+    """No client, accepting: the endpoint's thread waits in one select with no timeout (no tick a
+    second); a connection wakes it, and so does stop() (the wake pipe)."""
+    server = MetricsServer("127.0.0.1:0", lambda: BODY, None, lambda: gzip.compress(BODY), limits=QUICK)
+    waits: list[object] = []
+    real = server.selector.select
+
+    def select(timeout: object = None) -> object:
+        waits.append(timeout)
+        return real(timeout)
+
+    server.selector.select = select  # type: ignore[method-assign]
+    server.start()
+    try:
+        _wait(lambda: len(waits) >= 1, "the endpoint never waited")
+        assert waits[0] is None  # idle: no timeout
+        with _connect(server) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+            assert _read_all(s).startswith(b"HTTP/1.1 200 ")
+        _wait(lambda: not server.conns and waits[-1] is None, "the endpoint did not go idle again")
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()  # stop() woke the idle wait

@@ -159,7 +159,10 @@ class MetricsServer:
         nearest = min((c.deadline for c in self.conns.values()), default=now + TICK_S)
         if self._accept_paused_until:
             nearest = min(nearest, self._accept_paused_until)
-        events = self.selector.select(max(0.0, min(TICK_S, nearest - now)))
+        # Idle (no connection, accepting): nothing is due, so the thread sleeps until a client or
+        # stop() (the wake pipe) comes; else it looks again at the nearest deadline, at most TICK_S on.
+        idle = not self.conns and not self._accept_paused_until
+        events = self.selector.select(None if idle else max(0.0, min(TICK_S, nearest - now)))
         now = self.clock()
         for key, _ in events:
             if key.data is None:
