@@ -1,6 +1,6 @@
 """Daemon benchmark: RSS and CPU with 8 simulated GPUs, /metrics latency at 50 req/s, state-file fast path.
 
-    .venv/bin/python bench/daemon_bench.py [--minutes 10] [--interval 30] [--latency-seconds 60]
+    .venv/bin/python bench/daemon_bench.py [--minutes 10] [--interval 30] [--latency-seconds 60] [--kmsg /dev/kmsg]
 
 Starts ``nodehealth daemon`` on a free loopback port with examples/scenarios/healthy-8x-h100.toml.
 1. Steady state for --minutes: rounds every --interval seconds and a scrape every 15 s (as a
@@ -86,10 +86,15 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--latency-seconds", type=float, default=60.0)
+    ap.add_argument(
+        "--kmsg",
+        default="",
+        help="the kernel log the daemon follows (e.g. /dev/kmsg, read only, as in production); default an empty file",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nodehealth-bench-"))
     port = free_port()
-    proc = start(write_config(tmp, "healthy-8x-h100", port, interval_s=args.interval))
+    proc = start(write_config(tmp, "healthy-8x-h100", port, interval_s=args.interval, kmsg_path=args.kmsg or None))
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(url, lambda b: b"nodehealth_rounds_total 1.0" in b)

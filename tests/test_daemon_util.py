@@ -36,10 +36,14 @@ def write_config(
     interval_s: float = 1.0,
     nvml_timeout_s: Optional[float] = None,
     extra: str = "",
+    kmsg_path: Optional[str] = None,
 ) -> Path:
+    """The daemon's config in ``tmp``; its kernel log an empty file there unless ``kmsg_path`` names one
+    (the benchmark's /dev/kmsg, read only)."""
     state = tmp / "state"
-    kmsg = tmp / "kmsg"
-    kmsg.touch()
+    kmsg = Path(kmsg_path) if kmsg_path else tmp / "kmsg"
+    if not kmsg_path:
+        kmsg.touch()
     lines = [
         'node_name = "gpu001"',
         "[nvml]",
