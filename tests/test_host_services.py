@@ -79,6 +79,18 @@ def test_parse_show_published_forms_one_state_per_unit_in_order() -> None:
     assert (got[3].unit_file_state, got[3].result) == ("disabled", "exit-code")
 
 
+def test_parse_show_real_systemd_252_properties_in_its_own_order() -> None:
+    """A real systemd prints Result and NRestarts before Id (systemctl-show-systemd252.txt)."""
+    units = [FM, PD, IMEX, "nvidia-dcgm.service", "nvidia-peermem.service"]
+    got = services.parse_show((FIXTURES / "systemctl-show-systemd252.txt").read_text(), units)
+    assert isinstance(got, tuple) and [u.name for u in got] == units
+    assert got[0] == UnitState(FM, "loaded", "failed", "failed", "enabled", "exit-code", 0)
+    assert (got[1].active_state, got[1].sub_state, got[1].unit_file_state) == ("active", "running", "disabled")
+    assert (got[2].active_state, got[2].sub_state, got[2].result) == ("activating", "auto-restart", "exit-code")
+    assert got[2].restarts > 0 and got[3].restarts == 5 and got[3].active_state == "failed"
+    assert (got[4].load_state, got[4].unit_file_state) == ("not-found", "")
+
+
 @pytest.mark.parametrize(
     "text, why",
     [
@@ -440,3 +452,33 @@ def test_a_bad_unit_name_in_the_config_is_an_error_that_names_the_key(tmp_path: 
     cfg.write_text('[checks.host_services]\nunits = ["--root=/tmp/x"]\n')
     with pytest.raises(Exception, match="units"):
         loader.load(str(cfg), host="gpu001")
+
+
+def test_real_systemd_252_answers_judged_end_to_end(tmp_path: Path) -> None:
+    """systemd 252's own `systemctl show` (systemctl-show-systemd252.txt: it prints Result and NRestarts
+    before Id, whatever --property's order) for a failed, a running, a restarting and a start-limited unit."""
+    sysfs = pci_tree(tmp_path / "sys", "lspci-hgx-h100.txt")
+    run_dir = tmp_path / "run-systemd"
+    run_dir.mkdir()
+    fixture = FIXTURES / "systemctl-show-systemd252.txt"
+    script = _script(tmp_path, f"head -n 31 {fixture}")  # the four units asked, in order (not peermem's)
+    cfg = tmp_path / "nodehealth.toml"
+    cfg.write_text(
+        f'[paths]\nsysfs_root = "{sysfs}"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[checks.host_services]\nsystemctl = "{script}"\nsystemd_run_dir = "{run_dir}"\n'
+        'persistenced = "required"\nimex = "required"\nunits = ["nvidia-dcgm.service"]\n'
+    )
+    env = dict(os.environ, NO_COLOR="1")
+    env.pop("NODEHEALTH_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "nodehealth", "check", "--config", str(cfg), "--only", "host_services",
+         "--format", "json"],
+        capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=120,
+    )  # fmt: skip
+    (res,) = json.loads(done.stdout)["checks"]
+    assert res["status"] == "FAIL", res
+    text = json.dumps(res)
+    assert f"{FM} failed (exit-code): journalctl -b -u {FM}" in text, text
+    assert f"{IMEX} keeps failing and restarting (exit-code)" in text, text
+    assert "nvidia-dcgm.service failed (exit-code)" in text, text
+    assert f"{PD} " not in res["summary"], res["summary"]  # the running one is not a finding
