@@ -9,9 +9,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from private_systemd import PrivateSystemd, our_cgroups
+from private_systemd import why_not as private_why_not
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "packaging" / "systemd" / "nodehealth.service"
@@ -229,3 +232,75 @@ def test_the_real_unit_starts_and_reports_ready(tmp_path):
         subprocess.run(["systemctl", "daemon-reload"], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree("/var/lib/nodehealth-test", ignore_errors=True)
+
+
+@pytest.mark.real
+@pytest.mark.skipif(bool(private_why_not()), reason=private_why_not() or "-")
+def test_the_real_unit_under_a_private_systemd():
+    """The shipped unit, hardening and all, under a real systemd booted as PID 1 of private namespaces
+    (tests/private_systemd.py), where this machine's own init is not systemd. Type=notify: `systemctl
+    start` returns once the daemon sent READY=1; then its first round in the unit's status text, /metrics
+    on the namespace's loopback, a reload (SIGHUP) and a clean stop. The machine keeps its /tmp and gets
+    no cgroup of the private systemd's."""
+    here = Path(sys.executable)  # the checkout's venv, seen through the bind (PrivateTmp= hides /tmp)
+    python = f"/run/nh-src/{here.relative_to(ROOT)}" if here.is_relative_to(ROOT) else str(here)
+    fd, marker = tempfile.mkstemp(prefix="nodehealth-host-tmp-")
+    os.close(fd)
+    cgroups = {c for base in our_cgroups() for c in base.iterdir() if c.is_dir()}
+    try:
+        with PrivateSystemd(binds={"/run/nh-src": str(ROOT)}) as sd:
+            _start_stop_reload(sd, python)
+        assert Path(marker).exists()  # a boot that ran sysinit.target would have emptied /tmp
+        assert {c for base in our_cgroups() for c in base.iterdir() if c.is_dir()} == cgroups
+    finally:
+        Path(marker).unlink(missing_ok=True)
+
+
+def _start_stop_reload(sd: PrivateSystemd, python: str) -> None:
+    work = sd.path("/run/nh-work")
+    (work / "state").mkdir(parents=True)
+    (work / "nodehealth.toml").write_text(
+        '[paths]\nstate_dir = "/run/nh-work/state"\n'
+        '[nvml]\nsimulate = "/run/nh-src/examples/scenarios/healthy-8x-h100.toml"\n'
+    )
+    text = UNIT.read_text()
+    for old, new in (
+        (
+            "ExecStart=/usr/bin/nodehealth daemon --config /etc/nodehealth/nodehealth.toml",
+            f"ExecStart={python} -m nodehealth daemon --config /run/nh-work/nodehealth.toml",
+        ),
+        (
+            "Environment=PYTHONDONTWRITEBYTECODE=1",
+            "Environment=PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/run/nh-src:/run/nh-src/sim",
+        ),
+        ("ReadWritePaths=/run/nodehealth", "ReadWritePaths=/run/nodehealth /run/nh-work"),
+        ("ProtectHome=yes", "ProtectHome=read-only"),  # an interpreter installed under /root (pyenv)
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    name = "nodehealth-test.service"
+    sd.path(f"/run/systemd/system/{name}").write_text(text)
+    assert sd.run(["systemctl", "daemon-reload"]).returncode == 0
+    res = sd.run(["systemctl", "start", name])
+    status = sd.run(["systemctl", "status", "--no-pager", "-l", name]).stdout
+    assert res.returncode == 0, res.stderr + status
+    end = time.monotonic() + 120
+    while "round 1:" not in status and time.monotonic() < end:  # the daemon's sd_notify STATUS=
+        time.sleep(0.2)
+        status = sd.run(["systemctl", "show", "-p", "StatusText", name]).stdout
+    assert "round 1: OK" in status, status
+    # Nothing else ran: sysinit.target's services (tmpfiles, sysctl, modules-load, ...) are masked.
+    ran = sd.run(["systemctl", "list-units", "--all", "--type=service", "--no-legend", "--plain"]).stdout
+    assert [u.split()[0] for u in ran.splitlines() if u.split()[2:3] != ["inactive"]] == [name], ran
+    scrape = sd.run([sys.executable, "-c", _SCRAPE])
+    assert scrape.returncode == 0 and "nodehealth_rounds_total" in scrape.stdout, scrape.stderr
+    assert sd.run(["systemctl", "reload", name]).returncode == 0
+    assert sd.run(["systemctl", "is-active", name]).stdout.strip() == "active"
+    assert sd.run(["systemctl", "stop", name]).returncode == 0
+    shown = sd.run(["systemctl", "show", "-p", "ActiveState,Result", name]).stdout.split()
+    assert sorted(shown) == ["ActiveState=inactive", "Result=success"], shown
+
+
+_SCRAPE = (
+    "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:10915/metrics', timeout=10).read().decode())"
+)
