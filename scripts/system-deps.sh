@@ -5,6 +5,9 @@ set -euo pipefail
 packages=(python3 python3-venv python3-pip make gcc libc6-dev slurmctld slurmd slurm-client munge prometheus systemd)
 # The shells whose completion files the tests run (tests/test_completion.py).
 packages+=(zsh fish)
+# The private systemd the unit is started under (tests/private_systemd.py): unshare and nsenter, and ip
+# for the loopback of its network namespace.
+packages+=(util-linux iproute2)
 # The distribution packages (make deb, make rpm, lintian; docs/install.md) and the journald tests:
 # the systemd bindings from Debian, libsystemd headers for the venv's `systemd` extra, journal-remote to
 # write the journal file the xid scan --journal test reads.
