@@ -379,17 +379,17 @@ def test_settings_refuse_what_argv_or_sysfs_must_not_carry(settings: dict[str, A
 # --------------------------------------------------------------------------- end to end: config, runner, probe
 
 
-def test_check_command_judges_an_hgx_tree_with_a_failed_fabric_manager(tmp_path: Path) -> None:
+def _check_hgx(tmp_path: Path, fixture: str, lines: int, extra: str = "") -> dict[str, Any]:
+    """`nodehealth check --only host_services` on an HGX H100 tree, systemctl a double printing the first
+    ``lines`` lines of ``fixture`` (the units asked, in the order asked); the check's JSON result."""
     sysfs = pci_tree(tmp_path / "sys", "lspci-hgx-h100.txt")
     run_dir = tmp_path / "run-systemd"
     run_dir.mkdir()
-    fixture = FIXTURES / "systemctl-show.txt"
-    # The double answers for the three GPU units in the order asked (the fixture's first three blocks).
-    script = _script(tmp_path, f"head -n 23 {fixture}")
+    script = _script(tmp_path, f"head -n {lines} {FIXTURES / fixture}")
     cfg = tmp_path / "nodehealth.toml"
     cfg.write_text(
         f'[paths]\nsysfs_root = "{sysfs}"\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[checks.host_services]\nsystemctl = "{script}"\nsystemd_run_dir = "{run_dir}"\n'
+        f'[checks.host_services]\nsystemctl = "{script}"\nsystemd_run_dir = "{run_dir}"\n' + extra
     )
     env = dict(os.environ, NO_COLOR="1")
     env.pop("NODEHEALTH_CONFIG", None)
@@ -399,6 +399,12 @@ def test_check_command_judges_an_hgx_tree_with_a_failed_fabric_manager(tmp_path:
         capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=120,
     )  # fmt: skip
     (res,) = json.loads(done.stdout)["checks"]
+    return dict(res)
+
+
+def test_check_command_judges_an_hgx_tree_with_a_failed_fabric_manager(tmp_path: Path) -> None:
+    # The double answers for the three GPU units in the order asked (the fixture's first three blocks).
+    res = _check_hgx(tmp_path, "systemctl-show.txt", 23)
     assert res["status"] == "FAIL", res
     assert f"{FM} failed (start-limit-hit)" in res["summary"] and res["details"]["nvswitches"] == 4
 
@@ -457,25 +463,8 @@ def test_a_bad_unit_name_in_the_config_is_an_error_that_names_the_key(tmp_path: 
 def test_real_systemd_252_answers_judged_end_to_end(tmp_path: Path) -> None:
     """systemd 252's own `systemctl show` (systemctl-show-systemd252.txt: it prints Result and NRestarts
     before Id, whatever --property's order) for a failed, a running, a restarting and a start-limited unit."""
-    sysfs = pci_tree(tmp_path / "sys", "lspci-hgx-h100.txt")
-    run_dir = tmp_path / "run-systemd"
-    run_dir.mkdir()
-    fixture = FIXTURES / "systemctl-show-systemd252.txt"
-    script = _script(tmp_path, f"head -n 31 {fixture}")  # the four units asked, in order (not peermem's)
-    cfg = tmp_path / "nodehealth.toml"
-    cfg.write_text(
-        f'[paths]\nsysfs_root = "{sysfs}"\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[checks.host_services]\nsystemctl = "{script}"\nsystemd_run_dir = "{run_dir}"\n'
-        'persistenced = "required"\nimex = "required"\nunits = ["nvidia-dcgm.service"]\n'
-    )
-    env = dict(os.environ, NO_COLOR="1")
-    env.pop("NODEHEALTH_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "nodehealth", "check", "--config", str(cfg), "--only", "host_services",
-         "--format", "json"],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=120,
-    )  # fmt: skip
-    (res,) = json.loads(done.stdout)["checks"]
+    extra = 'persistenced = "required"\nimex = "required"\nunits = ["nvidia-dcgm.service"]\n'
+    res = _check_hgx(tmp_path, "systemctl-show-systemd252.txt", 31, extra)  # four units asked, not peermem's
     assert res["status"] == "FAIL", res
     text = json.dumps(res)
     assert f"{FM} failed (exit-code): journalctl -b -u {FM}" in text, text
