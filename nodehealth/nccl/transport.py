@@ -249,34 +249,27 @@ def classify(text: str) -> TransportResult:
             return "socket"
         return k
 
-    transport, evidence = "unknown", []
-    if channel_nets:
-        kinds = {n: kind_of(n) for n in channel_nets}
-        # A socket path anywhere means some inter-node bytes go over TCP.
-        for want in ("socket", "ib", "unknown"):
+    def first_kind(nets: dict[str, str], order: tuple[str, ...]) -> tuple[str, list[str]]:
+        """The first kind in ``order`` that one of ``nets`` has, with the evidence of each that has it."""
+        kinds = {n: kind_of(n) for n in nets}
+        for want in order:
             hit = [n for n, k in kinds.items() if k == want]
             if hit:
-                transport, evidence = want, [channel_nets[n] for n in hit]
-                break
+                return want, [nets[n] for n in hit]
+        return "unknown", []
+
+    transport: str = "unknown"
+    evidence: list[str] = []
+    if channel_nets:  # a socket path anywhere means some inter-node bytes go over TCP
+        transport, evidence = first_kind(channel_nets, ("socket", "ib", "unknown"))
     elif paths:
         transport = "p2p"
-        evidence = []
     elif networks:
-        kinds = {n: kind_of(n) for n in networks}
-        for want in ("socket", "ib", "unknown"):
-            hit = [n for n, k in kinds.items() if k == want]
-            if hit:
-                transport, evidence = want, [networks[n] for n in hit]
-                break
+        transport, evidence = first_kind(networks, ("socket", "ib", "unknown"))
     elif init_nets:
         # Only the init lines: an IB (or RDMA plugin) device list wins over NET/Socket, which old
         # NCCL prints during init whatever carries the data.
-        kinds = {n: kind_of(n) for n in init_nets}
-        for want in ("ib", "socket", "unknown"):
-            hit = [n for n, k in kinds.items() if k == want]
-            if hit:
-                transport, evidence = want, [init_nets[n] for n in hit]
-                break
+        transport, evidence = first_kind(init_nets, ("ib", "socket", "unknown"))
 
     network = None
     if networks:
