@@ -285,6 +285,19 @@ class SlurmCluster(PrivateSlurm):
         except (OSError, ValueError):
             return {}
 
+    def drain_record(self, timeout: float = 60) -> dict[str, Any]:
+        """Our drain record, once it is on disk. A face records its drain after scontrol has answered
+        (it records only what happened), so Slurm can show the drain a moment before the record."""
+        wait_for(lambda: bool(self.nh_state().get("drain")), timeout, "the drain recorded in slurm-state.json")
+        record: dict[str, Any] = self.nh_state()["drain"]
+        return record
+
+    def drain_forgotten(self, timeout: float = 60) -> dict[str, Any]:
+        """The state once its drain record is gone: a resume is recorded after Slurm shows the node
+        back in service (the face reads the node back first), so the record can lag a moment."""
+        wait_for(lambda: "drain" in self.nh_state() and self.nh_state()["drain"] is None, timeout, "no drain record")
+        return self.nh_state()
+
     def ledger(self) -> list[dict[str, Any]]:
         path = self.state_dir / "jobs.jsonl"
         if not path.exists():

@@ -96,7 +96,7 @@ def test_our_drain_resumes_after_n_clean_health_checks(slurm_cluster) -> None:  
     assert all(runs >= 3 for runs, state in seen if state in ("idle", "mixed", "allocated")), seen
     assert any(state in ("drained", "draining") and runs >= 1 for runs, state in seen), seen
     assert c.node()["reason"] == ""
-    assert c.nh_state()["drain"] is None
+    c.drain_forgotten()  # fails (times out) while the record stays
     # And the node takes jobs again.
     job = c.sbatch("--wrap", "true")
     assert c.wait_job(job, ("COMPLETED", "FAILED", "CANCELLED"), 30)["JobState"] == "COMPLETED"
@@ -106,7 +106,7 @@ def test_reboot_class_drain_waits_for_a_new_boot_id(slurm_cluster) -> None:  # n
     c: SlurmCluster = slurm_cluster(scenario="gpu-missing.toml", hc_interval=1, nodehealth={"clean_runs": 1})
     node = c.wait_node(lambda n: n["state"] in ("drained", "draining") and ours(n), 30, "drained by nodehealth")
     assert node["reason"].startswith("nh:gpucount gpu_count: 7 of 8 GPUs"), node
-    assert c.nh_state()["drain"]["action"] == "reboot"
+    assert c.drain_record()["action"] == "reboot"
     c.use_scenario("healthy.toml")
     wait_for(lambda: c.nh_state().get("clean_runs", 0) >= 3, 30, "3 clean runs")
     assert c.node()["state"] in ("drained", "draining")  # same boot: stays drained
@@ -124,7 +124,7 @@ def test_epilog_catches_a_stray_gpu_process(slurm_cluster) -> None:  # noqa: F81
     assert info["JobState"] == "COMPLETED", info  # the job itself is not blamed
     node = c.wait_node(drained, 30, "drained by the epilog")
     assert node["reason"].startswith("nh:procs GPU0 gpu_processes: GPU 0: 1 compute process"), node
-    assert c.nh_state()["drain"]["phase"] == "epilog"
+    assert c.drain_record()["phase"] == "epilog"
 
 
 def test_stray_process_on_another_jobs_gpu_is_not_this_jobs_fault(slurm_cluster) -> None:  # noqa: F811
@@ -213,7 +213,7 @@ def test_stray_process_drain_lasts_while_it_lives_then_resumes(slurm_cluster) ->
     # The process ends: after [resume] clean_runs clean runs the node is back.
     c.use_scenario("healthy.toml")
     c.wait_node(lambda n: n["state"] in ("idle", "mixed", "allocated") and not n["reason"], 30, "resumed")
-    assert c.nh_state()["drain"] is None
+    c.drain_forgotten()  # fails (times out) while the record stays
 
 
 def test_an_edited_reason_is_a_persons(slurm_cluster) -> None:  # noqa: F811

@@ -51,7 +51,7 @@ def drained_by_us(c: SlurmCluster) -> dict[str, str]:
     node = c.wait_node(
         lambda n: n["state"] in ("drained", "draining") and n["reason"].startswith("nh:"), 60, "drained by nodehealth"
     )
-    assert c.nh_state()["drain"]["action"] == "reboot"
+    assert c.drain_record()["action"] == "reboot"
     return node
 
 
@@ -65,7 +65,7 @@ def test_a_reboot_class_drain_resumes_by_itself_after_the_reboot(slurm_cluster) 
     reboot(c)
     assert node["reason"]
     c.wait_node(lambda n: n["state"] == "idle" and n["reason"] == "", 90, "resumed after the reboot")
-    st = c.nh_state()
+    st = c.drain_forgotten()
     assert st["drain"] is None and st["boot_id"] == "boot-2"
     assert files.check_dir(str(c.state_dir)) is None  # the run dir made again for this boot, 0700
 
