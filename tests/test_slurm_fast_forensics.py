@@ -74,8 +74,8 @@ def test_epilog_drains_for_an_xid_during_the_job_naming_it(slurm_cluster) -> Non
     assert info["JobState"] == "COMPLETED", info
     node = c.wait_node(drained, 30, "drained by the epilog")
     assert node["reason"].startswith(f"nh:xid79 GPU0 job_forensics: job {job}: GPU 0: XID 79 during the job"), node
-    state = c.nh_state()
-    assert state["drain"]["phase"] == "epilog" and state["drain"]["job_id"] == job
+    record = c.drain_record()
+    assert record["phase"] == "epilog" and record["job_id"] == job
     assert not (c.state_dir / "jobs" / f"{job}.json").exists()  # the baseline was consumed
 
 
