@@ -14,9 +14,11 @@ systemd-sysctl and systemd-modules-load write to the running kernel; its units w
 - on the way out its PID 1 is killed (and with it every process it started) and the cgroups it made below
   ours are removed.
 
-Read-only bind mounts put a checkout where a unit can see it. Commands run inside through ``nsenter``; files
-are written through ``/proc/<pid>/root``. Needs root, util-linux (unshare, nsenter), iproute2 and the
-systemd package; ``why_not()`` says what is missing.
+Read-only bind mounts put a checkout where a unit can see it: each lands in the private /run (a mount point
+anywhere else would be made on the machine's own file system), bound before /tmp, /var/tmp and /var/lib are
+covered, so a checkout there is seen; a source under /run, covered first, is refused. Commands run inside
+through ``nsenter``; files are written through ``/proc/<pid>/root``. Needs root, util-linux (unshare,
+nsenter), iproute2 and the systemd package; ``why_not()`` says what is missing.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ UNIT_KINDS = ("service", "socket", "mount", "automount", "swap", "path", "timer"
 
 _BOOT = """set -eu
 mount --make-rprivate /
-for d in /run /var/lib; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
+mount -t tmpfs -o mode=0755 tmpfs /run
+{binds}
+mount -t tmpfs -o mode=0755 tmpfs /var/lib
 for d in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs "$d"; done
 mkdir -p /run/systemd/system /run/systemd/system-generators
 for f in /lib/systemd/system/* /etc/systemd/system/*; do
@@ -49,7 +53,6 @@ for g in /lib/systemd/system-generators/* /usr/lib/systemd/system-generators/* /
 done
 printf '[Unit]\\nDescription=nodehealth test boot (pulls in no other unit)\\nDefaultDependencies=no\\n' \\
     > /run/systemd/system/{target}
-{binds}
 ip link set lo up
 exec /usr/bin/env -i container=nodehealth-test TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \\
     {systemd} --system --unit={target}
@@ -63,6 +66,18 @@ def why_not() -> str:
     missing = [p for p in ("unshare", "nsenter", "ip") if shutil.which(p) is None]
     missing += [] if os.access(SYSTEMD, os.X_OK) else [SYSTEMD]
     return f"missing: {', '.join(missing)}" if missing else ""
+
+
+def bind_refused(inside: str, host: str) -> str:
+    """Why a read-only bind of ``host`` at ``inside`` is refused ('' when it is taken)."""
+    for what, path in (("the mount point", inside), ("the source", host)):
+        if not os.path.isabs(path) or os.path.normpath(path) != path or "\n" in path or " " in path:
+            return f"{what} {path!r} is not a plain absolute path"
+    if not inside.startswith("/run/"):
+        return f"the mount point {inside!r} is not under /run (the private tmpfs): it would be made on this machine"
+    if host == "/run" or host.startswith("/run/"):
+        return f"the source {host!r} is under /run, which the private /run covers before the binds"
+    return ""
 
 
 def our_cgroups() -> list[Path]:
@@ -83,6 +98,10 @@ def our_cgroups() -> list[Path]:
 class PrivateSystemd:
     def __init__(self, binds: Optional[dict[str, str]] = None, boot_s: float = 60.0) -> None:
         self.binds = binds or {}  # inside path -> host path, read only
+        for inside, host in self.binds.items():
+            refused = bind_refused(inside, host)
+            if refused:
+                raise ValueError(refused)
         self.boot_s = boot_s
         self.pid = 0
         self._outer: Optional[subprocess.Popen[bytes]] = None

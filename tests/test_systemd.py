@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from private_systemd import PrivateSystemd, our_cgroups
+from private_systemd import PrivateSystemd, bind_refused, our_cgroups
 from private_systemd import why_not as private_why_not
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,14 +246,19 @@ def test_the_real_unit_under_a_private_systemd():
     python = f"/run/nh-src/{here.relative_to(ROOT)}" if here.is_relative_to(ROOT) else str(here)
     fd, marker = tempfile.mkstemp(prefix="nodehealth-host-tmp-")
     os.close(fd)
+    seen = tempfile.mkdtemp(prefix="nodehealth-bind-", dir="/var/tmp")
+    Path(seen, "seen").write_text("from the host's /var/tmp")
     cgroups = {c for base in our_cgroups() for c in base.iterdir() if c.is_dir()}
     try:
-        with PrivateSystemd(binds={"/run/nh-src": str(ROOT)}) as sd:
+        with PrivateSystemd(binds={"/run/nh-src": str(ROOT), "/run/nh-var-tmp": seen}) as sd:
+            # A source in a directory the namespace covers with a tmpfs (a checkout in /var/tmp or /tmp) is bound first.
+            assert sd.path("/run/nh-var-tmp/seen").read_text() == "from the host's /var/tmp"
             _start_stop_reload(sd, python)
         assert Path(marker).exists()  # a boot that ran sysinit.target would have emptied /tmp
         assert {c for base in our_cgroups() for c in base.iterdir() if c.is_dir()} == cgroups
     finally:
         Path(marker).unlink(missing_ok=True)
+        shutil.rmtree(seen, ignore_errors=True)
 
 
 def _start_stop_reload(sd: PrivateSystemd, python: str) -> None:
@@ -292,7 +297,7 @@ def _start_stop_reload(sd: PrivateSystemd, python: str) -> None:
     # Nothing else ran: sysinit.target's services (tmpfiles, sysctl, modules-load, ...) are masked.
     ran = sd.run(["systemctl", "list-units", "--all", "--type=service", "--no-legend", "--plain"]).stdout
     assert [u.split()[0] for u in ran.splitlines() if u.split()[2:3] != ["inactive"]] == [name], ran
-    scrape = sd.run([sys.executable, "-c", _SCRAPE])
+    scrape = sd.run([python, "-c", _SCRAPE])
     assert scrape.returncode == 0 and "nodehealth_rounds_total" in scrape.stdout, scrape.stderr
     assert sd.run(["systemctl", "reload", name]).returncode == 0
     assert sd.run(["systemctl", "is-active", name]).stdout.strip() == "active"
@@ -304,3 +309,22 @@ def _start_stop_reload(sd: PrivateSystemd, python: str) -> None:
 _SCRAPE = (
     "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:10915/metrics', timeout=10).read().decode())"
 )
+
+
+@pytest.mark.parametrize(
+    "inside, host, refused",
+    [
+        ("/opt/nh-src", "/srv/checkout", "not under /run"),  # mkdir -p would make /opt/nh-src on this machine
+        ("/run/nh-src", "/run/user/0/checkout", "under /run, which the private /run covers"),
+        ("/run/nh-src", "checkout", "not a plain absolute path"),
+        ("/run/../etc/nh", "/srv/checkout", "not a plain absolute path"),
+        ("/run/nh src", "/srv/checkout", "not a plain absolute path"),  # the boot script is shell
+    ],
+)
+def test_a_private_systemd_refuses_a_bind_it_cannot_keep_off_the_machine(inside: str, host: str, refused: str) -> None:
+    with pytest.raises(ValueError, match=refused):
+        PrivateSystemd(binds={inside: host})
+
+
+def test_a_private_systemd_takes_a_bind_from_a_covered_directory() -> None:
+    assert bind_refused("/run/nh-src", "/var/tmp/checkout") == "" and bind_refused("/run/nh-src", "/tmp/c") == ""
