@@ -295,7 +295,7 @@ class SlurmCluster(PrivateSlurm):
     def drain_forgotten(self, timeout: float = 60) -> dict[str, Any]:
         """The state once its drain record is gone: a resume is recorded after Slurm shows the node
         back in service (the face reads the node back first), so the record can lag a moment."""
-        wait_for(lambda: "drain" in self.nh_state() and self.nh_state()["drain"] is None, timeout, "no drain record")
+        wait_for(lambda: self.nh_state().get("drain", "no state yet") is None, timeout, "no drain record")
         return self.nh_state()
 
     def ledger(self) -> list[dict[str, Any]]:
