@@ -35,9 +35,19 @@ def path_in(paths: Any) -> str:
 
 
 def _sha256(text: str) -> str:
+    """The text's SHA-256, by the interpreter's own implementation where it has one: ``hashlib`` loads
+    OpenSSL's libcrypto (3.4 MiB of a long-lived daemon's RSS) for a digest the builtin module gives
+    alike. Builds without it (e.g. a distribution that leaves these digests to OpenSSL) use hashlib."""
+    data = text.encode("utf-8")
+    for name in ("_sha2", "_sha256"):  # Python 3.12+, then 3.9-3.11
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        return str(module.sha256(data).hexdigest())
     import hashlib
 
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def _identity_ok(value: Any) -> bool:

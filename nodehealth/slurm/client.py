@@ -22,7 +22,6 @@ or no ``sinfo`` beside ``scontrol``, is read with ``scontrol show node -o NODE``
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 from dataclasses import dataclass
 from typing import Mapping, Optional, Protocol, Union
@@ -125,7 +124,9 @@ class Scontrol:
 
     def _sinfo_node(self, node: str) -> Union[list[NodeInfo], ProbeError, None]:
         """``sinfo -h -N -n NODE -O ...`` (slurmctld packs this node alone); None: sinfo has no record of it."""
-        end = f"@nh{secrets.token_hex(8)}@"
+        # os.urandom is what secrets.token_hex reads; the secrets module would bring hmac and OpenSSL's
+        # libcrypto (3.4 MiB of the daemon's RSS) for this one token.
+        end = f"@nh{os.urandom(8).hex()}@"
         res = self._call([self.sinfo, "-h", "-N", "-n", node, "-O", sinfo_format(end)], MAX_NODE_ANSWER)
         if isinstance(res, ProbeError):
             return res
