@@ -58,6 +58,7 @@ def _nvml(ctx: ProbeContext, timeout_s: float) -> Any:
         timeout_s,
         call_timeout_s=ctx.config.nvml.call_timeout_s,
         slow_call_timeout_s=ctx.config.nvml.init_timeout_s,
+        keep_module=ctx.phase == "daemon",
     )
 
 

@@ -49,6 +49,7 @@ from nodehealth.probes.nvml_lib import (
     PYNVML_FLOOR,
     NvmlUnavailable,
     error_kind,
+    import_ahead,
     load_module,
     wheel_too_old,
     wheel_version,
@@ -234,12 +235,15 @@ def start(
     clock: Callable[[], float] = time.monotonic,
     call_timeout_s: float = 3.0,
     slow_call_timeout_s: float = 30.0,
+    keep_module: bool = False,
 ) -> Union[PendingProbe, StalledProbe]:
     """Fork the reader. Call it before starting other threads (fork copies only this one).
 
     ``loader`` runs in the child and returns the NVML module: pynvml is imported (and
     libnvidia-ml loaded) there, never in the caller. While the reader abandoned at an earlier
     deadline is still stuck, nothing is forked: the answer is that stall (``StalledProbe``).
+    ``keep_module`` (the daemon, which forks a reader every round): import pynvml here once, so that
+    the readers inherit it (``nvml_lib.import_ahead``: no library is loaded, no NVML call made here).
     """
     stuck = stuck_reader()
     if stuck is not None:
@@ -254,6 +258,8 @@ def start(
             ),
             pid,
         )
+    if keep_module:
+        import_ahead()
     reader = child.stream(lambda send: _read(loader, send), clock)
     if reader.failure is not None:
         return StalledProbe(ProbeError("nvml", "error", f"cannot start the NVML reader: {reader.failure}"), 0)
