@@ -21,7 +21,10 @@ rounds, no Slurm hook.
    endpoint without the daemon's other threads), a minimal ``http.server`` with the page as constant
    bytes (gzip once), and prometheus_client's own exposition server (``start_http_server``, the
    page's families rendered on each scrape). On a busy machine the absolute p99 is the scheduler's;
-   the ratio to the ``http.server`` anchor says what our code adds.
+   the ratio to the ``http.server`` anchor says what our code adds. The last anchor is the floor: a
+   single-threaded C server (``bench/anchor_server.c``, built with the machine's ``cc``) writing the
+   same page as a prebuilt response: what remains of its p99 is the loopback's, the scheduler's and
+   this client's, which no server can go below.
 The report is printed and written to --out.
 """
 
@@ -30,12 +33,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from _common import raw_get
 
@@ -132,12 +137,37 @@ def serve(kind: str, port: int, page: Path) -> None:
             time.sleep(3600)
 
 
-ANCHORS = ("endpoint", "http.server", "prometheus_client")
+ANCHORS = ("endpoint", "http.server", "prometheus_client", "C server")
 
 
-def start_anchor(kind: str, page: Path) -> tuple[subprocess.Popen[bytes], int]:
+def c_server(page: Path) -> Optional[list[str]]:
+    """The floor anchor (bench/anchor_server.c) built beside ``page``, with the page's two prebuilt
+    responses: its command line less the port, or None with no C compiler here."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    exe = page.parent / "anchor_server"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(ROOT / "bench" / "anchor_server.c")], check=True)
+    body = page.read_bytes()
+    ctype = b"Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+    for name, payload, extra in (
+        ("plain.http", body, b""),
+        ("gzip.http", gzip.compress(body, compresslevel=6, mtime=0), b"Content-Encoding: gzip\r\n"),
+    ):
+        head = b"HTTP/1.1 200 OK\r\n" + ctype + extra + b"Content-Length: %d\r\n\r\n" % len(payload)
+        (page.parent / name).write_bytes(head + payload)
+    return [str(exe), "PORT", str(page.parent / "plain.http"), str(page.parent / "gzip.http")]
+
+
+def start_anchor(kind: str, page: Path) -> Optional[tuple[subprocess.Popen[bytes], int]]:
     port = free_port()
-    cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--page", str(page)]
+    if kind == "C server":
+        argv = c_server(page)
+        if argv is None:
+            return None
+        cmd = [str(port) if a == "PORT" else a for a in argv]
+    else:
+        cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--page", str(page)]
     proc = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, port
 
@@ -155,6 +185,7 @@ def start(tree: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", help="a checkout of the previous release (v0.2.0)")
+    ap.add_argument("--baseline-label", default="v0.2.0", help="its name in the report (e.g. a commit)")
     ap.add_argument("--no-anchors", action="store_true", help="no anchor servers in the latency windows")
     ap.add_argument("--serve", choices=ANCHORS, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -170,7 +201,7 @@ def main() -> int:
         return 0
     trees = {"this tree": ROOT}
     if args.baseline:
-        trees["v0.2.0"] = Path(args.baseline).resolve()
+        trees[args.baseline_label] = Path(args.baseline).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="nodehealth-scrape-"))
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     anchors: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
@@ -231,7 +262,11 @@ def main() -> int:
         row(f"daemon CPU, % of a core over {elapsed:.0f} s", cpu, ".3f")
         servers = dict(procs)
         for kind in () if args.no_anchors else ANCHORS:
-            servers[kind] = anchors[kind] = start_anchor(kind, page)
+            started = start_anchor(kind, page)
+            if started is None:
+                say(f"(no C compiler: no {kind} anchor)")
+                continue
+            servers[kind] = anchors[kind] = started
         for _, port in anchors.values():
             wait_for(f"http://127.0.0.1:{port}/metrics", timeout=30)
         # Latency windows, interleaved A B C ... C B A ...
