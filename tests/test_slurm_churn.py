@@ -465,3 +465,28 @@ def test_a_fault_that_held_since_the_drain_costs_no_call(tmp_path: Path, monkeyp
     assert client.calls == calls + 1 and client.log[-1] == ("show", "*")
     assert act.after_check(actor, _report(Status.FAIL)).outcome == act.ActOutcome.ALREADY
     assert client.calls == calls + 1
+
+
+class NotAnswering(Recording):
+    """slurmctld does not answer reads (an overloaded or stopped controller); updates still go through."""
+
+    def show(self, node: Optional[str]) -> Union[list[NodeInfo], ProbeError]:
+        self.calls += 1
+        self.log.append(("show", node or "*"))
+        return ProbeError("slurmctl", "timeout", "scontrol: Socket timed out on send/recv operation")
+
+
+def test_a_healthy_nodes_reconciliation_backs_off_while_slurmctld_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds of a healthy node with no fresh view: one read, not one a round; a fault still acts."""
+    Fake(tmp_path, monkeypatch)
+    cfg = load()
+    client = NotAnswering({"n1": ("IDLE", None)})
+    actor = healthcheck_actor(cfg, client, lambda *a, **k: None)
+    for _ in range(4):
+        assert act.after_check(actor, _report(Status.OK)).outcome == act.ActOutcome.NONE
+    assert client.log == [("show", "n1")]
+    calls = client.calls
+    act.after_check(actor, _report(Status.FAIL))  # a fault is never held back by the back-off
+    assert client.calls > calls

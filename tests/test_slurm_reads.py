@@ -247,3 +247,97 @@ def test_sinfo_gets_slurm_conf_and_none_of_the_callers_sinfo_variables(
     env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
     assert env.get("SLURM_CONF") == "/etc/slurm/x.conf"
     assert not {"SINFO_FORMAT", "SINFO_PARTITION", "SLURM_TIME_FORMAT", "LD_PRELOAD"} & set(env)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _failing_node(tmp_path: Path, answer: bool = False) -> tuple[object, Path, Path]:
+    """A config whose scontrol logs each call and fails (or, with ``answer``, describes node n1)."""
+    from nodehealth.config.loader import load
+
+    log = tmp_path / "calls.log"
+    script = tmp_path / "scontrol"
+    fail = "echo 'slurm_load_node: Socket timed out' >&2; exit 1"
+    body = "echo 'NodeName=n1 Gres=gpu:8 State=IDLE'" if answer else fail
+    script.write_text(f'#!/bin/sh\necho "$*" >> {log}\n{body}\n')
+    script.chmod(0o755)
+    cfg_path = tmp_path / "nh.toml"
+    cfg_path.write_text(
+        f'node_name = "n1"\n[paths]\nstate_dir = "{tmp_path}/state"\n'
+        f'[slurm]\nscontrol = "{script}"\ntimeout_s = 60\nreconcile_s = 3600\n'
+    )
+    return load(str(cfg_path)), log, script
+
+
+def test_a_failed_read_is_not_repeated_every_round_and_backs_off(tmp_path: Path) -> None:
+    """slurmctld not answering: one call, then none until the back-off has passed, which doubles."""
+    from nodehealth.probes import slurm as ps
+    from nodehealth.slurm import client as sc
+
+    cfg, log, _ = _failing_node(tmp_path)
+    clock = _Clock()
+    first = ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+    assert isinstance(first, ProbeError) and "Socket timed out" in first.message
+    wait1 = sc.retry_after_s("n1", 1, 3600.0)
+    assert 0.9 * sc.RETRY_FIRST_S <= wait1 <= 1.1 * sc.RETRY_FIRST_S
+    for step in (30.0, wait1 - 31.0):  # the rounds in between ask nothing, and say why
+        clock.t += step
+        got = ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+        assert isinstance(got, ProbeError) and got.kind == first.kind
+        assert "Socket timed out" in got.message and "1 failed read(s) in a row; the next in" in got.message
+    assert len(log.read_text().splitlines()) == 1
+    clock.t += 2.0  # past the back-off: asked again, fails again
+    ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+    assert len(log.read_text().splitlines()) == 2
+    wait2 = sc.retry_after_s("n1", 2, 3600.0)
+    assert wait2 == pytest.approx(2 * wait1)
+    clock.t += wait2 - 1.0  # the doubled wait: still nothing
+    ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+    assert len(log.read_text().splitlines()) == 2
+    assert sc.retry_after_s("n1", 40, 3600.0) <= 1.1 * sc.RETRY_MAX_S
+    assert sc.retry_after_s("n1", 40, 600.0) <= 1.1 * 600.0
+
+
+def test_during_the_back_off_the_cached_view_stands_and_an_answer_ends_it(tmp_path: Path) -> None:
+    import time
+    from dataclasses import replace
+
+    from nodehealth.probes import slurm as ps
+    from nodehealth.slurm import client as sc
+    from nodehealth.statedir import slurmstate
+
+    cfg, log, script = _failing_node(tmp_path)
+    stale = {"name": "n1", "gres_gpus": 7, "state": "IDLE", "reason": None, "time": time.time() - 2 * 3600}
+    assert slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=stale), lock_timeout_s=5.0) is not None
+    clock = _Clock()
+    for _ in range(3):
+        got = ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+        assert not isinstance(got, ProbeError) and got.gres_gpus == 7
+        clock.t += 15.0  # three rounds inside the first back-off (at least 54 s)
+    assert len(log.read_text().splitlines()) == 1
+    _failing_node(tmp_path, answer=True)  # slurmctld answers again
+    clock.t += sc.retry_after_s("n1", 1, 3600.0)
+    got = ps.node_view(cfg, "n1", "daemon", 60.0, clock=clock)
+    assert not isinstance(got, ProbeError) and got.gres_gpus == 8
+    assert len(log.read_text().splitlines()) == 2
+    assert not sc.BACKOFF.held(cfg, "n1")  # the back-off is over
+
+
+def test_a_one_shot_health_check_reads_once_whatever_another_config_met(tmp_path: Path) -> None:
+    """The back-off is the process's, for the node, scontrol and state dir it met: not another's."""
+    from nodehealth.probes import slurm as ps
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cfg_a, log_a, _ = _failing_node(tmp_path / "a")
+    cfg_b, log_b, _ = _failing_node(tmp_path / "b")
+    clock = _Clock()
+    ps.node_view(cfg_a, "n1", "daemon", 60.0, clock=clock)
+    ps.node_view(cfg_b, "n1", "healthcheck", 60.0, clock=clock)
+    assert (len(log_a.read_text().splitlines()), len(log_b.read_text().splitlines())) == (1, 1)

@@ -7,7 +7,8 @@ health check or the daemon last read is cached in the Slurm state file, and
   command): they use the cached view, however old, or answer "no cached view yet";
 * the health check, the daemon and ``nodehealth check`` use it while it is younger than
   ``[slurm] reconcile_s`` (an hour by default), else read the node once
-  (``scontrol show node -o NODE``, through ``nodehealth.slurm.client``) and cache what they read.
+  (``scontrol show node -o NODE``, through ``nodehealth.slurm.client``) and cache what they read;
+  after a read that failed, the next waits (``client.BACKOFF``), the cached view standing meanwhile.
 """
 
 from __future__ import annotations
@@ -66,10 +67,17 @@ def show_node(scontrol: str, node: str, timeout_s: float, slurm_conf: str = "") 
 
 
 def node_view(
-    cfg: Any, node: str, phase: str, timeout_s: float, cached_only: bool = False, cache: bool = True
+    cfg: Any,
+    node: str,
+    phase: str,
+    timeout_s: float,
+    cached_only: bool = False,
+    cache: bool = True,
+    clock: Any = time.monotonic,
 ) -> Union[NodeInfo, ProbeError]:
     """The cached view, or slurmctld's answer now; ``cache=False`` (``nodehealth check`` by hand):
-    the answer is used for this run and not written to the state dir."""
+    the answer is used for this run and not written to the state dir. After a failed read none is
+    made until its back-off has passed (``client.BACKOFF``; ``clock``: the back-off's)."""
     cached = NodeInfo.from_json(slurmstate.load(cfg.paths).slurm_node)
     if cached is not None and cached.name != node:
         cached = None
@@ -84,7 +92,13 @@ def node_view(
         return cached
     if cached is not None and cached.fresh(now, reconcile_after_s(node, cfg.slurm.reconcile_s)):
         return cached
+    from nodehealth.slurm.client import BACKOFF
+
+    waiting = BACKOFF.waiting(cfg, node, clock())
+    if waiting is not None:
+        return cached if cached is not None else waiting  # the last view stands (it says how old it is)
     got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
+    BACKOFF.answered(cfg, node, got, clock())
     if isinstance(got, NodeInfo):
         from nodehealth.slurm import observe
 

@@ -39,7 +39,7 @@ from nodehealth.observations import ProbeError
 from nodehealth.observations.record import record
 from nodehealth.platform.deadline import Deadline
 from nodehealth.slurm import policy, reboot
-from nodehealth.slurm.client import SlurmClient
+from nodehealth.slurm.client import BACKOFF, SlurmClient
 from nodehealth.slurm.client import me as read_node
 from nodehealth.slurm.nodes import REBOOT_FLAGS, NodeInfo, parse_reason, parse_state, reconcile_after_s
 from nodehealth.slurm.stores import FileStore as FileStore
@@ -377,7 +377,11 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
             recent = None
         return on_fault(actor, report, me=recent, seen_clean=seen_clean[0])
     if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):
-        got = read_me(actor)  # the hourly reconciliation
+        # The hourly reconciliation; after a read that failed (here or the probe's), not before its back-off.
+        if BACKOFF.waiting(cfg, actor.node, time.monotonic()) is not None:
+            return Acted(ActOutcome.NONE)  # healthy: nothing to do until slurmctld is asked again
+        got = read_me(actor)
+        BACKOFF.answered(cfg, actor.node, got, time.monotonic())
         if isinstance(got, ProbeError):
             return Acted(ActOutcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
         node = got
