@@ -172,9 +172,9 @@ def start_anchor(kind: str, page: Path) -> Optional[tuple[subprocess.Popen[bytes
     return proc, port
 
 
-def start(tree: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start(tree: Path, tmp: Path, kmsg: str = "") -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    cfg = write_config(tmp, "healthy-8x-h100", port, interval_s=30)
+    cfg = write_config(tmp, "healthy-8x-h100", port, interval_s=30, kmsg_path=kmsg or None)
     env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'sim'}")
     env.pop("NOTIFY_SOCKET", None)
     cmd = [sys.executable, "-m", "nodehealth", "daemon", "--config", str(cfg)]
@@ -195,6 +195,11 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--steady", type=float, default=180.0)
     ap.add_argument("--out", default="bench-scrape.txt")
+    ap.add_argument(
+        "--kmsg",
+        default="",
+        help="the kernel log the daemons follow (/dev/kmsg, read only, as in production); default an empty file",
+    )
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.port, Path(args.page))
@@ -215,10 +220,13 @@ def main() -> int:
         for name, tree in trees.items():
             d = tmp / name.replace(" ", "-")
             d.mkdir()
-            procs[name] = start(tree, d)
+            procs[name] = start(tree, d, args.kmsg)
         for _, port in procs.values():
             wait_for(f"http://127.0.0.1:{port}/metrics", lambda b: b"\nnodehealth_rounds_total 1.0" in b, timeout=120)
-        say(f"8 simulated GPUs (healthy-8x-h100), 30 s rounds; {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+        say(
+            f"8 simulated GPUs (healthy-8x-h100), 30 s rounds, following {args.kmsg or 'an empty file'}; "
+            f"{sys.version.split()[0]}; {os.cpu_count()} CPUs"
+        )
         names = list(procs)
         two = len(names) == 2
 
