@@ -224,7 +224,9 @@ def test_connections_cost_no_thread_and_are_capped(serve):
             "connections over the cap were not closed",
         )
         assert len(server.conns) <= limits.max_connections
-        assert threading.active_count() == threads and len(os.listdir("/proc/self/task")) == tasks
+        # Not one more thread or task than before the flood (fewer is fine: a thread an earlier test
+        # stopped may leave the kernel's task list only after its join returned).
+        assert threading.active_count() <= threads and len(os.listdir("/proc/self/task")) <= tasks
         # A scraper that sends its request at once is still served while the flood holds the rest.
         with _connect(server) as s:
             s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
