@@ -84,7 +84,7 @@ def load_module() -> ModuleType:
 def import_ahead() -> None:
     """Import pynvml here, in a long-lived caller (the daemon, before it forks a round's reader), so that
     each reader inherits the module instead of importing it: the import was more than half of a
-    reader's CPU (~19 of ~34 ms a round on 8 simulated GPUs, bench/daemon_bench.py). Nothing of NVML runs
+    reader's CPU (~19 of ~34 ms on 8 simulated GPUs, docs/performance.md). Nothing of NVML runs
     here: nvidia-ml-py loads libnvidia-ml only in ``nvmlInit``, which only a reader calls, so the caller
     maps no driver library and a wedged GPU still costs a child, never the caller. An import that fails
     is left for the reader, which fails the same way and reports it (``load_module``)."""

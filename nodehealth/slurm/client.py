@@ -43,6 +43,7 @@ from nodehealth.slurm.nodes import NodeInfo, parse_nodes, parse_sinfo_node, reco
 
 # ``scontrol show node -o`` of a 10,000-node cluster is a few MiB; one node's is under 2 KiB.
 MAX_ANSWER = 16 << 20
+MAX_NODE_ANSWER = 256 << 10  # ``show node -o NODE``: one record, a hundred times its usual size
 RETRY_FIRST_S = 60.0  # after a failed read of this node, the next one waits this long (doubled after each)
 RETRY_MAX_S = 960.0  # ... up to this: once slurmctld answers again, a node reads itself within ~16 minutes
 
@@ -96,7 +97,6 @@ class Backoff:
 
 
 BACKOFF = Backoff()
-MAX_NODE_ANSWER = 256 << 10  # ``show node -o NODE``: one record, a hundred times its usual size
 
 
 @dataclass(frozen=True)
