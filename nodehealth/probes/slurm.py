@@ -94,11 +94,7 @@ def node_view(
         return cached
     from nodehealth.slurm.client import BACKOFF
 
-    waiting = BACKOFF.waiting(cfg, node, clock())
-    if waiting is not None:
-        return cached if cached is not None else waiting  # the last view stands (it says how old it is)
-    got = show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf)
-    BACKOFF.answered(cfg, node, got, clock())
+    got = BACKOFF.read(cfg, node, lambda: show_node(cfg.slurm.scontrol, node, timeout_s, cfg.slurm.conf), clock)
     if isinstance(got, NodeInfo):
         from nodehealth.slurm import observe
 
@@ -107,5 +103,5 @@ def node_view(
         if view is not None:
             slurmstate.update(cfg.paths, lambda s: replace(s, slurm_node=view), lock_timeout_s=0.5)
     elif cached is not None:
-        return cached  # slurmctld did not answer: the last view stands (it says how old it is)
+        return cached  # slurmctld did not answer (or is backed off): the last view stands (it says how old it is)
     return got

@@ -378,10 +378,7 @@ def after_check(actor: Actor, report: Report, me: Union[NodeInfo, ProbeError, No
         return on_fault(actor, report, me=recent, seen_clean=seen_clean[0])
     if not _fresh(NodeInfo.from_json(state.slurm_node), now, reconcile_after_s(actor.node, cfg.slurm.reconcile_s)):
         # The hourly reconciliation; after a read that failed (here or the probe's), not before its back-off.
-        if BACKOFF.waiting(cfg, actor.node, time.monotonic()) is not None:
-            return Acted(ActOutcome.NONE)  # healthy: nothing to do until slurmctld is asked again
-        got = read_me(actor)
-        BACKOFF.answered(cfg, actor.node, got, time.monotonic())
+        got = BACKOFF.read(cfg, actor.node, lambda: read_me(actor))
         if isinstance(got, ProbeError):
             return Acted(ActOutcome.NONE)  # healthy: nothing to do, whether or not slurmctld answered
         node = got

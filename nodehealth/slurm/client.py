@@ -33,8 +33,9 @@ from __future__ import annotations
 import os
 import shlex
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, TypeVar, Union
 
 from nodehealth.observations import ProbeError
 from nodehealth.platform.deadline import Deadline
@@ -54,6 +55,9 @@ def retry_after_s(node: str, failures: int, reconcile_s: float) -> float:
     that nodes whose reads failed together do not all ask again at the same moment."""
     base = min(reconcile_s, RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(max(failures - 1, 0), 16))
     return reconcile_after_s(node, base)
+
+
+T = TypeVar("T")
 
 
 class Backoff:
@@ -90,6 +94,18 @@ class Backoff:
                 self._failed[key] = (now, (last[1] if last else 0) + 1, got)
             else:
                 self._failed.pop(key, None)
+
+    def read(
+        self, cfg: Any, node: str, read: Callable[[], T], clock: Callable[[], float] = time.monotonic
+    ) -> Union[T, ProbeError]:
+        """``read()`` and its outcome noted; while the back-off lasts, no read: the last failure, saying
+        when the next read is due (``waiting``)."""
+        waiting = self.waiting(cfg, node, clock())
+        if waiting is not None:
+            return waiting
+        got = read()
+        self.answered(cfg, node, got, clock())
+        return got
 
     def held(self, cfg: Any, node: str) -> bool:
         with self._lock:
