@@ -116,6 +116,30 @@ def test_head_has_the_length_but_no_body_and_http10_closes(serve):
     assert head.startswith(b"HTTP/1.1 200") and f"Content-Length: {len(BODY)}".encode() in head and body == b""
 
 
+def test_a_close_the_client_asked_for_is_at_once(serve):
+    """``Connection: close`` (or HTTP/1.0) and nothing after the request: the response and the close
+    go out together, and the endpoint holds nothing of the connection (no linger, no select)."""
+    server = serve()
+    for request in (b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n", b"GET /metrics HTTP/1.0\r\n\r\n"):
+        with _connect(server) as s:
+            s.sendall(request)
+            assert _read_all(s).endswith(b"\r\n\r\n" + BODY)
+            assert not server.conns  # closed before the client saw the end of the response
+
+
+def test_input_after_a_close_of_the_endpoints_own_is_drained_not_reset(serve):
+    """A request the endpoint refuses while its client is still sending (a body it does not take):
+    the response is sent, then what follows is read and dropped (up to ``linger_bytes``, within
+    ``linger_s``), so the client's sends meet no reset; an immediate close would reset the next one."""
+    server = serve(limits=Limits(linger_s=PATIENCE_S, linger_bytes=1 << 20))
+    with _connect(server) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nContent-Length: 65536\r\n\r\n")
+        assert _read_all(s).startswith(b"HTTP/1.1 400 ")  # the answer and the endpoint's FIN
+        for _ in range(32):  # the body the client goes on sending: all of it taken
+            s.sendall(b"x" * 2048)
+        _wait(lambda: sum(c.drained for c in server.conns.values()) >= 65536, "the rest was not drained")
+
+
 @pytest.mark.parametrize(
     "request_bytes, code",
     [

@@ -52,10 +52,10 @@ _REASONS = {
     505: "HTTP Version Not Supported",
 }
 _READ, _WRITE, _LINGER = "read", "write", "linger"
+_ASKED = "asked"  # close_after: the client asked for the close (else True: the endpoint's own)
 # Connections the kernel holds for us beyond those taken: a flood waits there (costing no
 # descriptor and no task) instead of pushing out the SYN of a scraper (capped by somaxconn).
 _BACKLOG = 1024
-_ACCEPT_BATCH = 16  # accepts per wake-up, so that reads of connections already open interleave
 
 
 class _Conn:
@@ -70,7 +70,7 @@ class _Conn:
         self.since = now  # when it began waiting for the request it has not sent yet
         self.deadline = now + limits.read_timeout_s
         self.idle = False  # between two requests of a keep-alive connection
-        self.close_after = False
+        self.close_after: object = False  # False, True (linger first) or _ASKED (at once)
         self.drained = 0
         self.events = 0  # what the selector watches for it
 
@@ -198,36 +198,35 @@ class MetricsServer:
         self._accept_paused_until = until
 
     def _accept(self, now: float) -> None:
-        for _ in range(_ACCEPT_BATCH):
-            now = self.clock()  # serving the one before may have taken a while
-            if not self.accepts.ready(now):
-                self._pause_accepting(self.accepts.next_at(now))
-                return
-            try:
-                sock, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors: give one back if we hold any, else stop accepting a moment
-                    # (the pending connection would wake us at once, again and again).
-                    if not self._evict():
-                        self._pause_accepting(now + 0.1)
-                        return
-                    continue
-                return  # the client went away before we took it (ECONNABORTED, ...)
-            self.accepts.take(now)
-            self.accepted += 1
-            sock.setblocking(False)
-            if len(self.conns) >= self.limits.max_connections:
-                self._evict()
-            conn = _Conn(sock, now, self.limits)
-            self.conns[conn.fd] = conn
-            try:  # a scraper's request is often there already: serve it before more accepts
-                self._read(conn, now)
-                self._drive(conn, now)
-            except Exception:  # noqa: BLE001
-                self._close(conn)
+        """Take one connection. The listening socket is polled level-triggered, so a backlog wakes
+        the selector again at once and the reads of connections already open interleave with the
+        accepts; a scrape (one connection waiting) costs no accept() that fails with EAGAIN."""
+        if not self.accepts.ready(now):
+            self._pause_accepting(self.accepts.next_at(now))
+            return
+        try:
+            sock, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # Out of descriptors: give one back if we hold any (the pending connection wakes us
+                # again), else stop accepting a moment (it would wake us at once, again and again).
+                if not self._evict():
+                    self._pause_accepting(now + 0.1)
+            return  # or the client went away before we took it (ECONNABORTED, ...)
+        self.accepts.take(now)
+        self.accepted += 1
+        sock.setblocking(False)
+        if len(self.conns) >= self.limits.max_connections:
+            self._evict()
+        conn = _Conn(sock, now, self.limits)
+        self.conns[conn.fd] = conn
+        try:  # a scraper's request is often there already: serve it before anything else
+            self._read(conn, now)
+            self._drive(conn, now)
+        except Exception:  # noqa: BLE001
+            self._close(conn)
 
     def _evict(self) -> bool:
         """Close the connection that has waited longest for a whole request (else the oldest)."""
@@ -352,6 +351,12 @@ class MetricsServer:
         except Exception:  # noqa: BLE001 - a rendering bug is a 500, not a dead endpoint
             code, body, ctype, encoding = 500, b"internal error\n", _TEXT, ""
         self._respond(conn, now, code, body, ctype, close=not keep, encoding=encoding, head_only=method == b"HEAD")
+        if not keep and not conn.buf:
+            # The client asked for the close (or spoke HTTP/1.0) and sent nothing after its request
+            # (RFC 9112 9.6: it sends no more): close at once, a FIN. Where the endpoint closes on its own, or input
+            # follows, the response goes out and unread input is drained a while (linger) first, so
+            # that the client reads the response instead of a reset.
+            conn.close_after = _ASKED
 
     def _respond(
         self,
@@ -388,6 +393,9 @@ class MetricsServer:
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
+            self._close(conn)
+            return
+        if conn.close_after == _ASKED:
             self._close(conn)
             return
         if conn.close_after:
