@@ -685,8 +685,8 @@ def test_the_live_tail_is_cached_between_rounds():
     now = [1000.0]
     m = NodeMetrics("gpu001", monotonic=lambda: now[0])
     reads = []
-    real = m.process.families
-    m.process.families = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
+    real = m.process.read
+    m.process.read = lambda: (reads.append(1), real())[1]  # type: ignore[method-assign]
     first = m.payload()
     assert m.payload() is first and len(reads) == 1  # no /proc read, no rendering, not even a copy
     zipped = m.payload_gzip()
@@ -751,6 +751,30 @@ def test_the_process_figures_are_prometheus_clients(tmp_path):
     text = exposition.render(exposition.Process().families()).decode()
     assert sample(text, "process_resident_memory_bytes") > 1 << 20
     assert exposition.Process(proc=str(tmp_path)).families() == []  # no /proc: no process_* (as theirs)
+    assert exposition.Process(proc=str(tmp_path)).text() == b""
+
+
+def test_the_process_text_is_the_rendered_families(tmp_path):
+    """What a scrape writes (``Process.text``, no families built) is byte for byte ``render`` of the
+    families, on a /proc whose figures are fixed, and with one of its files unreadable."""
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1764000000\n")
+    me = tmp_path / "self"
+    (me / "fd").mkdir(parents=True)
+    for n in range(7):
+        (me / "fd" / str(n)).write_text("")
+    fields = " ".join(str(n) for n in range(4, 53))  # field k (after the state, 3) holds k: utime 14, rss 24
+    (me / "stat").write_text(f"4242 (nodehealth (x)) S {fields}\n")
+    (me / "limits").write_text(
+        "Limit                     Soft Limit           Hard Limit           Units\n"
+        "Max open files            65536                524288               files\n"
+    )
+    proc = exposition.Process(proc=str(tmp_path))
+    text = proc.text()
+    assert text == exposition.render(proc.families())
+    assert sample(text.decode(), "process_open_fds") == 7 and sample(text.decode(), "process_max_fds") == 65536
+    assert sample(text.decode(), "process_cpu_seconds_total") == (14 + 15) / proc.ticks
+    (me / "limits").unlink()
+    assert proc.text() == exposition.render(proc.families()) and b"process_open_fds" not in proc.text()
 
 
 def test_the_daemons_metrics_import_no_prometheus_client():

@@ -78,14 +78,45 @@ def _gauge(name: str, help: str, value: float, typ: str = "gauge") -> Metric:
     return m
 
 
+def _slurp(path: str) -> bytes:
+    """A small /proc file, read without a file object (half the time of ``open().read()``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+    finally:
+        os.close(fd)
+
+
+# The process_* families as prometheus_client's ProcessCollector names and documents them, in its order.
+_PROCESS = (
+    ("process_virtual_memory_bytes", "Virtual memory size in bytes.", "gauge"),
+    ("process_resident_memory_bytes", "Resident memory size in bytes.", "gauge"),
+    ("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "gauge"),
+    ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "counter"),
+    ("process_open_fds", "Number of open file descriptors.", "gauge"),
+    ("process_max_fds", "Maximum number of open file descriptors.", "gauge"),
+)
+
+
 class Process:
-    """The daemon's own ``process_*`` figures, as prometheus_client's ProcessCollector reads them."""
+    """The daemon's own ``process_*`` figures, as prometheus_client's ProcessCollector reads them.
+
+    A scrape re-reads them (Prometheus scrapes less often than NodeMetrics' PROCESS_EVERY_S), so
+    ``text()`` writes them without building families: each family's HELP, TYPE and sample name are
+    rendered once (by ``render``, so the bytes are the same) and only the values are written."""
 
     def __init__(self, proc: str = "/proc") -> None:
         self.proc = proc
         self.ticks = float(os.sysconf("SC_CLK_TCK"))
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.btime = 0.0
+        me = os.path.join(proc, "self")
+        self._stat, self._limits, self._fd = (os.path.join(me, x) for x in ("stat", "limits", "fd"))
         try:
             with open(os.path.join(proc, "stat"), "rb") as f:
                 for line in f:
@@ -93,42 +124,43 @@ class Process:
                         self.btime = float(line.split()[1])
         except OSError:
             pass
+        self._heads = []
+        for name, help, typ in _PROCESS:
+            head = render([_gauge(name, help, 0.0, typ)])
+            self._heads.append(head[: head.rindex(b" ") + 1])
 
-    def families(self) -> list[Metric]:
+    def read(self) -> list[tuple[int, float]]:
+        """(index in ``_PROCESS``, value) for each figure read; none without ``/proc``."""
         if not self.btime:
             return []
-        me = os.path.join(self.proc, "self")
-        out: list[Metric] = []
+        out: list[tuple[int, float]] = []
         try:
-            with open(os.path.join(me, "stat"), "rb") as f:
-                parts = f.read().split(b")")[-1].split()
+            parts = _slurp(self._stat).split(b")")[-1].split()
             out += [
-                _gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", float(parts[20])),
-                _gauge("process_resident_memory_bytes", "Resident memory size in bytes.", float(parts[21]) * self.page),
-                _gauge(
-                    "process_start_time_seconds",
-                    "Start time of the process since unix epoch in seconds.",
-                    float(parts[19]) / self.ticks + self.btime,
-                ),
-                _gauge(
-                    "process_cpu_seconds_total",
-                    "Total user and system CPU time spent in seconds.",
-                    (float(parts[11]) + float(parts[12])) / self.ticks,
-                    "counter",
-                ),
+                (0, float(parts[20])),
+                (1, float(parts[21]) * self.page),
+                (2, float(parts[19]) / self.ticks + self.btime),
+                (3, (float(parts[11]) + float(parts[12])) / self.ticks),
             ]
         except OSError:
             pass
         try:
             max_fds = None
-            with open(os.path.join(me, "limits"), "rb") as f:
-                for line in f:
-                    if line.startswith(b"Max open file"):
-                        max_fds = float(line.split()[3])
-                        break
-            out.append(_gauge("process_open_fds", "Number of open file descriptors.", len(os.listdir(f"{me}/fd"))))
+            for line in _slurp(self._limits).split(b"\n"):
+                if line.startswith(b"Max open file"):
+                    max_fds = float(line.split()[3])
+                    break
+            out.append((4, float(len(os.listdir(self._fd)))))
             if max_fds is not None:
-                out.append(_gauge("process_max_fds", "Maximum number of open file descriptors.", max_fds))
+                out.append((5, max_fds))
         except OSError:
             pass
         return out
+
+    def families(self) -> list[Metric]:
+        return [_gauge(_PROCESS[i][0], _PROCESS[i][1], v, _PROCESS[i][2]) for i, v in self.read()]
+
+    def text(self) -> bytes:
+        """``render(self.families())``, without the families."""
+        heads = self._heads
+        return b"".join([heads[i] + go_float(v).encode() + b"\n" for i, v in self.read()])

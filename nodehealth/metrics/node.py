@@ -224,7 +224,7 @@ class NodeMetrics:
         now = self.monotonic()
         process = None
         if self.process is not None and now - self._process_at >= PROCESS_EVERY_S:
-            process = render(self.process.families())  # outside the lock: it reads /proc
+            process = self.process.text()  # outside the lock: it reads /proc
         with self._lock:
             if process is not None:
                 self._process_text, self._process_at = process, now
