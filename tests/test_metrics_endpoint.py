@@ -277,9 +277,38 @@ class _Clock:
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.reads = 0
 
     def __call__(self) -> float:
+        self.reads += 1
         return self.now
+
+    def seen(self) -> None:
+        """Wait until the server has gone once more, whole, through its loop (it reads the clock three
+        times a turn, the last for the deadlines), so it has seen the time as it is now."""
+        start = self.reads
+        _wait(lambda: self.reads >= start + 4, "the server did not look at its clock again")
+
+
+def test_a_keep_alive_connection_outlives_a_scrape_interval():
+    """Prometheus holds its connection between scrapes (every 15 s to 1 min, its default): a minute
+    idle, the connection still serves the next scrape; past ``idle_timeout_s`` it is closed."""
+    assert Limits().idle_timeout_s > 60
+    clock = _Clock()
+    server = MetricsServer("127.0.0.1:0", lambda: BODY, None, lambda: gzip.compress(BODY), clock=clock)
+    server.start()
+    try:
+        with _connect(server) as s, s.makefile("rb") as f:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+            assert _response(f)[0] == 200
+            clock.now += 60.0  # a minute between scrapes
+            clock.seen()  # the server swept its deadlines at that time
+            s.sendall(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+            assert _response(f)[0] == 200  # the same connection
+            clock.now += Limits().idle_timeout_s + 1
+            assert _closed_by_server(s)
+    finally:
+        server.stop()
 
 
 def test_connections_are_taken_no_faster_than_the_accept_rate(serve):

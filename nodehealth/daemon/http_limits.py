@@ -30,7 +30,12 @@ class Limits:
     max_connections: int = 64
     max_header_bytes: int = 8192
     read_timeout_s: float = 5.0
-    idle_timeout_s: float = 15.0
+    # Prometheus keeps its connection to a target between scrapes (prometheus/common's HTTP client:
+    # keep-alives on, idle connections kept 5 minutes), and scrapes every 15 s to 1 min (its default).
+    # Held longer than that, the connection serves the next scrape (no connect, no accept: half the
+    # time of one on a new connection); at 15 s it was closed just as a 15 s scrape came. An idle
+    # connection is still one the cap closes first (it waits for a whole request).
+    idle_timeout_s: float = 90.0
     write_timeout_s: float = 10.0
     # After a response that closes the connection: how long, and how much, unread input is
     # drained so that the client reads the response instead of a reset.
