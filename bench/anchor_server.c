@@ -1,7 +1,9 @@
 /* The scrape bench's floor: a single-threaded C server that answers every request on
  * 127.0.0.1:PORT with one of two prebuilt HTTP responses (gzip when the request says "gzip"),
- * then closes the connection. No parsing beyond the end of the header, no allocation per
- * request: what is left of a scrape's time is the loopback's, the kernel's and the client's.
+ * then closes the connection if the request says "Connection: close", else reads the next request
+ * on it (keep-alive, as Prometheus scrapes; one connection at a time). No parsing beyond the end
+ * of the header, no allocation per request: what is left of a scrape's time is the loopback's,
+ * the kernel's and the client's.
  *
  *     cc -O2 -o anchor_server anchor_server.c && ./anchor_server PORT plain.http gzip.http
  */
@@ -50,17 +52,21 @@ int main(int argc, char **argv) {
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) continue;
-        size_t got = 0;
-        while (got < sizeof req - 1) {
-            ssize_t r = read(c, req + got, sizeof req - 1 - got);
-            if (r <= 0) break;
-            got += (size_t)r;
+        for (;;) { /* each request on the connection, until the client closes it or asks to */
+            size_t got = 0;
+            while (got < sizeof req - 1) {
+                ssize_t r = read(c, req + got, sizeof req - 1 - got);
+                if (r <= 0) break;
+                got += (size_t)r;
+                req[got] = 0;
+                if (strstr(req, "\r\n\r\n")) break;
+            }
             req[got] = 0;
-            if (strstr(req, "\r\n\r\n")) break;
+            if (!strstr(req, "\r\n\r\n")) break;
+            if (strstr(req, "gzip")) send_all(c, zipped, gzip_len);
+            else send_all(c, plain, plain_len);
+            if (strstr(req, "Connection: close")) break;
         }
-        req[got] = 0;
-        if (strstr(req, "gzip")) send_all(c, zipped, gzip_len);
-        else send_all(c, plain, plain_len);
         close(c);
     }
 }

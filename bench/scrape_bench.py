@@ -9,19 +9,21 @@ simulator's fake libnvidia-ml is this tree's build: ``ln -s $PWD/sim/nodehealth_
 with the interpreter of this venv, on examples' healthy-8x-h100 scenario (8 simulated GPUs), 30 s
 rounds, no Slurm hook.
 1. Series and bytes of one scrape (plain) and its gzip size.
-2. Steady state for --steady seconds: a scrape every 15 s each (as Prometheus does), RSS every 5 s,
-   CPU (the daemon and its reaped probe children) over the stretch.
-3. /metrics at --rate requests/s, one connection per request, ``Accept-Encoding: gzip`` (as
-   Prometheus asks), in --rounds windows of --window seconds interleaved A, B, B, A, ...: p50 and
-   p99 per window, and the daemon's CPU time per scrape (which a busy machine's scheduling does not
-   inflate the way it does the latency); the report gives the medians of the windows and the ratio
-   this/previous.
+2. Steady state for --steady seconds: a scrape every 15 s each on a connection held between
+   scrapes (as Prometheus does; its latency and how many connections it took), RSS every 5 s, CPU
+   (the daemon and its reaped probe children) over the stretch.
+3. /metrics at --rate requests/s, ``Accept-Encoding: gzip`` (as Prometheus asks), in --rounds
+   windows of --window seconds interleaved A, B, B, A, ..., for each server one window with a new
+   connection per request and one with every request on one connection (keep-alive: Prometheus
+   keeps its connection between scrapes): p50 and p99 per window, and the server's CPU time per
+   scrape (which a busy machine's scheduling does not inflate the way it does the latency); the
+   report gives the medians of the windows and each p99 over the C server's (below).
 4. Anchors, in the same interleaved windows (unless --no-anchors): each a process of its own
    serving this tree's page as the daemon last rendered it: ``nodehealth.daemon.http`` alone (the
    endpoint without the daemon's other threads), a minimal ``http.server`` with the page as constant
    bytes (gzip once), and prometheus_client's own exposition server (``start_http_server``, the
-   page's families rendered on each scrape). On a busy machine the absolute p99 is the scheduler's;
-   the ratio to the ``http.server`` anchor says what our code adds. The last anchor is the floor: a
+   page's families rendered on each scrape). On a busy machine the absolute p99 is the scheduler's.
+   The last anchor is the floor: a
    single-threaded C server (``bench/anchor_server.c``, built with the machine's ``cc``) writing the
    same page as a prebuilt response: what remains of its p99 is the loopback's, the scheduler's and
    this client's, which no server can go below.
@@ -42,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from _common import raw_get
+from _common import KeepAlive, raw_get
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -69,14 +71,25 @@ def scrape(port: int, gzip_ok: bool) -> tuple[float, bytes]:
     return took, body
 
 
-def window(port: int, rate: float, seconds: float) -> list[float]:
+def window(port: int, rate: float, seconds: float, keep: bool = False) -> list[float]:
+    """Scrapes at ``rate`` for ``seconds``, each on a new connection or (``keep``) all on one."""
     lat: list[float] = []
+    client = KeepAlive("127.0.0.1", port, True) if keep else None
     period, next_at = 1.0 / rate, time.monotonic()
     end = next_at + seconds
-    while time.monotonic() < end:
-        lat.append(scrape(port, True)[0])
-        next_at += period
-        time.sleep(max(0.0, next_at - time.monotonic()))
+    try:
+        while time.monotonic() < end:
+            if client is None:
+                lat.append(scrape(port, True)[0])
+            else:
+                code, took, _ = client.get()
+                assert code == 200, code
+                lat.append(took)
+            next_at += period
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    finally:
+        if client is not None:
+            client.close()
     return sorted(lat)
 
 
@@ -104,6 +117,7 @@ def serve(kind: str, port: int, page: Path) -> None:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # its head and body are two writes: no delayed-ACK stall
 
             def do_GET(self) -> None:
                 z = "gzip" in self.headers.get("Accept-Encoding", "")
@@ -247,20 +261,32 @@ def main() -> int:
         row("bytes per scrape (gzip)", {n: size[n][2] for n in names}, "d")
         page = tmp / "page.txt"
         page.write_bytes(scrape(procs["this tree"][1], False)[1])
-        # Steady state: all at once, a scrape every 15 s each.
+        # Steady state: all at once, a scrape every 15 s each, on a connection held between scrapes
+        # as Prometheus holds it (a server that closed it in between costs that scrape a connect).
         cpu0 = {n: proc_stats(p.pid)[0] for n, (p, _) in procs.items()}
         rss: dict[str, list[int]] = {n: [] for n in procs}
+        held = {n: KeepAlive("127.0.0.1", port, True) for n, (_, port) in procs.items()}
+        paced: dict[str, list[float]] = {n: [] for n in procs}
         t0 = time.monotonic()
         next_scrape = t0
         while time.monotonic() - t0 < args.steady:
             if time.monotonic() >= next_scrape:
-                for _, port in procs.values():
-                    scrape(port, True)
+                for n, client in held.items():
+                    paced[n].append(client.get()[1])
                 next_scrape += 15
             for n, (p, _) in procs.items():
                 rss[n].append(proc_stats(p.pid)[1])
             time.sleep(5)
         elapsed = time.monotonic() - t0
+        for client in held.values():
+            client.close()
+        row(
+            f"scrape every 15 s on a held connection, median (ms) of {len(paced[names[0]])}",
+            {n: statistics.median(paced[n]) * 1000 for n in names},
+            ".2f",
+        )
+        row("the same, slowest (ms)", {n: max(paced[n]) * 1000 for n in names}, ".2f")
+        row("the same, connections opened", {n: held[n].connects for n in names}, "d")
         row(
             f"daemon RSS, median over {elapsed:.0f} s (MiB)",
             {n: statistics.median(rss[n]) / 2**20 for n in names},
@@ -277,35 +303,43 @@ def main() -> int:
             servers[kind] = anchors[kind] = started
         for _, port in anchors.values():
             wait_for(f"http://127.0.0.1:{port}/metrics", timeout=30)
-        # Latency windows, interleaved A B C ... C B A ...
-        p50: dict[str, list[float]] = {n: [] for n in servers}
-        p99: dict[str, list[float]] = {n: [] for n in servers}
-        pooled: dict[str, list[float]] = {n: [] for n in servers}
-        cpu_per: dict[str, list[float]] = {n: [] for n in servers}  # server CPU ms per scrape, per window
+        # Latency windows, interleaved A B C ... C B A ..., each server a window on new connections
+        # and one on a connection held (keep-alive, as Prometheus scrapes).
+        modes = ("new connection", "keep-alive")
+        p50: dict[tuple[str, str], list[float]] = {}
+        p99: dict[tuple[str, str], list[float]] = {}
+        pooled: dict[tuple[str, str], list[float]] = {}
+        cpu_per: dict[tuple[str, str], list[float]] = {}  # server CPU ms per scrape, per window
         order = list(servers)
         for r in range(args.rounds):
             for n in order if r % 2 == 0 else order[::-1]:
-                before = proc_stats(servers[n][0].pid)[0]
-                lat = window(servers[n][1], args.rate, args.window)
-                cpu_per[n].append((proc_stats(servers[n][0].pid)[0] - before) * 1000 / len(lat))
-                p50[n].append(q(lat, 0.5))
-                p99[n].append(q(lat, 0.99))
-                pooled[n] += lat
-        what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip"
-        anchor = "http.server" if "http.server" in servers else None
-        say("")
-        say(
-            f"| /metrics, {what} | p50 (ms) | p99 (ms) | p99 pooled (ms) | CPU per scrape (ms) |"
-            + (" p99 / http.server |" if anchor else "")
-        )
-        say("|---|---|---|---|---|" + ("---|" if anchor else ""))
-        m99 = {n: statistics.median(p99[n]) for n in servers}
-        for n in servers:
-            ratio = f" {m99[n] / m99[anchor]:.2f}x |" if anchor else ""
+                for mode in modes if r % 2 == 0 else modes[::-1]:
+                    before = proc_stats(servers[n][0].pid)[0]
+                    lat = window(servers[n][1], args.rate, args.window, keep=mode == "keep-alive")
+                    key = (n, mode)
+                    cpu_per.setdefault(key, []).append((proc_stats(servers[n][0].pid)[0] - before) * 1000 / len(lat))
+                    p50.setdefault(key, []).append(q(lat, 0.5))
+                    p99.setdefault(key, []).append(q(lat, 0.99))
+                    pooled.setdefault(key, []).extend(lat)
+        anchor = "C server" if "C server" in servers else None
+        for mode in modes:
+            what = f"{args.rounds} windows of {args.window:g} s at {args.rate:g}/s, gzip, {mode}"
+            say("")
             say(
-                f"| {n} | {statistics.median(p50[n]):.2f} | {m99[n]:.2f} | {q(sorted(pooled[n]), 0.99):.2f} | "
-                f"{statistics.median(cpu_per[n]):.3f} |{ratio}"
+                f"| /metrics, {what} | p50 (ms) | p99 (ms) | p99 pooled (ms) | CPU per scrape (ms) |"
+                + (" p99 - C server (ms) |" if anchor else "")
             )
+            say("|---|---|---|---|---|" + ("---|" if anchor else ""))
+            m99 = {n: statistics.median(p99[(n, mode)]) for n in servers}
+            for n in servers:
+                key = (n, mode)
+                over = f" {m99[n] - m99[anchor]:+.2f} |" if anchor else ""
+                say(
+                    f"| {n} | {statistics.median(p50[key]):.2f} | {m99[n]:.2f} | {q(sorted(pooled[key]), 0.99):.2f} | "
+                    f"{statistics.median(cpu_per[key]):.3f} |{over}"
+                )
+            shown = [n for n in servers if n in procs or n == anchor]
+            say("p99 per window: " + "; ".join(f"{n} " + " ".join(f"{x:.2f}" for x in p99[(n, mode)]) for n in shown))
     finally:
         for p, _ in list(procs.values()) + list(anchors.values()):
             p.terminate()
