@@ -5,6 +5,7 @@ leave the endpoint when asked."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import io
 import json
 import os
@@ -175,6 +176,21 @@ def test_a_round_that_cannot_get_a_thread_is_skipped_not_fatal(tmp_path, monkeyp
     assert not d.round_running() and d.round_started_mono is None
     assert "round not started: can't start new thread" in d.log.stream.getvalue()
     assert sample(d.metrics.payload().decode(), "nodehealth_round_errors_total") == 1
+
+
+def test_a_round_leaves_its_page_rendered_for_the_scrapes(tmp_path, monkeypatch):
+    """The round's thread renders and compresses the page (NodeMetrics.render_ahead): the scrape
+    after a round writes bytes, it does not build families or gzip the page."""
+    d = _daemon(tmp_path)
+    assert d.round() is not None
+    built: list[int] = []
+    families = d.metrics.families
+    monkeypatch.setattr(d.metrics, "families", lambda: (built.append(1), families())[1])
+    zipped = d.metrics.payload_gzip()
+    assert not built and b"nodehealth_rounds_total 1.0" in gzip.decompress(zipped)
+    assert gzip.decompress(zipped) == d.metrics.payload()
+    d.metrics.count_xid("0", 79, "reboot")  # an update between rounds: rendered at the next scrape
+    assert b"nodehealth_xid_errors_total{" in d.metrics.payload() and built == [1]
 
 
 @pytest.mark.parametrize("publish", [True, False])

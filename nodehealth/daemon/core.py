@@ -257,6 +257,10 @@ class Daemon(ConfigWatch):
                 else:
                     self.log(line, "notice")
             self.said = lines
+            try:  # the page of this round, rendered here and not by the next scrape
+                self.metrics.render_ahead()
+            except Exception:  # noqa: BLE001 - a rendering bug is the scrape's 500, not a failed round
+                pass
             return report
         except Exception as exc:  # noqa: BLE001 - a bug in one round must not end the watch
             self.metrics.round_failed()
