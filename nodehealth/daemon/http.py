@@ -353,9 +353,9 @@ class MetricsServer:
         self._respond(conn, now, code, body, ctype, close=not keep, encoding=encoding, head_only=method == b"HEAD")
         if not keep and not conn.buf:
             # The client asked for the close (or spoke HTTP/1.0) and sent nothing after its request
-            # (RFC 9112 9.6: it sends no more): close at once, a FIN. Where the endpoint closes on its own, or input
-            # follows, the response goes out and unread input is drained a while (linger) first, so
-            # that the client reads the response instead of a reset.
+            # (RFC 9112 9.6: it sends no more): close at once, a FIN. Where the endpoint closes on
+            # its own, or input follows, the response goes out and unread input is drained a while
+            # (linger) first, so that the client reads the response instead of a reset.
             conn.close_after = _ASKED
 
     def _respond(
