@@ -52,7 +52,9 @@ _REASONS = {
     505: "HTTP Version Not Supported",
 }
 _READ, _WRITE, _LINGER = "read", "write", "linger"
-_ASKED = "asked"  # close_after: the client asked for the close (else True: the endpoint's own)
+# What follows a response (_Conn.close_after): the next request, a close after draining what the
+# client may still send (the endpoint's own close), or a close at once (the client asked for it).
+_KEEP, _DRAIN, _AT_ONCE = "", "drain", "at once"
 # Connections the kernel holds for us beyond those taken: a flood waits there (costing no
 # descriptor and no task) instead of pushing out the SYN of a scraper (capped by somaxconn).
 _BACKLOG = 1024
@@ -70,7 +72,7 @@ class _Conn:
         self.since = now  # when it began waiting for the request it has not sent yet
         self.deadline = now + limits.read_timeout_s
         self.idle = False  # between two requests of a keep-alive connection
-        self.close_after: object = False  # False, True (linger first) or _ASKED (at once)
+        self.close_after = _KEEP
         self.drained = 0
         self.events = 0  # what the selector watches for it
 
@@ -356,7 +358,7 @@ class MetricsServer:
             # (RFC 9112 9.6: it sends no more): close at once, a FIN. Where the endpoint closes on
             # its own, or input follows, the response goes out and unread input is drained a while
             # (linger) first, so that the client reads the response instead of a reset.
-            conn.close_after = _ASKED
+            conn.close_after = _AT_ONCE
 
     def _respond(
         self,
@@ -381,7 +383,7 @@ class MetricsServer:
         fields.append("Connection: close" if close else "Connection: keep-alive")
         data = ("\r\n".join(fields) + "\r\n\r\n").encode("ascii") + (b"" if head_only else body)
         conn.out = memoryview(data)
-        conn.close_after = close
+        conn.close_after = _DRAIN if close else _KEEP
         conn.state = _WRITE
         conn.deadline = now + self.limits.write_timeout_s
 
@@ -395,10 +397,10 @@ class MetricsServer:
         except OSError:
             self._close(conn)
             return
-        if conn.close_after == _ASKED:
+        if conn.close_after == _AT_ONCE:
             self._close(conn)
             return
-        if conn.close_after:
+        if conn.close_after == _DRAIN:
             try:
                 conn.sock.shutdown(socket.SHUT_WR)
             except OSError:
